@@ -1,0 +1,210 @@
+/*
+ * Shared OpenCL C for every operation: storage dtypes, vector widths and
+ * work-group reductions. The host prepends this text to each op source, after
+ * its -D options and the device-quirk defines (lib/device.c), so every name
+ * here can be overridden per build; the #ifndef defaults let an op file be
+ * compiled alone while it is being written.
+ *
+ * Storage dtypes (OCLF_DTYPE): 0 f32, 1 f16 (vload_half/vstore_half_rte, no
+ * cl_khr_fp16 needed), 2 bf16 (ushort storage, upper half of a float).
+ * All arithmetic is fp32; values are rounded to storage once, on store.
+ */
+#ifndef OCLF_COMMON_H
+#define OCLF_COMMON_H
+
+#ifndef OCLF_DTYPE
+#define OCLF_DTYPE 0
+#endif
+#ifndef OCLF_VEC
+#define OCLF_VEC 4
+#endif
+#ifndef OCLF_WGS
+#define OCLF_WGS 64
+#endif
+
+#define OCLF_CAT_(a, b) a##b
+#define OCLF_CAT(a, b) OCLF_CAT_(a, b)
+
+/* ---- storage type ------------------------------------------------------- */
+#if OCLF_DTYPE == 0
+typedef float stor_t;
+#elif OCLF_DTYPE == 1
+typedef half stor_t; /* pointer type only: never loaded as a value */
+#elif OCLF_DTYPE == 2
+typedef ushort stor_t;
+#else
+#error "unknown OCLF_DTYPE"
+#endif
+
+/* bf16 -> f32 is exact: the bits go to the top half. */
+inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
+
+/* f32 -> bf16 with round-to-nearest-even; NaN stays a quiet NaN (adding the
+ * rounding bias to a NaN could carry it into infinity). */
+inline ushort f32_to_bf16(float f)
+{
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}
+
+/* Scalar load/store at element index i (64-bit). */
+#if OCLF_DTYPE == 0
+#define LD(p, i) ((p)[(i)])
+#define ST(p, i, v) ((p)[(i)] = (v))
+#elif OCLF_DTYPE == 1
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half_rte((v), (i), (p))
+#else
+#define LD(p, i) bf16_to_f32((p)[(i)])
+#define ST(p, i, v) ((p)[(i)] = f32_to_bf16(v))
+#endif
+
+/* Round a float through storage and back, for values the op must reuse
+ * exactly as they were stored (add + norm computes on the rounded sum). */
+#if OCLF_DTYPE == 0
+#define ROUND_STOR(v) (v)
+#elif OCLF_DTYPE == 1
+/* `half` variables need cl_khr_fp16; a ushort holds the bits instead. */
+inline float oclf_round_half(float v)
+{
+    ushort h;
+    vstore_half_rte(v, 0, (__private half *)&h);
+    return vload_half(0, (__private const half *)&h);
+}
+#define ROUND_STOR(v) oclf_round_half(v)
+#else
+#define ROUND_STOR(v) bf16_to_f32(f32_to_bf16(v))
+#endif
+
+/* ---- vectors of OCLF_VEC floats ---------------------------------------- */
+/* Vector loads need only element alignment (vloadN), so any offset and row
+ * stride may use them; the tail of a row that is not a multiple of VEC is
+ * handled by scalar code in each kernel. */
+#if OCLF_VEC == 1
+typedef float floatv;
+#define VSUM(v) (v)
+#define VSPLAT(s) ((float)(s))
+#else
+typedef OCLF_CAT(float, OCLF_VEC) floatv;
+#define VSPLAT(s) ((floatv)(s))
+#endif
+
+#if OCLF_VEC == 2
+#define VSUM(v) ((v).s0 + (v).s1)
+#elif OCLF_VEC == 4
+#define VSUM(v) (((v).s0 + (v).s1) + ((v).s2 + (v).s3))
+#elif OCLF_VEC == 8
+#define VSUM(v) ((((v).s0 + (v).s1) + ((v).s2 + (v).s3)) + (((v).s4 + (v).s5) + ((v).s6 + (v).s7)))
+#elif OCLF_VEC == 16
+#define VSUM(v) (VSUM8_((v).lo) + VSUM8_((v).hi))
+#define VSUM8_(w) ((((w).s0 + (w).s1) + ((w).s2 + (w).s3)) + (((w).s4 + (w).s5) + ((w).s6 + (w).s7)))
+#elif OCLF_VEC != 1
+#error "OCLF_VEC must be 1, 2, 4, 8 or 16"
+#endif
+
+/* LDV(p, i): OCLF_VEC elements starting at element i, widened to floatv.
+ * STV(p, i, v): the inverse, rounding each element once. */
+#if OCLF_VEC == 1
+#define LDV(p, i) LD(p, i)
+#define STV(p, i, v) ST(p, i, v)
+#elif OCLF_DTYPE == 0
+#define LDV(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
+#define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
+#elif OCLF_DTYPE == 1
+#define LDV(p, i) OCLF_CAT(vload_half, OCLF_VEC)(0, (p) + (i))
+#define STV(p, i, v) OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)((v), 0, (p) + (i))
+#else
+typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
+typedef OCLF_CAT(uint, OCLF_VEC) uintv;
+typedef OCLF_CAT(int, OCLF_VEC) intv;
+inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
+inline ushortv f32v_to_bf16v(floatv f)
+{
+    uintv u = OCLF_CAT(as_uint, OCLF_VEC)(f);
+    intv nan = (u & 0x7fffffffu) > 0x7f800000u; /* comparisons give -1/0 ints */
+    uintv r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uintv q = (u >> 16) | 0x0040u;
+    return OCLF_CAT(convert_ushort, OCLF_VEC)(select(r, q, nan));
+}
+#define LDV(p, i) bf16v_to_f32v(OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i)))
+#define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)(f32v_to_bf16v(v), 0, (p) + (i))
+#endif
+
+/* Vectors of fp32 in local memory (a row staged for its second pass). */
+#if OCLF_VEC == 1
+#define LDV_F(p, i) ((p)[(i)])
+#define STV_F(p, i, v) ((p)[(i)] = (v))
+#else
+#define LDV_F(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
+#define STV_F(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
+#endif
+
+/* ROUNDV(v): each element rounded through storage and widened again. */
+#if OCLF_DTYPE == 0 || OCLF_VEC == 1
+#define ROUNDV(v) ROUND_STOR(v)
+#elif OCLF_DTYPE == 1
+inline floatv oclf_round_halfv(floatv v)
+{
+    ushort h[OCLF_VEC];
+    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (__private half *)h);
+    return OCLF_CAT(vload_half, OCLF_VEC)(0, (__private const half *)h);
+}
+#define ROUNDV(v) oclf_round_halfv(v)
+#else
+#define ROUNDV(v) bf16v_to_f32v(f32v_to_bf16v(v))
+#endif
+
+/* ---- row structures ----------------------------------------------------- */
+/* Row-wise kernels come in two structures chosen by OCLF_LAYOUT:
+ *   0: one row per work-item. No barriers; each work-item streams its row
+ *      with vector loads. Best where a work-group is a loop over work-items
+ *      (CPU devices), where barriers split kernels into costly regions.
+ *   1: one work-group per row. Consecutive work-items touch consecutive
+ *      vectors (coalesced on GPUs) and reduce through local memory.
+ * A kernel body is written once over (lane, nlanes): the loops below visit
+ * this work-item's share of the row, and ROW_REDUCE combines the shares. */
+#ifndef OCLF_LAYOUT
+#define OCLF_LAYOUT 0
+#endif
+#if OCLF_LAYOUT == 0
+#define ROW_SETUP(nrows)                                                       \
+    const ulong row = get_global_id(0);                                        \
+    if (row >= (nrows))                                                        \
+        return;                                                                \
+    const uint lane = 0, nlanes = 1
+#define ROW_REDUCE(v, scratch) (v)
+#elif OCLF_LAYOUT == 1
+#define ROW_SETUP(nrows)                                                       \
+    const ulong row = get_group_id(0);                                         \
+    const uint lane = get_local_id(0), nlanes = OCLF_WGS
+#define ROW_REDUCE(v, scratch) wg_sum((v), (scratch))
+#else
+#error "OCLF_LAYOUT must be 0 or 1"
+#endif
+/* Whole vectors of this work-item's share, then the scalar tail. */
+#define FOR_VEC(i, n) for (uint i = lane * OCLF_VEC; i + OCLF_VEC <= (n); i += nlanes * OCLF_VEC)
+#define FOR_TAIL(i, n) for (uint i = ((n) / OCLF_VEC) * OCLF_VEC + lane; i < (n); i += nlanes)
+
+/* ---- work-group reductions --------------------------------------------- */
+/* Sum of one float per work-item across the work-group; every work-item gets
+ * the total. `scratch` holds OCLF_WGS floats. Pairwise (tree) order keeps the
+ * fp32 error at O(log n). The leading barrier makes back-to-back calls on
+ * the same scratch safe. Work-group size must be OCLF_WGS, a power of two. */
+inline float wg_sum(float v, __local float *scratch)
+{
+    const uint lid = get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = OCLF_WGS / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            scratch[lid] += scratch[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return scratch[0];
+}
+
+#endif /* OCLF_COMMON_H */

@@ -1,0 +1,228 @@
+/*
+ * liboclfuse: fused OpenCL kernels with an autotuner.
+ *
+ * The one public header. Every entry point returns an oclf_status; on any
+ * status other than OCLF_SUCCESS, oclf_last_error() on the same thread tells
+ * which argument, which limit, which OpenCL error or which build log.
+ *
+ * Conventions shared by every operation (see also the per-op comments):
+ *  - Buffers are cl_mem plus an element offset and a row stride in elements
+ *    (oclf_buf). A stride of 0 means "packed": the row stride equals the
+ *    row's logical width.
+ *  - Calls are asynchronous like OpenCL's own: they enqueue on the caller's
+ *    queue after the given wait list and, when `event` is not NULL, return an
+ *    event that completes when all the work of the call has completed. A call
+ *    with zero rows enqueues a marker so the event still exists.
+ *  - Storage dtypes are f32, f16 and bf16; arithmetic and every reduction run
+ *    in fp32 and each output element is rounded to its storage type once.
+ *  - A bad argument is rejected on the host before anything is enqueued, so
+ *    a failing call leaves every buffer untouched.
+ */
+#ifndef OCLFUSE_H
+#define OCLFUSE_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(OCLF_STATIC)
+#define OCLF_API
+#elif defined(OCLF_BUILDING_LIBRARY)
+#define OCLF_API __attribute__((visibility("default")))
+#else
+#define OCLF_API
+#endif
+
+#define OCLF_VERSION_MAJOR 0
+#define OCLF_VERSION_MINOR 1
+#define OCLF_VERSION_PATCH 0
+/* 0xMMmmpp, comparable with >= */
+#define OCLF_VERSION_HEX                                                      \
+    ((OCLF_VERSION_MAJOR << 16) | (OCLF_VERSION_MINOR << 8) | OCLF_VERSION_PATCH)
+
+/* The version of the library actually loaded, as OCLF_VERSION_HEX. */
+OCLF_API unsigned oclf_version(void);
+/* "0.1.0" */
+OCLF_API const char *oclf_version_string(void);
+
+typedef enum oclf_status {
+    OCLF_SUCCESS = 0,
+    OCLF_INVALID_ARGUMENT = -1,  /* a NULL handle, a bad size, stride or alias */
+    OCLF_UNSUPPORTED = -2,       /* valid request this device or build cannot do */
+    OCLF_BUILD_FAILED = -3,      /* the OpenCL compiler rejected a kernel */
+    OCLF_OUT_OF_RESOURCES = -4,  /* device or host memory, work-group limits */
+    OCLF_OPENCL_ERROR = -5,      /* any other OpenCL error */
+    OCLF_DB_ERROR = -6,          /* damaged or unknown tuning database */
+    OCLF_IO_ERROR = -7           /* a file could not be read or written */
+} oclf_status;
+
+/* "OCLF_INVALID_ARGUMENT", ...; never NULL. */
+OCLF_API const char *oclf_status_string(oclf_status status);
+
+typedef enum oclf_dtype {
+    OCLF_F32 = 0,
+    OCLF_F16 = 1,  /* IEEE half storage (vload_half); no cl_khr_fp16 needed */
+    OCLF_BF16 = 2, /* upper 16 bits of an IEEE float, round-to-nearest-even */
+    OCLF_DTYPE_COUNT_ = 3
+} oclf_dtype;
+
+/* "f32", "f16", "bf16"; NULL for an unknown value. */
+OCLF_API const char *oclf_dtype_name(oclf_dtype dtype);
+/* 4, 2, 2; 0 for an unknown value. */
+OCLF_API size_t oclf_dtype_size(oclf_dtype dtype);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+
+typedef struct oclf_context oclf_context;
+
+/* Where diagnostics that are not errors go (a damaged cache file that was
+ * rebuilt, a tuning record skipped). The library never prints. */
+typedef enum oclf_log_level { OCLF_LOG_DEBUG, OCLF_LOG_INFO, OCLF_LOG_WARN } oclf_log_level;
+typedef void (*oclf_log_fn)(void *user, oclf_log_level level, const char *message);
+
+typedef struct oclf_context_options {
+    /* Load .cl sources from this folder instead of the copies compiled into
+     * the library. NULL: $OCLF_KERNEL_DIR if set, else the embedded ones. */
+    const char *kernel_dir;
+    /* On-disk program cache folder. NULL: $OCLF_CACHE_DIR, else
+     * $XDG_CACHE_HOME/oclfuse, else $HOME/.cache/oclfuse. "" disables it. */
+    const char *cache_dir;
+    /* Tuning database consulted first. NULL: $OCLF_TUNING_DB if set. */
+    const char *tuning_db;
+    /* Non-zero: check data-dependent arguments on the host before enqueuing
+     * (rotary positions against max_pos). Costs a blocking read. */
+    int validate;
+    oclf_log_fn log;
+    void *log_user;
+} oclf_context_options;
+
+/* Zeroed options: every default above. */
+OCLF_API void oclf_context_options_init(oclf_context_options *options);
+
+/* Wraps (context, device); both are retained and released by
+ * oclf_context_destroy. `options` may be NULL. On failure *out is NULL and
+ * oclf_last_error(NULL) tells why. */
+OCLF_API oclf_status oclf_context_create(cl_context context, cl_device_id device,
+                                         const oclf_context_options *options,
+                                         oclf_context **out);
+/* Releases everything the context made, waits for nothing: finish the
+ * queues that used it first. NULL is accepted. */
+OCLF_API void oclf_context_destroy(oclf_context *ctx);
+
+/* The detail of the last failed call on this thread for this context (pass
+ * NULL after a failed oclf_context_create). Empty string when none. The
+ * pointer stays valid until the next call on this thread. */
+OCLF_API const char *oclf_last_error(const oclf_context *ctx);
+
+/* Device fingerprint: "vendor|name|driver|type". Owned by the context. */
+OCLF_API const char *oclf_context_fingerprint(const oclf_context *ctx);
+
+/* Counters for diagnostics and tests. */
+typedef struct oclf_context_stats {
+    uint64_t programs_compiled;  /* clBuildProgram from source */
+    uint64_t programs_from_disk; /* programs built from a cached binary */
+    uint64_t program_hits;       /* served from the in-memory cache */
+    uint64_t disk_cache_rejected;/* damaged/foreign cache files rebuilt */
+    uint64_t kernels_enqueued;
+} oclf_context_stats;
+OCLF_API oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Path choice and explicit kernel parameters                                */
+
+typedef enum oclf_path {
+    OCLF_PATH_AUTO = 0,    /* the tuning database decides, else the heuristic */
+    OCLF_PATH_FUSED = 1,
+    OCLF_PATH_UNFUSED = 2
+} oclf_path;
+
+#define OCLF_MAX_PARAMS 12
+#define OCLF_PARAM_NAME_MAX 16
+
+/* Named integer kernel parameters, the same names the tuning database uses
+ * (WGS: work-group size, VEC: vector width, ROWS: rows per work-group,
+ * LAYOUT: 0 row per work-item, 1 work-group per row, ...). A parameter that
+ * is absent takes the database's or the heuristic's value. */
+typedef struct oclf_params {
+    unsigned count;
+    struct {
+        char name[OCLF_PARAM_NAME_MAX];
+        int64_t value;
+    } item[OCLF_MAX_PARAMS];
+} oclf_params;
+
+/* Sets (or replaces) a parameter. OCLF_INVALID_ARGUMENT if the name is too
+ * long or the set is full. */
+OCLF_API oclf_status oclf_params_set(oclf_params *params, const char *name, int64_t value);
+/* 1 and *value when present, else 0. */
+OCLF_API int oclf_params_get(const oclf_params *params, const char *name, int64_t *value);
+
+/* Per-call choice; pass NULL for { OCLF_PATH_AUTO, no parameters }. */
+typedef struct oclf_choice {
+    oclf_path path;
+    oclf_params params;
+} oclf_choice;
+
+/* A 2-D operand (or a vector, where stride is ignored). */
+typedef struct oclf_buf {
+    cl_mem mem;
+    size_t offset; /* elements */
+    size_t stride; /* elements between rows; 0: packed */
+} oclf_buf;
+
+/* ------------------------------------------------------------------------ */
+/* Normalization (SPEC §1-2). Rows are independent; `cols` is the hidden size.
+ * `weight` and `bias` are vectors of `cols` elements of `dtype`, or NULL for
+ * 1 and 0. Row strides may exceed cols. Statuses: OCLF_INVALID_ARGUMENT for
+ * NULL handles, cols == 0, stride < cols, a buffer smaller than the ranges
+ * described, overlapping in/out ranges where they must not overlap, eps < 0
+ * or not finite; OCLF_UNSUPPORTED for an unknown dtype.                     */
+
+/* out = x * rsqrt(mean(x^2) + eps) * weight. Out of place: `out` must not
+ * overlap `in` unless it is exactly the same range (in place is allowed). */
+OCLF_API oclf_status oclf_rms_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                   size_t rows, size_t cols, oclf_buf in, oclf_buf out,
+                                   const oclf_buf *weight, float eps, const oclf_choice *choice,
+                                   cl_uint num_events, const cl_event *wait_list,
+                                   cl_event *event);
+
+/* vLLM's fused_add_rms_norm, in place: z = input + residual rounded to
+ * storage; residual <- z; input <- rms_norm(z). `input` and `residual` must
+ * not overlap (checked by byte range when they share a cl_mem). */
+OCLF_API oclf_status oclf_add_rms_norm(oclf_context *ctx, cl_command_queue queue,
+                                       oclf_dtype dtype, size_t rows, size_t cols,
+                                       oclf_buf input, oclf_buf residual, const oclf_buf *weight,
+                                       float eps, const oclf_choice *choice, cl_uint num_events,
+                                       const cl_event *wait_list, cl_event *event);
+
+/* PyTorch LayerNorm: (x - mean) / sqrt(biased var + eps) * weight + bias,
+ * with a two-pass mean/variance so rows with a large mean stay accurate.
+ * Same aliasing rule as oclf_rms_norm. */
+OCLF_API oclf_status oclf_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                     size_t rows, size_t cols, oclf_buf in, oclf_buf out,
+                                     const oclf_buf *weight, const oclf_buf *bias, float eps,
+                                     const oclf_choice *choice, cl_uint num_events,
+                                     const cl_event *wait_list, cl_event *event);
+
+/* residual <- input + residual (rounded); out <- layer_norm(residual).
+ * `input` and `residual` must not overlap; `out` must not overlap either
+ * unless it is exactly `input` (then input is overwritten with the result). */
+OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue queue,
+                                         oclf_dtype dtype, size_t rows, size_t cols,
+                                         oclf_buf input, oclf_buf residual, oclf_buf out,
+                                         const oclf_buf *weight, const oclf_buf *bias, float eps,
+                                         const oclf_choice *choice, cl_uint num_events,
+                                         const cl_event *wait_list, cl_event *event);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OCLFUSE_H */

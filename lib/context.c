@@ -1,0 +1,160 @@
+/* oclf_context: the caller's (cl_context, device), options, logging, stats. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void oclf_context_options_init(oclf_context_options *options)
+{
+    if (options)
+        memset(options, 0, sizeof *options);
+}
+
+void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
+{
+    if (!ctx || !ctx->log)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->log(ctx->log_user, level, msg);
+}
+
+static char *dup_or_null(const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* The cache folder: the option, $OCLF_CACHE_DIR, $XDG_CACHE_HOME/oclfuse or
+ * $HOME/.cache/oclfuse; "" (from the option or variable) disables it. */
+static char *cache_dir_for(const char *opt)
+{
+    const char *v = opt ? opt : getenv("OCLF_CACHE_DIR");
+    if (v)
+        return *v ? dup_or_null(v) : NULL;
+    const char *base = getenv("XDG_CACHE_HOME");
+    const char *suffix = "/oclfuse";
+    if (!base || !*base) {
+        base = getenv("HOME");
+        suffix = "/.cache/oclfuse";
+    }
+    if (!base || !*base)
+        return NULL;
+    size_t n = strlen(base) + strlen(suffix) + 1;
+    char *d = malloc(n);
+    if (d)
+        snprintf(d, n, "%s%s", base, suffix);
+    return d;
+}
+
+oclf_status oclf_context_create(cl_context context, cl_device_id device,
+                                const oclf_context_options *options, oclf_context **out)
+{
+    if (!out)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "oclf_context_create: out is NULL");
+    *out = NULL;
+    if (!context || !device)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT,
+                         "oclf_context_create: context and device must not be NULL");
+
+    /* The device must belong to the context. */
+    cl_uint ndev = 0;
+    cl_int err = clGetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof ndev, &ndev, NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(NULL, err, "oclf_context_create: clGetContextInfo");
+    cl_device_id devs[64];
+    if (ndev == 0 || ndev > 64 ||
+        clGetContextInfo(context, CL_CONTEXT_DEVICES, ndev * sizeof *devs, devs, NULL) != CL_SUCCESS)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT,
+                         "oclf_context_create: cannot list the context's devices");
+    int found = 0;
+    for (cl_uint i = 0; i < ndev; i++)
+        found |= devs[i] == device;
+    if (!found)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT,
+                         "oclf_context_create: the device does not belong to the context");
+
+    oclf_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_OUT_OF_RESOURCES, "oclf_context_create: out of host memory");
+    oclf_status st = oclf_device_query(NULL, device, &ctx->info);
+    if (st != OCLF_SUCCESS) {
+        free(ctx);
+        return st;
+    }
+    oclf_device_fingerprint(&ctx->info, ctx->fingerprint, sizeof ctx->fingerprint);
+    oclf_device_quirk_options(&ctx->info, ctx->quirk_options, sizeof ctx->quirk_options);
+
+    oclf_context_options defaults;
+    oclf_context_options_init(&defaults);
+    const oclf_context_options *o = options ? options : &defaults;
+    const char *kdir = o->kernel_dir ? o->kernel_dir : getenv("OCLF_KERNEL_DIR");
+    const char *db = o->tuning_db ? o->tuning_db : getenv("OCLF_TUNING_DB");
+    ctx->kernel_dir = (kdir && *kdir) ? dup_or_null(kdir) : NULL;
+    ctx->tuning_db = (db && *db) ? dup_or_null(db) : NULL;
+    ctx->cache_dir = cache_dir_for(o->cache_dir);
+    ctx->validate = o->validate;
+    ctx->log = o->log;
+    ctx->log_user = o->log_user;
+    if ((kdir && *kdir && !ctx->kernel_dir) || (db && *db && !ctx->tuning_db)) {
+        free(ctx->kernel_dir);
+        free(ctx->tuning_db);
+        free(ctx->cache_dir);
+        free(ctx);
+        return oclf_fail(NULL, OCLF_OUT_OF_RESOURCES, "oclf_context_create: out of host memory");
+    }
+    pthread_mutex_init(&ctx->lock, NULL);
+    pthread_cond_init(&ctx->built, NULL);
+
+    clRetainContext(context);
+    clRetainDevice(device);
+    ctx->cl = context;
+    ctx->device = device;
+    *out = ctx;
+    return OCLF_SUCCESS;
+}
+
+/* Defined in tunedb.c/dispatch.c; frees the per-context lookup cache. */
+OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
+
+void oclf_context_destroy(oclf_context *ctx)
+{
+    if (!ctx)
+        return;
+    oclf_programs_release(ctx);
+    oclf_tune_cache_free(ctx);
+    pthread_cond_destroy(&ctx->built);
+    pthread_mutex_destroy(&ctx->lock);
+    clReleaseDevice(ctx->device);
+    clReleaseContext(ctx->cl);
+    free(ctx->kernel_dir);
+    free(ctx->cache_dir);
+    free(ctx->tuning_db);
+    free(ctx);
+}
+
+const char *oclf_context_fingerprint(const oclf_context *ctx)
+{
+    return ctx ? ctx->fingerprint : "";
+}
+
+oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *out)
+{
+    if (!ctx || !out)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "oclf_context_get_stats: NULL argument");
+    out->programs_compiled = atomic_load(&ctx->n_compiled);
+    out->programs_from_disk = atomic_load(&ctx->n_from_disk);
+    out->program_hits = atomic_load(&ctx->n_hits);
+    out->disk_cache_rejected = atomic_load(&ctx->n_rejected);
+    out->kernels_enqueued = atomic_load(&ctx->n_enqueued);
+    return OCLF_SUCCESS;
+}

@@ -1,0 +1,116 @@
+/*
+ * Device facts and quirks: the one place that looks at what a device is.
+ * Ops never test vendors; they read the facts gathered here (limits, type)
+ * and the kernels see named defines (OCLF_HAS_*), never a vendor name.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cl_int get_str(cl_device_id dev, cl_device_info what, char *buf, size_t len)
+{
+    size_t got = 0;
+    cl_int err = clGetDeviceInfo(dev, what, len - 1, buf, &got);
+    if (err == CL_INVALID_VALUE) { /* longer than buf: keep the prefix */
+        char *tmp = NULL;
+        size_t need = 0;
+        err = clGetDeviceInfo(dev, what, 0, NULL, &need);
+        if (err == CL_SUCCESS && (tmp = malloc(need + 1)) != NULL) {
+            err = clGetDeviceInfo(dev, what, need, tmp, NULL);
+            if (err == CL_SUCCESS)
+                snprintf(buf, len, "%s", tmp);
+            free(tmp);
+        }
+        return err;
+    }
+    if (err == CL_SUCCESS)
+        buf[got < len ? got : len - 1] = '\0';
+    /* Drivers pad some strings with spaces; the fingerprint should not. */
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\n'))
+        buf[--n] = '\0';
+    return err;
+}
+
+const char *oclf_device_type_name(cl_device_type type)
+{
+    if (type & CL_DEVICE_TYPE_GPU)
+        return "GPU";
+    if (type & CL_DEVICE_TYPE_CPU)
+        return "CPU";
+    if (type & CL_DEVICE_TYPE_ACCELERATOR)
+        return "ACCELERATOR";
+    return "OTHER";
+}
+
+oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_device_info *o)
+{
+    memset(o, 0, sizeof *o);
+    cl_platform_id platform = NULL;
+    cl_int err = clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ctx, err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
+    if ((err = get_str(dev, CL_DEVICE_VENDOR, o->vendor, sizeof o->vendor)) ||
+        (err = get_str(dev, CL_DEVICE_NAME, o->name, sizeof o->name)) ||
+        (err = get_str(dev, CL_DRIVER_VERSION, o->driver, sizeof o->driver)) ||
+        (err = get_str(dev, CL_DEVICE_VERSION, o->device_version, sizeof o->device_version)))
+        return oclf_fail_cl(ctx, err, "clGetDeviceInfo(strings)");
+    size_t got = 0;
+    err = clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof o->platform_version - 1,
+                            o->platform_version, &got);
+    if (err != CL_SUCCESS)
+        snprintf(o->platform_version, sizeof o->platform_version, "unknown");
+    cl_device_local_mem_type lmt = CL_LOCAL;
+    if ((err = clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof o->type, &o->type, NULL)) ||
+        (err = clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof o->compute_units,
+                               &o->compute_units, NULL)) ||
+        (err = clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof o->max_wgs, &o->max_wgs,
+                               NULL)) ||
+        (err = clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof o->local_mem, &o->local_mem,
+                               NULL)) ||
+        (err = clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL)) ||
+        (err = clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof o->global_mem,
+                               &o->global_mem, NULL)) ||
+        (err = clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof o->max_alloc,
+                               &o->max_alloc, NULL)))
+        return oclf_fail_cl(ctx, err, "clGetDeviceInfo(limits)");
+    o->local_is_global = (lmt == CL_GLOBAL);
+
+    char cver[128] = "";
+    if (get_str(dev, CL_DEVICE_OPENCL_C_VERSION, cver, sizeof cver) != CL_SUCCESS ||
+        sscanf(cver, "OpenCL C %u.%u", &o->opencl_c_major, &o->opencl_c_minor) != 2) {
+        o->opencl_c_major = 1;
+        o->opencl_c_minor = 2;
+    }
+
+    size_t ext_len = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
+        char *ext = malloc(ext_len + 1);
+        if (ext && clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+            ext[ext_len] = '\0';
+            o->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+            o->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+            o->subgroups = strstr(ext, "cl_khr_subgroups") != NULL;
+        }
+        free(ext);
+    }
+    return OCLF_SUCCESS;
+}
+
+void oclf_device_fingerprint(const oclf_device_info *info, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s|%s|%s|%s", info->vendor, info->name, info->driver,
+             oclf_device_type_name(info->type));
+}
+
+void oclf_device_quirk_options(const oclf_device_info *info, char *buf, size_t len)
+{
+    /* Quirks reach the kernels as named defines. OCLF_LOCAL_IS_GLOBAL tells
+     * a kernel that "local" memory is ordinary cached memory (CPUs), where
+     * staging a row buys nothing over re-reading it. */
+    snprintf(buf, len, "%s%s%s", info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
+             info->subgroups ? " -DOCLF_HAS_SUBGROUPS=1" : "",
+             info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "");
+}

@@ -1,0 +1,147 @@
+/* Statuses, the per-thread last error, versions, dtypes and parameter sets. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The last error is per thread, so concurrent callers on one context never
+ * see each other's messages; it remembers which context it belongs to. */
+static _Thread_local const oclf_context *last_ctx;
+static _Thread_local char last_msg[8192];
+
+oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    va_end(ap);
+    last_ctx = ctx;
+    return status;
+}
+
+const char *oclf_last_error(const oclf_context *ctx)
+{
+    return last_ctx == ctx ? last_msg : "";
+}
+
+const char *oclf_cl_error_name(cl_int err)
+{
+    switch (err) {
+#define E(x) case x: return #x;
+        E(CL_SUCCESS) E(CL_DEVICE_NOT_FOUND) E(CL_DEVICE_NOT_AVAILABLE)
+        E(CL_COMPILER_NOT_AVAILABLE) E(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+        E(CL_OUT_OF_RESOURCES) E(CL_OUT_OF_HOST_MEMORY) E(CL_PROFILING_INFO_NOT_AVAILABLE)
+        E(CL_MEM_COPY_OVERLAP) E(CL_IMAGE_FORMAT_MISMATCH) E(CL_IMAGE_FORMAT_NOT_SUPPORTED)
+        E(CL_BUILD_PROGRAM_FAILURE) E(CL_MAP_FAILURE) E(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+        E(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) E(CL_COMPILE_PROGRAM_FAILURE)
+        E(CL_LINKER_NOT_AVAILABLE) E(CL_LINK_PROGRAM_FAILURE) E(CL_DEVICE_PARTITION_FAILED)
+        E(CL_KERNEL_ARG_INFO_NOT_AVAILABLE) E(CL_INVALID_VALUE) E(CL_INVALID_DEVICE_TYPE)
+        E(CL_INVALID_PLATFORM) E(CL_INVALID_DEVICE) E(CL_INVALID_CONTEXT)
+        E(CL_INVALID_QUEUE_PROPERTIES) E(CL_INVALID_COMMAND_QUEUE) E(CL_INVALID_HOST_PTR)
+        E(CL_INVALID_MEM_OBJECT) E(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR) E(CL_INVALID_IMAGE_SIZE)
+        E(CL_INVALID_SAMPLER) E(CL_INVALID_BINARY) E(CL_INVALID_BUILD_OPTIONS)
+        E(CL_INVALID_PROGRAM) E(CL_INVALID_PROGRAM_EXECUTABLE) E(CL_INVALID_KERNEL_NAME)
+        E(CL_INVALID_KERNEL_DEFINITION) E(CL_INVALID_KERNEL) E(CL_INVALID_ARG_INDEX)
+        E(CL_INVALID_ARG_VALUE) E(CL_INVALID_ARG_SIZE) E(CL_INVALID_KERNEL_ARGS)
+        E(CL_INVALID_WORK_DIMENSION) E(CL_INVALID_WORK_GROUP_SIZE) E(CL_INVALID_WORK_ITEM_SIZE)
+        E(CL_INVALID_GLOBAL_OFFSET) E(CL_INVALID_EVENT_WAIT_LIST) E(CL_INVALID_EVENT)
+        E(CL_INVALID_OPERATION) E(CL_INVALID_GL_OBJECT) E(CL_INVALID_BUFFER_SIZE)
+        E(CL_INVALID_MIP_LEVEL) E(CL_INVALID_GLOBAL_WORK_SIZE) E(CL_INVALID_PROPERTY)
+        E(CL_INVALID_IMAGE_DESCRIPTOR) E(CL_INVALID_COMPILER_OPTIONS) E(CL_INVALID_LINKER_OPTIONS)
+        E(CL_INVALID_DEVICE_PARTITION_COUNT)
+#undef E
+    default: return "unknown OpenCL error";
+    }
+}
+
+oclf_status oclf_fail_cl(const oclf_context *ctx, cl_int err, const char *what)
+{
+    oclf_status st = OCLF_OPENCL_ERROR;
+    if (err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
+        err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_INVALID_BUFFER_SIZE)
+        st = OCLF_OUT_OF_RESOURCES;
+    return oclf_fail(ctx, st, "%s failed: %s (%d)", what, oclf_cl_error_name(err), (int)err);
+}
+
+const char *oclf_status_string(oclf_status status)
+{
+    switch (status) {
+    case OCLF_SUCCESS: return "OCLF_SUCCESS";
+    case OCLF_INVALID_ARGUMENT: return "OCLF_INVALID_ARGUMENT";
+    case OCLF_UNSUPPORTED: return "OCLF_UNSUPPORTED";
+    case OCLF_BUILD_FAILED: return "OCLF_BUILD_FAILED";
+    case OCLF_OUT_OF_RESOURCES: return "OCLF_OUT_OF_RESOURCES";
+    case OCLF_OPENCL_ERROR: return "OCLF_OPENCL_ERROR";
+    case OCLF_DB_ERROR: return "OCLF_DB_ERROR";
+    case OCLF_IO_ERROR: return "OCLF_IO_ERROR";
+    }
+    return "unknown oclf_status";
+}
+
+unsigned oclf_version(void) { return OCLF_VERSION_HEX; }
+
+#define OCLF_STR_(x) #x
+#define OCLF_STR(x) OCLF_STR_(x)
+const char *oclf_version_string(void)
+{
+    return OCLF_STR(OCLF_VERSION_MAJOR) "." OCLF_STR(OCLF_VERSION_MINOR) "." OCLF_STR(
+        OCLF_VERSION_PATCH);
+}
+
+const char *oclf_dtype_name(oclf_dtype dtype)
+{
+    switch (dtype) {
+    case OCLF_F32: return "f32";
+    case OCLF_F16: return "f16";
+    case OCLF_BF16: return "bf16";
+    default: return NULL;
+    }
+}
+
+size_t oclf_dtype_size(oclf_dtype dtype)
+{
+    switch (dtype) {
+    case OCLF_F32: return 4;
+    case OCLF_F16:
+    case OCLF_BF16: return 2;
+    default: return 0;
+    }
+}
+
+oclf_status oclf_params_set(oclf_params *params, const char *name, int64_t value)
+{
+    if (!params || !name || !*name)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "oclf_params_set: params and name are required");
+    size_t n = strlen(name);
+    if (n >= OCLF_PARAM_NAME_MAX)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT,
+                         "oclf_params_set: name '%s' is longer than %d characters", name,
+                         OCLF_PARAM_NAME_MAX - 1);
+    for (unsigned i = 0; i < params->count && i < OCLF_MAX_PARAMS; i++) {
+        if (strcmp(params->item[i].name, name) == 0) {
+            params->item[i].value = value;
+            return OCLF_SUCCESS;
+        }
+    }
+    if (params->count >= OCLF_MAX_PARAMS)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT,
+                         "oclf_params_set: the set already holds %d parameters", OCLF_MAX_PARAMS);
+    memcpy(params->item[params->count].name, name, n + 1);
+    params->item[params->count].value = value;
+    params->count++;
+    return OCLF_SUCCESS;
+}
+
+int oclf_params_get(const oclf_params *params, const char *name, int64_t *value)
+{
+    if (!params || !name)
+        return 0;
+    for (unsigned i = 0; i < params->count && i < OCLF_MAX_PARAMS; i++) {
+        if (strcmp(params->item[i].name, name) == 0) {
+            if (value)
+                *value = params->item[i].value;
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,181 @@
+/* Argument checks shared by every op, and the enqueue helpers. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+oclf_status oclf_check_dtype(const oclf_context *ctx, oclf_dtype dtype)
+{
+    if (oclf_dtype_size(dtype) == 0)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "unsupported dtype %d (expected f32, f16 or bf16)",
+                         (int)dtype);
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue, cl_uint num_events,
+                             const cl_event *wait_list)
+{
+    if (!queue)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "queue is NULL");
+    if ((num_events > 0) != (wait_list != NULL))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "num_events (%u) and wait_list disagree: both or neither", num_events);
+    cl_context qctx = NULL;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ctx, err, "clGetCommandQueueInfo(queue)");
+    if (qctx != ctx->cl)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "queue belongs to another cl_context than the oclf_context");
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf, size_t rows,
+                          size_t cols, size_t elem, oclf_operand *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!buf.mem)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cl_mem is NULL", what);
+    size_t stride = buf.stride ? buf.stride : cols;
+    if (stride < cols)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: row stride %zu is less than the width %zu",
+                         what, stride, cols);
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(buf.mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: not a valid buffer (%s)", what,
+                         oclf_cl_error_name(err));
+    out->mem = buf.mem;
+    out->offset = buf.offset;
+    out->stride = stride;
+    if (rows == 0 || cols == 0)
+        return OCLF_SUCCESS;
+    /* last element index = offset + (rows-1)*stride + cols, checked for wrap */
+    size_t span;
+    if (__builtin_mul_overflow(rows - 1, stride, &span) || __builtin_add_overflow(span, cols, &span) ||
+        __builtin_add_overflow(span, buf.offset, &span) ||
+        __builtin_mul_overflow(span, elem, &span) || span > size)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: %zu rows x %zu cols (stride %zu, offset %zu, %zu-byte elements) do "
+                         "not fit the buffer's %zu bytes",
+                         what, rows, cols, stride, buf.offset, elem, size);
+    out->lo = buf.offset * elem;
+    out->hi = span;
+    return OCLF_SUCCESS;
+}
+
+int oclf_overlap(const oclf_operand *a, const oclf_operand *b)
+{
+    return a->mem == b->mem && a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
+}
+
+int oclf_same_range(const oclf_operand *a, const oclf_operand *b)
+{
+    return a->mem == b->mem && a->offset == b->offset && a->stride == b->stride;
+}
+
+oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name, int64_t lo,
+                       int64_t hi, int64_t *out)
+{
+    int64_t v = 0;
+    if (!oclf_params_get(p, name, &v))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter %s is missing", name);
+    if (v < lo || v > hi)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter %s = %lld is outside [%lld, %lld]", name, (long long)v,
+                         (long long)lo, (long long)hi);
+    *out = v;
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_enqueue(oclf_context *ctx, cl_command_queue queue, oclf_program *prog,
+                         const char *name, const oclf_arg *args, unsigned nargs, size_t global,
+                         size_t local, cl_uint num_events, const cl_event *wait_list,
+                         cl_event *event)
+{
+    cl_kernel k = NULL;
+    oclf_status st = oclf_kernel_get(ctx, prog, name, &k);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cl_int err = CL_SUCCESS;
+    for (unsigned i = 0; i < nargs && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(k, i, args[i].size, args[i].value);
+    if (err != CL_SUCCESS) {
+        oclf_kernel_put(prog, name, k);
+        return oclf_fail_cl(ctx, err, "clSetKernelArg");
+    }
+    err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, local ? &local : NULL, num_events,
+                                 wait_list, event);
+    oclf_kernel_put(prog, name, k);
+    if (err != CL_SUCCESS) {
+        char what[128];
+        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, global %zu, local %zu)", name,
+                 global, local);
+        return oclf_fail_cl(ctx, err, what);
+    }
+    atomic_fetch_add(&ctx->n_enqueued, 1);
+    return OCLF_SUCCESS;
+}
+
+void oclf_chain_begin(oclf_chain *c, oclf_context *ctx, cl_command_queue queue, cl_uint num_events,
+                      const cl_event *wait_list)
+{
+    c->ctx = ctx;
+    c->queue = queue;
+    c->num_events = num_events;
+    c->wait_list = wait_list;
+    c->prev = NULL;
+}
+
+oclf_status oclf_chain_launch(oclf_chain *c, oclf_program *prog, const char *name,
+                              const oclf_arg *args, unsigned nargs, size_t global, size_t local)
+{
+    cl_event ev = NULL;
+    oclf_status st;
+    if (c->prev)
+        st = oclf_enqueue(c->ctx, c->queue, prog, name, args, nargs, global, local, 1, &c->prev,
+                          &ev);
+    else
+        st = oclf_enqueue(c->ctx, c->queue, prog, name, args, nargs, global, local, c->num_events,
+                          c->wait_list, &ev);
+    if (st != OCLF_SUCCESS)
+        return st;
+    if (c->prev)
+        clReleaseEvent(c->prev);
+    c->prev = ev;
+    return OCLF_SUCCESS;
+}
+
+void oclf_chain_end(oclf_chain *c, cl_event *event)
+{
+    if (event)
+        *event = c->prev;
+    else if (c->prev)
+        clReleaseEvent(c->prev);
+    c->prev = NULL;
+}
+
+oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue queue, cl_uint num_events,
+                                const cl_event *wait_list, cl_event *event)
+{
+    if (!event && num_events == 0)
+        return OCLF_SUCCESS;
+    cl_event ev = NULL;
+    cl_int err = clEnqueueMarkerWithWaitList(queue, num_events, wait_list, event ? &ev : NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ctx, err, "clEnqueueMarkerWithWaitList");
+    if (event)
+        *event = ev;
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out)
+{
+    cl_int err = CL_SUCCESS;
+    *out = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
+    if (!*out || err != CL_SUCCESS) {
+        *out = NULL;
+        return oclf_fail_cl(ctx, err, "clCreateBuffer(temporary)");
+    }
+    return OCLF_SUCCESS;
+}

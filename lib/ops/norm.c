@@ -1,0 +1,326 @@
+/*
+ * Normalization family: rms_norm, add_rms_norm, layer_norm, add_layer_norm
+ * (SPEC §1-2), each fused (one kernel) or unfused (its composition):
+ *
+ *   rms_norm        fused: rms_norm             unfused: norm_stats -> norm_apply
+ *   add_rms_norm    fused: add_rms_norm         unfused: add_rows -> rms_norm
+ *   layer_norm      fused: layer_norm           unfused: norm_stats -> norm_apply
+ *   add_layer_norm  fused: add_layer_norm       unfused: add_rows -> norm_stats -> norm_apply
+ *
+ * Parameters: LAYOUT (0 row per work-item, 1 work-group per row), WGS
+ * (work-group size, a power of two), VEC (vector width 1..16), STAGE (1:
+ * keep the row in local memory between passes; LAYOUT 1 only).
+ */
+#include "../internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct norm_cfg {
+    int layout, wgs, vec, stage;
+} norm_cfg;
+
+static void norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                           oclf_path path, oclf_params *out)
+{
+    (void)path;
+    const oclf_device_info *d = &ctx->info;
+    const uint64_t cols = shape->dim[1];
+    if (d->type & CL_DEVICE_TYPE_CPU) {
+        /* A CPU work-group is a loop over work-items: one row each with wide
+         * vectors and no barrier streams at close to copy bandwidth, while a
+         * local-memory tree reduction splits the kernel into regions. A few
+         * rows per group keep both cores busy down to small batches. */
+        oclf_params_set(out, "LAYOUT", 0);
+        oclf_params_set(out, "WGS", 4);
+        oclf_params_set(out, "VEC", 16);
+        oclf_params_set(out, "STAGE", 0);
+        return;
+    }
+    /* GPUs: a work-group per row, consecutive work-items on consecutive
+     * vectors; 16 bytes per load; enough work-items to cover the row once. */
+    int vec = dtype == OCLF_F32 ? 4 : 8;
+    uint64_t want = (cols + (uint64_t)vec - 1) / (uint64_t)vec;
+    size_t wgs = 64;
+    while (wgs < want && wgs < 256)
+        wgs *= 2;
+    while (wgs > d->max_wgs && wgs > 1)
+        wgs /= 2;
+    int stage = !d->local_is_global && (cols + wgs) * 4 <= d->local_mem / 2;
+    oclf_params_set(out, "LAYOUT", 1);
+    oclf_params_set(out, "WGS", (int64_t)wgs);
+    oclf_params_set(out, "VEC", vec);
+    oclf_params_set(out, "STAGE", stage);
+}
+
+static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, size_t cols,
+                               norm_cfg *cfg)
+{
+    int64_t layout, wgs, vec, stage;
+    oclf_status st;
+    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
+        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
+        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)) ||
+        (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)))
+        return st;
+    if (wgs & (wgs - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
+                         (long long)wgs);
+    if (vec & (vec - 1) || vec == 32)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
+    if (stage && layout != 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
+    if (stage && ((uint64_t)cols + (uint64_t)wgs) * 4 > ctx->info.local_mem)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "STAGE = 1: a row of %zu floats does not fit %llu bytes of local memory",
+                         cols, (unsigned long long)ctx->info.local_mem);
+    cfg->layout = (int)layout;
+    cfg->wgs = (int)wgs;
+    cfg->vec = (int)vec;
+    cfg->stage = (int)stage;
+    return OCLF_SUCCESS;
+}
+
+typedef enum norm_kind { K_RMS, K_ADD_RMS, K_LN, K_ADD_LN } norm_kind;
+
+static const oclf_op kind_op[] = {
+    [K_RMS] = OCLF_OP_RMS_NORM,
+    [K_ADD_RMS] = OCLF_OP_ADD_RMS_NORM,
+    [K_LN] = OCLF_OP_LAYER_NORM,
+    [K_ADD_LN] = OCLF_OP_ADD_LAYER_NORM,
+};
+
+/* One call of any of the four, after the public wrappers. `x` is the input
+ * (`input` for the add variants), `res` the residual, `y` the output. */
+typedef struct norm_call {
+    norm_kind kind;
+    oclf_dtype dtype;
+    size_t rows, cols;
+    oclf_buf x, res, y;
+    const oclf_buf *w, *b;
+    float eps;
+} norm_call;
+
+typedef struct norm_operands {
+    oclf_operand x, res, y, w, b;
+} norm_operands;
+
+static oclf_status check_args(oclf_context *ctx, const norm_call *c, norm_operands *o)
+{
+    const char *op = oclf_op_name(kind_op[c->kind]);
+    const size_t el = oclf_dtype_size(c->dtype);
+    const int add = c->kind == K_ADD_RMS || c->kind == K_ADD_LN;
+    oclf_status st;
+    if (c->cols == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", op);
+    if (c->cols > UINT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: cols %zu exceeds %u", op, c->cols, UINT_MAX);
+    if (!(c->eps >= 0.0f) || !isfinite(c->eps))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
+    memset(o, 0, sizeof *o);
+    char what[64];
+#define CHECK(field, buf, nrows, label)                                                    \
+    do {                                                                                  \
+        snprintf(what, sizeof what, "%s: %s", op, label);                                 \
+        if ((st = oclf_check_2d(ctx, what, buf, nrows, c->cols, el, &o->field)) != OCLF_SUCCESS) \
+            return st;                                                                    \
+    } while (0)
+    CHECK(x, c->x, c->rows, add ? "input" : "in");
+    if (add)
+        CHECK(res, c->res, c->rows, "residual");
+    if (c->kind != K_ADD_RMS)
+        CHECK(y, c->y, c->rows, "out");
+    if (c->w)
+        CHECK(w, *c->w, 1, "weight");
+    if (c->b)
+        CHECK(b, *c->b, 1, "bias");
+#undef CHECK
+
+    if (add && oclf_overlap(&o->x, &o->res))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: input and residual overlap", op);
+    if (c->kind != K_ADD_RMS) {
+        if (oclf_overlap(&o->y, &o->x) && !oclf_same_range(&o->y, &o->x))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: out overlaps %s without being the same range", op,
+                             add ? "input" : "in");
+        if (add && oclf_overlap(&o->y, &o->res))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: out overlaps residual", op);
+    }
+    /* weight and bias are read by every row while rows are written. */
+    const oclf_operand *written[2] = {add ? &o->res : &o->y, c->kind == K_ADD_RMS ? &o->x : &o->y};
+    for (int i = 0; i < 2; i++) {
+        if ((c->w && oclf_overlap(&o->w, written[i])) || (c->b && oclf_overlap(&o->b, written[i])))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: weight or bias overlaps a buffer the call writes", op);
+    }
+    return OCLF_SUCCESS;
+}
+
+static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const norm_call *c,
+                            const oclf_choice *choice, cl_uint num_events,
+                            const cl_event *wait_list, cl_event *event)
+{
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL",
+                         oclf_op_name(kind_op[c->kind]));
+    if (event)
+        *event = NULL;
+    oclf_status st;
+    norm_operands o;
+    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
+        (st = oclf_check_dtype(ctx, c->dtype)) || (st = check_args(ctx, c, &o)))
+        return st;
+
+    oclf_shape shape = {{c->rows, c->cols, 0, 0}};
+    oclf_resolved r;
+    norm_cfg cfg = {0, 1, 1, 0};
+    if ((st = oclf_dispatch_resolve(ctx, kind_op[c->kind], c->dtype, &shape, choice,
+                                    norm_heuristic, &r)) ||
+        (st = norm_config(ctx, &r.params, c->cols, &cfg)))
+        return st;
+    if (c->rows == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+    if (cfg.layout == 1 && c->rows > SIZE_MAX / (size_t)cfg.wgs)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range",
+                         oclf_op_name(kind_op[c->kind]), c->rows);
+
+    char opts[160];
+    snprintf(opts, sizeof opts, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
+             (int)c->dtype, cfg.layout, cfg.wgs, cfg.vec);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "norm.cl", opts, &prog)))
+        return st;
+
+    const size_t local = (size_t)cfg.wgs;
+    const size_t global = cfg.layout == 0 ? oclf_round_up(c->rows, local) : c->rows * local;
+    cl_ulong xo = o.x.offset, xs = o.x.stride, ro = o.res.offset, rs = o.res.stride;
+    cl_ulong yo = o.y.offset, ys = o.y.stride, rows = c->rows;
+    cl_uint cols = (cl_uint)c->cols, staged = (cl_uint)cfg.stage;
+    cl_mem wm = c->w ? c->w->mem : NULL, bm = c->b ? c->b->mem : NULL;
+    cl_ulong wo = c->w ? c->w->offset : 0, bo = c->b ? c->b->offset : 0;
+    float eps = c->eps;
+    const size_t stage_bytes = cfg.stage ? c->cols * sizeof(float) : sizeof(float);
+
+    if (r.path == OCLF_PATH_FUSED) {
+        oclf_arg a[20];
+        unsigned n = 0;
+        const char *kname = NULL;
+        switch (c->kind) {
+        case K_RMS:
+        case K_LN:
+            kname = c->kind == K_RMS ? "rms_norm" : "layer_norm";
+            a[n++] = OCLF_ARG(o.x.mem), a[n++] = OCLF_ARG(xo), a[n++] = OCLF_ARG(xs);
+            a[n++] = OCLF_ARG(o.y.mem), a[n++] = OCLF_ARG(yo), a[n++] = OCLF_ARG(ys);
+            break;
+        case K_ADD_RMS:
+            kname = "add_rms_norm";
+            a[n++] = OCLF_ARG(o.x.mem), a[n++] = OCLF_ARG(xo), a[n++] = OCLF_ARG(xs);
+            a[n++] = OCLF_ARG(o.res.mem), a[n++] = OCLF_ARG(ro), a[n++] = OCLF_ARG(rs);
+            break;
+        case K_ADD_LN:
+            kname = "add_layer_norm";
+            a[n++] = OCLF_ARG(o.x.mem), a[n++] = OCLF_ARG(xo), a[n++] = OCLF_ARG(xs);
+            a[n++] = OCLF_ARG(o.res.mem), a[n++] = OCLF_ARG(ro), a[n++] = OCLF_ARG(rs);
+            a[n++] = OCLF_ARG(o.y.mem), a[n++] = OCLF_ARG(yo), a[n++] = OCLF_ARG(ys);
+            break;
+        }
+        a[n++] = OCLF_ARG(wm), a[n++] = OCLF_ARG(wo);
+        if (c->kind == K_LN || c->kind == K_ADD_LN)
+            a[n++] = OCLF_ARG(bm), a[n++] = OCLF_ARG(bo);
+        a[n++] = OCLF_ARG(rows), a[n++] = OCLF_ARG(cols), a[n++] = OCLF_ARG(eps);
+        a[n++] = OCLF_ARG_LOCAL(stage_bytes), a[n++] = OCLF_ARG(staged);
+        return oclf_enqueue(ctx, queue, prog, kname, a, n, global, local, num_events, wait_list,
+                            event);
+    }
+
+    /* Unfused: the same kernels a non-fusing library would launch. */
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    cl_mem stats = NULL;
+    const int add = c->kind == K_ADD_RMS || c->kind == K_ADD_LN;
+    /* For the add variants the normalized source is the updated residual. */
+    cl_mem sm = add ? o.res.mem : o.x.mem;
+    cl_ulong so = add ? ro : xo, ss = add ? rs : xs;
+    if (add) {
+        oclf_arg a[] = {OCLF_ARG(o.x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(o.res.mem),
+                        OCLF_ARG(ro), OCLF_ARG(rs), OCLF_ARG(rows), OCLF_ARG(cols)};
+        if ((st = oclf_chain_launch(&ch, prog, "add_rows", a, 8, global, local)))
+            goto done;
+    }
+    if (c->kind == K_ADD_RMS) {
+        oclf_arg a[] = {OCLF_ARG(sm),  OCLF_ARG(so),   OCLF_ARG(ss),   OCLF_ARG(o.x.mem),
+                        OCLF_ARG(xo),  OCLF_ARG(xs),   OCLF_ARG(wm),   OCLF_ARG(wo),
+                        OCLF_ARG(rows), OCLF_ARG(cols), OCLF_ARG(eps), OCLF_ARG_LOCAL(stage_bytes),
+                        OCLF_ARG(staged)};
+        st = oclf_chain_launch(&ch, prog, "rms_norm", a, 13, global, local);
+        goto done;
+    }
+    if ((st = oclf_temp_buffer(ctx, c->rows * 4 * sizeof(float), &stats)))
+        goto done;
+    cl_uint rms = c->kind == K_RMS;
+    {
+        oclf_arg a[] = {OCLF_ARG(sm),   OCLF_ARG(so),   OCLF_ARG(ss),  OCLF_ARG(stats),
+                        OCLF_ARG(rows), OCLF_ARG(cols), OCLF_ARG(eps), OCLF_ARG(rms),
+                        OCLF_ARG_LOCAL(stage_bytes), OCLF_ARG(staged)};
+        if ((st = oclf_chain_launch(&ch, prog, "norm_stats", a, 10, global, local)))
+            goto done;
+    }
+    {
+        cl_mem bias = c->kind == K_RMS ? NULL : bm;
+        oclf_arg a[] = {OCLF_ARG(sm),  OCLF_ARG(so),  OCLF_ARG(ss),   OCLF_ARG(stats),
+                        OCLF_ARG(o.y.mem), OCLF_ARG(yo), OCLF_ARG(ys), OCLF_ARG(wm),
+                        OCLF_ARG(wo),  OCLF_ARG(bias), OCLF_ARG(bo),  OCLF_ARG(rows),
+                        OCLF_ARG(cols)};
+        st = oclf_chain_launch(&ch, prog, "norm_apply", a, 13, global, local);
+    }
+done:
+    if (stats)
+        clReleaseMemObject(stats); /* freed by OpenCL once the launches finish */
+    if (st != OCLF_SUCCESS) {
+        oclf_chain_end(&ch, NULL);
+        return st;
+    }
+    oclf_chain_end(&ch, event);
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_rms_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t rows,
+                          size_t cols, oclf_buf in, oclf_buf out, const oclf_buf *weight, float eps,
+                          const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
+                          cl_event *event)
+{
+    norm_call c = {K_RMS, dtype, rows, cols, in, {0}, out, weight, NULL, eps};
+    return norm_run(ctx, queue, &c, choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_add_rms_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                              size_t rows, size_t cols, oclf_buf input, oclf_buf residual,
+                              const oclf_buf *weight, float eps, const oclf_choice *choice,
+                              cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+    norm_call c = {K_ADD_RMS, dtype, rows, cols, input, residual, {0}, weight, NULL, eps};
+    return norm_run(ctx, queue, &c, choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                            size_t rows, size_t cols, oclf_buf in, oclf_buf out,
+                            const oclf_buf *weight, const oclf_buf *bias, float eps,
+                            const oclf_choice *choice, cl_uint num_events,
+                            const cl_event *wait_list, cl_event *event)
+{
+    norm_call c = {K_LN, dtype, rows, cols, in, {0}, out, weight, bias, eps};
+    return norm_run(ctx, queue, &c, choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                size_t rows, size_t cols, oclf_buf input, oclf_buf residual,
+                                oclf_buf out, const oclf_buf *weight, const oclf_buf *bias,
+                                float eps, const oclf_choice *choice, cl_uint num_events,
+                                const cl_event *wait_list, cl_event *event)
+{
+    norm_call c = {K_ADD_LN, dtype, rows, cols, input, residual, out, weight, bias, eps};
+    return norm_run(ctx, queue, &c, choice, num_events, wait_list, event);
+}

@@ -1,0 +1,51 @@
+/*
+ * CPU reference implementations (fp64 accumulation) and host-side dtype
+ * helpers, shared by the tests, the benchmark and the tuner. Not installed.
+ *
+ * Inputs are read from the same stored (rounded) values the device reads;
+ * outputs are doubles, compared with oclf_ref_compare under the per-dtype
+ * tolerances of SPEC.md.
+ */
+#ifndef OCLF_REF_H
+#define OCLF_REF_H
+
+#include "oclfuse.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- host dtype conversion ---------------------------------------------- */
+uint16_t oclf_f32_to_f16(float f); /* round to nearest even */
+float oclf_f16_to_f32(uint16_t h);
+uint16_t oclf_f32_to_bf16(float f); /* round to nearest even */
+float oclf_bf16_to_f32(uint16_t h);
+
+/* Element i of an array of `dtype`, widened to float. */
+float oclf_ref_get(oclf_dtype dtype, const void *base, size_t i);
+/* Stores v rounded once to `dtype`. */
+void oclf_ref_set(oclf_dtype dtype, void *base, size_t i, float v);
+/* v rounded to `dtype` and widened back. */
+float oclf_ref_round(oclf_dtype dtype, float v);
+
+/* SPEC tolerances: |got - ref| <= atol + rtol * |ref|. */
+void oclf_ref_tolerance(oclf_dtype dtype, double *atol, double *rtol);
+
+/* Compares rows x cols of `got` (dtype, row stride gs) with `ref` (packed
+ * doubles). Returns the number of elements out of tolerance; the first one's
+ * position and the largest error go to the optional outputs. NaN matches NaN. */
+size_t oclf_ref_compare(oclf_dtype dtype, const void *got, size_t gs, const double *ref,
+                        size_t rows, size_t cols, size_t *first_bad, double *max_err);
+
+/* ---- normalization (SPEC §1-2) ----------------------------------------- */
+/* x: rows x cols of dtype, row stride xs; w, b: cols of dtype or NULL;
+ * y: rows x cols packed doubles. */
+void oclf_ref_rms_norm(oclf_dtype dtype, size_t rows, size_t cols, const void *x, size_t xs,
+                       const void *w, float eps, double *y);
+void oclf_ref_layer_norm(oclf_dtype dtype, size_t rows, size_t cols, const void *x, size_t xs,
+                         const void *w, const void *b, float eps, double *y);
+/* res <- round(in + res) in place, in storage (the first half of the add
+ * variants); then the norm of res gives the rest. */
+void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *in, size_t is,
+                       void *res, size_t rs);
+
+#endif

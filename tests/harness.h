@@ -1,0 +1,53 @@
+/*
+ * Test support: one OpenCL device per process, buffers, random data.
+ *
+ * The device is the first one of the platform whose name contains
+ * $OCLF_TEST_PLATFORM (default: any platform). Device suites run with
+ * CK_FORK=no (set by meson) so the OpenCL objects made here live in the one
+ * process that uses them.
+ */
+#ifndef OCLF_TEST_HARNESS_H
+#define OCLF_TEST_HARNESS_H
+
+#include "oclfuse.h"
+#include "ref.h"
+
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct th_env {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl;
+    cl_command_queue queue;
+    oclf_context *ctx;
+} th_env;
+
+/* Sets up (once) and returns the shared environment; exits 77 (skip) only
+ * when $OCLF_TEST_DEVICE_OPTIONAL is set and no device exists. */
+th_env *th_get(void);
+void th_teardown(void);
+
+/* Deterministic pseudo-random floats in [lo, hi). */
+void th_seed(uint64_t seed);
+float th_uniform(float lo, float hi);
+
+/* Host array of n elements of dtype filled with uniform values, rounded to
+ * storage. Free with free(). */
+void *th_random(oclf_dtype dtype, size_t n, float lo, float hi);
+cl_mem th_upload(const void *host, size_t bytes);
+void th_download(cl_mem mem, void *host, size_t bytes);
+cl_mem th_alloc(size_t bytes);
+
+/* Runs a runner over `s` and returns the number of failures (for main). */
+int th_run_suite(Suite *s);
+
+#define TH_OK(call)                                                                  \
+    do {                                                                             \
+        oclf_status st_ = (call);                                                    \
+        ck_assert_msg(st_ == OCLF_SUCCESS, "%s -> %s: %s", #call, oclf_status_string(st_), \
+                      oclf_last_error(th_get()->ctx));                               \
+    } while (0)
+
+#endif

@@ -1,0 +1,430 @@
+/*
+ * Normalization family against the CPU reference: every op, dtype and path,
+ * odd widths, strided rows with offsets, 0/1/many rows, both kernel
+ * structures, large-mean rows, fused == unfused, and the bad arguments.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { RMS, ADD_RMS, LN, ADD_LN, NOPS };
+static const char *const op_names[] = {"rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm"};
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+static const size_t widths[] = {8, 768, 769, 5120, 5125, 8192, 16384};
+static const size_t row_counts[] = {0, 1, 7, 83, 4096};
+
+typedef struct norm_case {
+    int op;
+    oclf_dtype dtype;
+    size_t rows, cols;
+    size_t pad;    /* extra elements per row (strided when > 0) */
+    size_t offset; /* leading elements before row 0 */
+    int weight, bias;
+    float center; /* added to every input value (large-mean rows) */
+    const oclf_choice *choice;
+} norm_case;
+
+typedef struct norm_result {
+    void *out;      /* the normalized rows, as stored */
+    void *residual; /* add variants: the updated residual */
+    size_t stride;
+} norm_result;
+
+static size_t elems(const norm_case *c) { return c->offset + c->rows * (c->cols + c->pad) + 1; }
+
+/* Runs one case on the device and checks it against the reference, the
+ * residual bit for bit, and that padding and offsets were not written. */
+static norm_result run_case(const norm_case *c)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = c->dtype;
+    const size_t es = oclf_dtype_size(dt), n = elems(c), stride = c->cols + c->pad;
+    th_seed(c->rows * 131 + c->cols * 7 + (size_t)c->op);
+    void *x = th_random(dt, n, c->center - 2.0f, c->center + 2.0f);
+    void *res = th_random(dt, n, -2.0f, 2.0f);
+    void *y = th_random(dt, n, -9.0f, 9.0f); /* sentinel contents */
+    void *w = th_random(dt, c->cols, 0.5f, 1.5f);
+    void *b = th_random(dt, c->cols, -0.5f, 0.5f);
+
+    cl_mem mx = th_upload(x, n * es), mr = th_upload(res, n * es), my = th_upload(y, n * es);
+    cl_mem mw = th_upload(w, c->cols * es), mb = th_upload(b, c->cols * es);
+    oclf_buf bx = {mx, c->offset, c->pad ? stride : 0}, br = {mr, c->offset, stride};
+    oclf_buf by = {my, c->offset, stride}, bw = {mw, 0, 0}, bb = {mb, 0, 0};
+    const oclf_buf *pw = c->weight ? &bw : NULL, *pb = c->bias ? &bb : NULL;
+    const float eps = 1e-5f;
+    cl_event ev = NULL;
+    switch (c->op) {
+    case RMS:
+        TH_OK(oclf_rms_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, eps, c->choice, 0,
+                            NULL, &ev));
+        break;
+    case ADD_RMS:
+        TH_OK(oclf_add_rms_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, br, pw, eps,
+                                c->choice, 0, NULL, &ev));
+        break;
+    case LN:
+        TH_OK(oclf_layer_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, pb, eps,
+                              c->choice, 0, NULL, &ev));
+        break;
+    case ADD_LN:
+        TH_OK(oclf_add_layer_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, br, by, pw, pb, eps,
+                                  c->choice, 0, NULL, &ev));
+        break;
+    }
+    /* An event exists even for zero rows, and completes. */
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+
+    void *gx = malloc(n * es), *gr = malloc(n * es), *gy = malloc(n * es);
+    th_download(mx, gx, n * es);
+    th_download(mr, gr, n * es);
+    th_download(my, gy, n * es);
+
+    /* Reference, from the same stored inputs. */
+    const int add = c->op == ADD_RMS || c->op == ADD_LN;
+    double *want = malloc((c->rows * c->cols + 1) * sizeof *want);
+    const size_t xs = c->pad ? stride : c->cols;
+    const char *src = (const char *)x + c->offset * es;
+    size_t src_stride = xs;
+    if (add) {
+        oclf_ref_add_rows(dt, c->rows, c->cols, (char *)x + c->offset * es, xs,
+                          (char *)res + c->offset * es, stride);
+        /* the residual is exactly round(input + residual), bit for bit */
+        ck_assert_msg(memcmp(gr, res, n * es) == 0, "%s %s %zux%zu: residual differs",
+                      op_names[c->op], oclf_dtype_name(dt), c->rows, c->cols);
+        src = (const char *)res + c->offset * es;
+        src_stride = stride;
+    }
+    if (c->op == RMS || c->op == ADD_RMS)
+        oclf_ref_rms_norm(dt, c->rows, c->cols, src, src_stride, pw ? w : NULL, eps, want);
+    else
+        oclf_ref_layer_norm(dt, c->rows, c->cols, src, src_stride, pw ? w : NULL, pb ? b : NULL,
+                            eps, want);
+
+    /* Where the result lives: `input` for add_rms_norm, `out` otherwise. */
+    void *got = c->op == ADD_RMS ? gx : gy;
+    const size_t got_stride = c->op == ADD_RMS ? xs : stride;
+    size_t first = 0;
+    double maxerr = 0;
+    size_t bad = oclf_ref_compare(dt, (char *)got + c->offset * es, got_stride, want, c->rows,
+                                  c->cols, &first, &maxerr);
+    ck_assert_msg(bad == 0,
+                  "%s %s %zux%zu pad %zu: %zu elements out of tolerance, first at %zu "
+                  "(got %g want %g), max error %g",
+                  op_names[c->op], oclf_dtype_name(dt), c->rows, c->cols, c->pad, bad, first,
+                  (double)oclf_ref_get(dt, (char *)got + c->offset * es,
+                                       (first / c->cols) * got_stride + first % c->cols),
+                  bad ? want[first] : 0.0, maxerr);
+
+    /* Nothing outside the described elements was written. */
+    void *written = c->op == ADD_RMS ? gx : gy;
+    const void *before = c->op == ADD_RMS ? x : y;
+    const size_t wstride = c->op == ADD_RMS ? xs : stride;
+    for (size_t i = 0; i < n; i++) {
+        size_t rel = i - c->offset;
+        int inside = i >= c->offset && rel / wstride < c->rows && rel % wstride < c->cols;
+        if (!inside)
+            ck_assert_msg(memcmp((char *)written + i * es, (const char *)before + i * es, es) == 0,
+                          "%s: element %zu outside the rows was written", op_names[c->op], i);
+    }
+
+    norm_result r = {malloc(n * es), add ? malloc(n * es) : NULL, got_stride};
+    memcpy(r.out, got, n * es);
+    if (add)
+        memcpy(r.residual, gr, n * es);
+    free(want);
+    free(gx), free(gr), free(gy);
+    free(x), free(res), free(y), free(w), free(b);
+    clReleaseMemObject(mx), clReleaseMemObject(mr), clReleaseMemObject(my);
+    clReleaseMemObject(mw), clReleaseMemObject(mb);
+    return r;
+}
+
+static void free_result(norm_result *r)
+{
+    free(r->out);
+    free(r->residual);
+}
+
+static oclf_choice path_choice(oclf_path path)
+{
+    oclf_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.path = path;
+    return ch;
+}
+
+/* Fused and unfused agree with each other (and each with the reference). */
+static void fused_vs_unfused(norm_case c)
+{
+    oclf_choice f = path_choice(OCLF_PATH_FUSED), u = path_choice(OCLF_PATH_UNFUSED);
+    if (c.choice)
+        f.params = u.params = c.choice->params;
+    c.choice = &f;
+    norm_result rf = run_case(&c);
+    c.choice = &u;
+    norm_result ru = run_case(&c);
+    const size_t es = oclf_dtype_size(c.dtype), n = c.rows * c.cols;
+    double *as_ref = malloc((n + 1) * sizeof *as_ref);
+    for (size_t r = 0; r < c.rows; r++)
+        for (size_t k = 0; k < c.cols; k++)
+            as_ref[r * c.cols + k] =
+                oclf_ref_get(c.dtype, (char *)ru.out + c.offset * es, r * ru.stride + k);
+    size_t bad = oclf_ref_compare(c.dtype, (char *)rf.out + c.offset * es, rf.stride, as_ref,
+                                  c.rows, c.cols, NULL, NULL);
+    ck_assert_msg(bad == 0, "%s %s %zux%zu: fused and unfused differ in %zu elements",
+                  op_names[c.op], oclf_dtype_name(c.dtype), c.rows, c.cols, bad);
+    free(as_ref);
+    free_result(&rf);
+    free_result(&ru);
+}
+
+/* The full matrix on the device's default parameters: op x dtype (loop index),
+ * every width and row count that fits a few million elements. */
+START_TEST(test_matrix_default)
+{
+    const int op = _i % NOPS;
+    const oclf_dtype dt = dtypes[_i / NOPS];
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+        for (size_t ri = 0; ri < sizeof row_counts / sizeof *row_counts; ri++) {
+            const size_t rows = row_counts[ri], cols = widths[wi];
+            if (rows * cols > (size_t)4 << 20)
+                continue;
+            norm_case c = {op, dt, rows, cols, (cols & 1) ? 3 : 0, (cols & 1) ? 5 : 0,
+                           1, 1, 0.0f, NULL};
+            fused_vs_unfused(c);
+        }
+    }
+}
+END_TEST
+
+/* Both kernel structures and several vector widths on every device, so the
+ * structure a GPU gets is right before a GPU runs it. */
+START_TEST(test_structures)
+{
+    /* Two programs per dtype beside the default; the vector widths differ by
+     * dtype so that together they cover 1, 2, 4, 8 and 16. */
+    const int d = (_i / NOPS) % 3;
+    const int vec1[] = {4, 1, 8}, vec0[] = {1, 2, 4};
+    const int configs[][4] = {
+        /* LAYOUT, WGS, VEC, STAGE */
+        {1, 64, vec1[d], 0}, {1, 64, vec1[d], 1}, {0, 8, vec0[d], 0},
+    };
+    const int op = _i % NOPS;
+    const oclf_dtype dt = dtypes[d];
+    static const size_t ws[] = {8, 769, 5125};
+    static const size_t rs[] = {1, 7, 83};
+    for (size_t k = 0; k < sizeof configs / sizeof *configs; k++) {
+        oclf_choice ch = path_choice(OCLF_PATH_AUTO);
+        oclf_params_set(&ch.params, "LAYOUT", configs[k][0]);
+        oclf_params_set(&ch.params, "WGS", configs[k][1]);
+        oclf_params_set(&ch.params, "VEC", configs[k][2]);
+        oclf_params_set(&ch.params, "STAGE", configs[k][3]);
+        for (size_t wi = 0; wi < 3; wi++) {
+            norm_case c = {op, dt, rs[wi], ws[wi], 2, 1, wi != 1, wi != 2, 0.0f, &ch};
+            fused_vs_unfused(c);
+        }
+    }
+}
+END_TEST
+
+/* Rows with a mean far above their spread: E[x^2] - E[x]^2 in fp32 would
+ * lose every digit here. */
+START_TEST(test_large_mean)
+{
+    const oclf_dtype dt = dtypes[_i];
+    const float center = dt == OCLF_F32 ? 1.0e4f : 1.0e3f;
+    for (int op = LN; op <= ADD_LN; op++) {
+        norm_case c = {op, dt, 17, 4099, 0, 0, 1, 1, center, NULL};
+        fused_vs_unfused(c);
+        oclf_choice ch = path_choice(OCLF_PATH_FUSED);
+        oclf_params_set(&ch.params, "LAYOUT", 1);
+        oclf_params_set(&ch.params, "WGS", 64);
+        oclf_params_set(&ch.params, "VEC", (int[]){4, 1, 8}[_i]);
+        oclf_params_set(&ch.params, "STAGE", 1);
+        c.choice = &ch;
+        norm_result r = run_case(&c);
+        free_result(&r);
+    }
+}
+END_TEST
+
+/* In place: out == in for rms_norm and layer_norm. */
+START_TEST(test_in_place)
+{
+    th_env *e = th_get();
+    const size_t rows = 5, cols = 777;
+    float *x = th_random(OCLF_F32, rows * cols, -3, 3);
+    double *want = malloc(rows * cols * sizeof *want);
+    for (int op = 0; op < 2; op++) {
+        cl_mem m = th_upload(x, rows * cols * 4);
+        oclf_buf b = {m, 0, 0};
+        if (op == 0) {
+            TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, b, b, NULL, 1e-6f, NULL,
+                                0, NULL, NULL));
+            oclf_ref_rms_norm(OCLF_F32, rows, cols, x, cols, NULL, 1e-6f, want);
+        } else {
+            TH_OK(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, rows, cols, b, b, NULL, NULL, 1e-6f,
+                                  NULL, 0, NULL, NULL));
+            oclf_ref_layer_norm(OCLF_F32, rows, cols, x, cols, NULL, NULL, 1e-6f, want);
+        }
+        float *got = malloc(rows * cols * 4);
+        th_download(m, got, rows * cols * 4);
+        ck_assert_uint_eq(oclf_ref_compare(OCLF_F32, got, cols, want, rows, cols, NULL, NULL), 0);
+        free(got);
+        clReleaseMemObject(m);
+    }
+    free(x);
+    free(want);
+}
+END_TEST
+
+/* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
+
+typedef struct bad_env {
+    cl_mem a, b, small, w;
+    void *ha, *hb;
+    size_t rows, cols;
+} bad_env;
+
+static bad_env bad_setup(void)
+{
+    bad_env b;
+    b.rows = 4;
+    b.cols = 64;
+    b.ha = th_random(OCLF_F32, b.rows * b.cols, -1, 1);
+    b.hb = th_random(OCLF_F32, b.rows * b.cols, -1, 1);
+    b.a = th_upload(b.ha, b.rows * b.cols * 4);
+    b.b = th_upload(b.hb, b.rows * b.cols * 4);
+    b.small = th_upload(b.ha, 16);
+    b.w = th_upload(b.ha, b.cols * 4);
+    return b;
+}
+
+static void bad_check_untouched(bad_env *b)
+{
+    size_t n = b->rows * b->cols * 4;
+    void *got = malloc(n);
+    clFinish(th_get()->queue);
+    th_download(b->a, got, n);
+    ck_assert_msg(memcmp(got, b->ha, n) == 0, "a failing call wrote buffer a");
+    th_download(b->b, got, n);
+    ck_assert_msg(memcmp(got, b->hb, n) == 0, "a failing call wrote buffer b");
+    free(got);
+}
+
+static void bad_free(bad_env *b)
+{
+    clReleaseMemObject(b->a), clReleaseMemObject(b->b), clReleaseMemObject(b->small);
+    clReleaseMemObject(b->w);
+    free(b->ha), free(b->hb);
+}
+
+#define EXPECT(call, status, word)                                                          \
+    do {                                                                                    \
+        oclf_status st_ = (call);                                                           \
+        ck_assert_msg(st_ == (status), "%s: got %s, expected %s", #call,                    \
+                      oclf_status_string(st_), oclf_status_string(status));                 \
+        const char *msg_ = oclf_last_error(e->ctx);                                         \
+        ck_assert_msg(strstr(msg_, (word)) != NULL, "%s: error '%s' does not mention '%s'", \
+                      #call, msg_, (word));                                                 \
+        bad_check_untouched(&bb);                                                           \
+    } while (0)
+
+START_TEST(test_bad_arguments)
+{
+    th_env *e = th_get();
+    bad_env bb = bad_setup();
+    const size_t R = bb.rows, C = bb.cols;
+    oclf_buf A = {bb.a, 0, 0}, B = {bb.b, 0, 0}, S = {bb.small, 0, 0}, N = {NULL, 0, 0};
+    oclf_buf W = {bb.w, 0, 0};
+    oclf_buf strided = {bb.a, 0, C - 1};
+    oclf_buf Ahalf = {bb.a, C, 0}; /* rows 1.. of a */
+
+    /* NULL context: the detail goes to oclf_last_error(NULL). */
+    ck_assert_int_eq(oclf_rms_norm(NULL, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 0,
+                                   NULL, NULL),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));
+
+    EXPECT(oclf_rms_norm(e->ctx, NULL, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "queue");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, N, B, NULL, 1e-5f, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "in");
+    EXPECT(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, A, N, NULL, NULL, 1e-5f, NULL, 0,
+                           NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "out");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, 0, A, B, NULL, 1e-5f, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "cols is 0");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, strided, B, NULL, 1e-5f, NULL, 0, NULL,
+                         NULL),
+           OCLF_INVALID_ARGUMENT, "stride");
+    EXPECT(oclf_add_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, S, NULL, 1e-5f, NULL, 0, NULL,
+                             NULL),
+           OCLF_INVALID_ARGUMENT, "do not fit");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, &S, 1e-5f, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "weight");
+    EXPECT(oclf_add_rms_norm(e->ctx, e->queue, OCLF_F32, R / 2 + 1, C, A, Ahalf, NULL, 1e-5f, NULL,
+                             0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "overlap");
+    EXPECT(oclf_add_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, A, A, B, NULL, NULL, 1e-5f, NULL,
+                               0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "overlap");
+    EXPECT(oclf_add_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, B, A, A, NULL, NULL, 1e-5f, NULL,
+                               0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "residual");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R / 2 + 1, C, A, Ahalf, NULL, 1e-5f, NULL, 0,
+                         NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "overlap");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, B, A, &A, 1e-5f, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "weight or bias overlaps");
+    /* a valid separate weight is accepted (the call after the failures works) */
+    TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 0, C, B, A, &W, 1e-5f, NULL, 0, NULL, NULL));
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, (oclf_dtype)7, R, C, A, B, NULL, 1e-5f, NULL, 0, NULL,
+                         NULL),
+           OCLF_UNSUPPORTED, "dtype");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, NAN, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "eps");
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 1, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "num_events");
+
+    oclf_choice ch = path_choice((oclf_path)9);
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "path");
+    ch = path_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "WGS", 48);
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "WGS");
+    ch = path_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "VEC", 3);
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "VEC");
+    ch = path_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 0);
+    oclf_params_set(&ch.params, "STAGE", 1);
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "STAGE");
+    bad_free(&bb);
+}
+END_TEST
+
+static Suite *norm_suite(void)
+{
+    Suite *s = suite_create("norm");
+    TCase *t = tcase_create("reference");
+    tcase_set_timeout(t, 0);
+    tcase_add_loop_test(t, test_matrix_default, 0, NOPS * 3);
+    tcase_add_loop_test(t, test_structures, 0, NOPS * 3);
+    tcase_add_loop_test(t, test_large_mean, 0, 3);
+    tcase_add_test(t, test_in_place);
+    suite_add_tcase(s, t);
+    TCase *b = tcase_create("arguments");
+    tcase_add_test(b, test_bad_arguments);
+    suite_add_tcase(s, b);
+    return s;
+}
+
+int main(void) { return th_run_suite(norm_suite()); }
