@@ -18,10 +18,11 @@ kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
                      global stor_t *y, ulong yo, ulong ys,
                      global const stor_t *w, ulong wo,
                      ulong rows, uint cols, float eps,
-                     local float *stage, uint staged)
+                     local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *xr = x + xo + row * xs;
     global stor_t *yr = y + yo + row * ys;
     global const stor_t *wp = w ? w + wo : 0;
@@ -63,10 +64,11 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
                          global stor_t *res, ulong ro, ulong rs,
                          global const stor_t *w, ulong wo,
                          ulong rows, uint cols, float eps,
-                         local float *stage, uint staged)
+                         local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global stor_t *ir = in + io + row * is;
     global stor_t *rr = res + ro + row * rs;
     global const stor_t *wp = w ? w + wo : 0;
@@ -167,10 +169,11 @@ kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
                        global const stor_t *w, ulong wo,
                        global const stor_t *b, ulong bo,
                        ulong rows, uint cols, float eps,
-                       local float *stage, uint staged)
+                       local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *xr = x + xo + row * xs;
     global stor_t *yr = y + yo + row * ys;
     global const stor_t *wp = w ? w + wo : 0;
@@ -192,10 +195,11 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
                            global const stor_t *w, ulong wo,
                            global const stor_t *b, ulong bo,
                            ulong rows, uint cols, float eps,
-                           local float *stage, uint staged)
+                           local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *ir = in + io + row * is;
     global stor_t *rr = res + ro + row * rs;
     global stor_t *yr = y + yo + row * ys;
@@ -237,10 +241,11 @@ kernel void add_rows(global const stor_t *a, ulong ao, ulong as,
  * the mean is 0 and rstd is 1/sqrt(mean(x^2) + eps). */
 kernel void norm_stats(global const stor_t *x, ulong xo, ulong xs,
                        global float4 *stats, ulong rows, uint cols, float eps,
-                       uint rms, local float *stage, uint staged)
+                       uint rms, local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *xr = x + xo + row * xs;
     if (staged) {
         FOR_VEC(i, cols) STV_F(stage, i, LDV(xr, i));
