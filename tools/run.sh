@@ -5,13 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tools/setup.sh
+tools/build.sh
 builddir=${OCLF_BUILD_DIR:-build}
-if [ -f "$builddir/build.ninja" ]; then
-  meson setup --reconfigure "$builddir" >/dev/null
-else
-  meson setup "$builddir" >/dev/null
-fi
-ninja -C "$builddir"
 
 exec "$builddir/tools/oclfuse-bench" --dtypes f32,f16,bf16 "$@"

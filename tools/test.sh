@@ -4,14 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tools/setup.sh
+tools/build.sh
 builddir=${OCLF_BUILD_DIR:-build}
-if [ -f "$builddir/build.ninja" ]; then
-  meson setup --reconfigure "$builddir" >/dev/null
-else
-  meson setup "$builddir" >/dev/null
-fi
-ninja -C "$builddir"
 
 status=0
 meson test -C "$builddir" --print-errorlogs --num-processes "$(nproc)" || status=$?
