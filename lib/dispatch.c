@@ -76,8 +76,14 @@ static void decide(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_s
     oclf_tune_candidate cand[MAXC];
     int n = oclf_tune_candidates(ctx, op, dtype, shape, path, cand, MAXC);
     for (int i = 0; i < n; i++) {
-        if (info->validate(ctx, op, dtype, shape, &cand[i].r, 1) == OCLF_SUCCESS) {
-            *out = cand[i].r;
+        /* A record's parameters lie over the heuristic's for its path, so a
+         * record may name only what it changes (an empty set means "the
+         * heuristic, on this path"). */
+        oclf_resolved r;
+        heuristic(ctx, info, dtype, shape, cand[i].r.path, &r);
+        if (overlay(ctx, &r.params, &cand[i].r.params) == OCLF_SUCCESS &&
+            info->validate(ctx, op, dtype, shape, &r, 1) == OCLF_SUCCESS) {
+            *out = r;
             return;
         }
         /* A record that cannot launch here (tuned on a bigger device, for a

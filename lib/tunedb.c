@@ -591,7 +591,14 @@ oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op_name, oclf_dty
     buf[0] = '\0';
     for (int i = 0; i < n; i++) {
         const tune_rec *r = &ctx->tune->src[cand[i].source].recs[cand[i].record];
-        int ok = info->validate(ctx, op, dtype, &shape, &cand[i].r, 1) == OCLF_SUCCESS;
+        oclf_resolved full;
+        memset(&full, 0, sizeof full);
+        full.path = cand[i].r.path;
+        info->heuristic(ctx, dtype, &shape, full.path, &full.params);
+        for (unsigned k = 0; k < cand[i].r.params.count; k++)
+            oclf_params_set(&full.params, cand[i].r.params.item[k].name,
+                            cand[i].r.params.item[k].value);
+        int ok = info->validate(ctx, op, dtype, &shape, &full, 1) == OCLF_SUCCESS;
         used = append(buf, len, used, "%s: %s record %d (%s match; tuned shape", 
                       ok ? "uses" : "skips", oclf_tune_source_name(ctx, cand[i].source),
                       cand[i].record, levels[cand[i].level]);
@@ -599,7 +606,7 @@ oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op_name, oclf_dty
             used = append(buf, len, used, " %s=%llu", info->dims[k],
                           (unsigned long long)r->dim[k]);
         used = append(buf, len, used, "): ");
-        used = append_choice(buf, len, used, &cand[i].r);
+        used = append_choice(buf, len, used, &full);
         if (!ok)
             used = append(buf, len, used, " -- %s", oclf_last_error(ctx));
         used = append(buf, len, used, "\n");
