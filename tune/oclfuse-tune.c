@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,9 +205,25 @@ typedef struct journal {
     json_t *done; /* key -> {"ok", "time_ns"} from a resumed journal */
 } journal;
 
+/* mkdir -p of the folder holding `path`, so the journal can start before
+ * the first database write creates it. */
+static void make_parent(const char *path)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        mkdir(dir, 0755);
+        *p = '/';
+    }
+}
+
 static void journal_open(journal *j, const char *path, int resume)
 {
     j->done = json_object();
+    make_parent(path);
     if (resume) {
         FILE *f = fopen(path, "r");
         char line[4096];
