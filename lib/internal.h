@@ -75,6 +75,7 @@ struct oclf_context {
     char *kernel_dir; /* NULL: embedded sources */
     char *cache_dir;  /* NULL: no disk cache */
     char *tuning_db;  /* NULL: none given */
+    int no_tuning_db;
     int validate;
     oclf_log_fn log;
     void *log_user;
@@ -85,6 +86,7 @@ struct oclf_context {
     struct oclf_tune_cache *tune;
 
     atomic_uint_fast64_t n_compiled, n_from_disk, n_hits, n_rejected, n_enqueued;
+    atomic_uint_fast64_t n_tune_lookups, n_tune_hits, n_db_errors;
 };
 
 OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
@@ -160,20 +162,79 @@ typedef struct oclf_shape {
     uint64_t dim[4];
 } oclf_shape;
 
-/* Fills the heuristic parameters for (op, path) on this device and shape. */
-typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
-                                  const oclf_shape *shape, oclf_path path, oclf_params *out);
-
 typedef struct oclf_resolved {
     oclf_path path; /* FUSED or UNFUSED, never AUTO */
     oclf_params params;
 } oclf_resolved;
 
-/* Decides the path and parameters of one call: explicit parameters win,
- * then the tuning database, then the heuristic. */
+/* Fills the heuristic parameters for (op, path) on this device and shape. */
+typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
+                                  const oclf_shape *shape, oclf_path path, oclf_params *out);
+/* Checks that `r` can launch for this shape on this device (recording why
+ * not with oclf_fail). `deep`: also build the program and compare the
+ * kernels' CL_KERNEL_WORK_GROUP_SIZE with the work-group size; dispatch asks
+ * for it once per tuning record it takes, never in steady state. */
+typedef oclf_status (*oclf_validate_fn)(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                        const oclf_shape *shape, const oclf_resolved *r,
+                                        int deep);
+
+/* What dispatch knows about an op: its name and dims (the database keys),
+ * its heuristic and its validator. */
+typedef struct oclf_op_info {
+    const char *name;
+    unsigned ndims;
+    const char *dims[4];
+    oclf_heuristic_fn heuristic;
+    oclf_validate_fn validate;
+} oclf_op_info;
+OCLF_HIDDEN const oclf_op_info *oclf_op_get(oclf_op op);
+/* OCLF_OP_COUNT_ when unknown. */
+OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
+
+/* Hooks of the normalization family (ops/norm.c). */
+OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep);
+
+/* Decides the path and parameters of one call. Candidates, in order: the
+ * tuning records that match (context, per-machine, built-in database; by
+ * device match level, then shape distance), each validated by the op and
+ * skipped when it cannot launch, then the heuristic. The caller's explicit
+ * parameters are laid over the winner. The result per (op, dtype, shape,
+ * path) is cached in the context, so steady state is one hash probe. */
 OCLF_HIDDEN oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                               const oclf_shape *shape, const oclf_choice *choice,
-                                              oclf_heuristic_fn heuristic, oclf_resolved *out);
+                                              oclf_resolved *out);
+
+/* ---- tuning database (tunedb.c) ---------------------------------------------*/
+
+/* Where a candidate came from, for explanations and logs. */
+typedef struct oclf_tune_candidate {
+    oclf_resolved r;
+    int source;         /* index in the context's chain */
+    int record;         /* index in that source's records */
+    int level;          /* device match: 0 exact .. 3 type only */
+    double distance;    /* shape distance (log2 units) */
+} oclf_tune_candidate;
+
+/* Loads the chain once per context (reporting damaged files), then writes
+ * up to `max` matching records for (op, dtype, shape, path) in order of
+ * preference. `path` AUTO takes each record's choice; FUSED or UNFUSED takes
+ * the record's choice or alternative for that path. */
+OCLF_HIDDEN int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path,
+                                     oclf_tune_candidate *out, int max);
+/* "per-machine database /x/tuning.json" for a candidate's source. */
+OCLF_HIDDEN const char *oclf_tune_source_name(const oclf_context *ctx, int source);
+/* The lookup cache: 1 and *out on a hit. Both take ctx->lock. */
+OCLF_HIDDEN int oclf_tune_cache_get(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                    const oclf_shape *shape, oclf_path path, oclf_resolved *out);
+OCLF_HIDDEN void oclf_tune_cache_put(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path,
+                                     const oclf_resolved *r);
+OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
 
 /* ---- argument checks and launches (launch.c) --------------------------------*/
 

@@ -14,6 +14,7 @@ typedef struct norm_inst {
     oclf_dtype dtype;
     size_t rows, cols;
     void *hx, *hr, *hw, *hb; /* host copies of the inputs */
+    double *want;            /* reference output, computed on first verify */
     cl_mem x, r, y, w, b;
 } norm_inst;
 
@@ -28,7 +29,7 @@ static void norm_destroy(void *p)
     for (int i = 0; i < 5; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
-    free(in->hx), free(in->hr), free(in->hw), free(in->hb);
+    free(in->hx), free(in->hr), free(in->hw), free(in->hb), free(in->want);
     free(in);
 }
 
@@ -105,21 +106,28 @@ static int norm_verify(const op_env *env, void *p, const oclf_choice *ch, char *
         snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
         return 0;
     }
-    void *got = malloc(n * es + 1), *res = malloc(n * es + 1);
-    double *want = malloc((n + 1) * sizeof *want);
+    /* The reference depends only on the inputs, so the tuner, which
+     * verifies every candidate of a shape, computes it once. */
+    const int fresh = !in->want;
+    void *got = malloc(n * es + 1), *res = fresh ? malloc(n * es + 1) : NULL;
+    double *want = fresh ? malloc((n + 1) * sizeof *want) : in->want;
     int ok = 0;
-    if (got && res && want &&
+    if (got && (res || !fresh) && want &&
         op_download(env, in->kind == ADD_RMS ? in->x : in->y, got, n * es) == 0) {
-        memcpy(res, in->hr, n * es);
+        if (fresh)
+            memcpy(res, in->hr, n * es);
         const void *src = in->hx;
-        if (add) {
+        if (fresh && add) {
             oclf_ref_add_rows(dt, in->rows, in->cols, in->hx, in->cols, res, in->cols);
             src = res;
         }
-        if (in->kind == RMS || in->kind == ADD_RMS)
+        if (!fresh)
+            ;
+        else if (in->kind == RMS || in->kind == ADD_RMS)
             oclf_ref_rms_norm(dt, in->rows, in->cols, src, in->cols, in->hw, eps, want);
         else
             oclf_ref_layer_norm(dt, in->rows, in->cols, src, in->cols, in->hw, in->hb, eps, want);
+        in->want = want;
         size_t first = 0;
         double maxerr = 0;
         size_t bad = oclf_ref_compare(dt, got, in->cols, want, in->rows, in->cols, &first, &maxerr);
@@ -130,7 +138,9 @@ static int norm_verify(const op_env *env, void *p, const oclf_choice *ch, char *
     } else {
         snprintf(msg, len, "cannot read the result back");
     }
-    free(got), free(res), free(want);
+    if (want != in->want)
+        free(want);
+    free(got), free(res);
     return ok;
 }
 
@@ -204,6 +214,7 @@ static int norm_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
         .dim_names = {"rows", "cols"},                                                      \
         .bench_shapes = "4096x4096,1x8192,83x5120",                                         \
         .tune_shapes = "4096x4096,256x4096,1x8192",                                         \
+        .llm_shapes = "1x4096,32x4096,512x4096,1x8192,2048x8192",                           \
         .has_unfused = 1,                                                                   \
         .create = sym##_create,                                                             \
         .run = norm_run,                                                                    \

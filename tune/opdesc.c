@@ -75,6 +75,12 @@ static int matches(const char *want, unsigned index, const char *name)
 
 int op_env_open(op_env *env, const char *platform, const char *device, char *err, size_t errlen)
 {
+    return op_env_open_opts(env, platform, device, NULL, err, errlen);
+}
+
+int op_env_open_opts(op_env *env, const char *platform, const char *device,
+                     const oclf_context_options *options, char *err, size_t errlen)
+{
     memset(env, 0, sizeof *env);
     cl_platform_id plats[16];
     cl_uint np = 0;
@@ -115,7 +121,7 @@ int op_env_open(op_env *env, const char *platform, const char *device, char *err
         op_env_close(env);
         return -1;
     }
-    if (oclf_context_create(env->cl, env->device, NULL, &env->ctx) != OCLF_SUCCESS) {
+    if (oclf_context_create(env->cl, env->device, options, &env->ctx) != OCLF_SUCCESS) {
         snprintf(err, errlen, "oclf_context_create: %s", oclf_last_error(NULL));
         op_env_close(env);
         return -1;

@@ -39,6 +39,7 @@ typedef struct op_desc {
     const char *dim_names[OP_MAX_DIMS]; /* JSON keys of the shape object */
     const char *bench_shapes;           /* default shapes for the benchmark */
     const char *tune_shapes;            /* default shapes for the tuner */
+    const char *llm_shapes;             /* the tuner's "llm" preset (NULL: tune_shapes) */
     int has_unfused;
 
     /* Device inputs with random values for (shape, dtype); NULL and a
@@ -77,6 +78,9 @@ int op_parse_dtype(const char *name, oclf_dtype *out);
 /* Opens the device: platform/device by index or name substring (NULL:
  * the first device). Returns 0 and fills env, or -1 with a message. */
 int op_env_open(op_env *env, const char *platform, const char *device, char *err, size_t errlen);
+/* The same with context options (the tuner turns the databases off). */
+int op_env_open_opts(op_env *env, const char *platform, const char *device,
+                     const oclf_context_options *options, char *err, size_t errlen);
 void op_env_close(op_env *env);
 
 /* Copy-kernel bandwidth of the device in GB/s (read + write bytes / time),
