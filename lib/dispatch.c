@@ -15,6 +15,7 @@ static const char *const op_names[OCLF_OP_COUNT_] = {
     [OCLF_OP_ADD_RMS_NORM] = "add_rms_norm",
     [OCLF_OP_LAYER_NORM] = "layer_norm",
     [OCLF_OP_ADD_LAYER_NORM] = "add_layer_norm",
+    [OCLF_OP_L2_TOPK] = "l2_topk",
 };
 
 const char *oclf_op_name(oclf_op op)

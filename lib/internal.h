@@ -134,6 +134,7 @@ typedef enum oclf_op {
     OCLF_OP_ADD_RMS_NORM,
     OCLF_OP_LAYER_NORM,
     OCLF_OP_ADD_LAYER_NORM,
+    OCLF_OP_L2_TOPK,
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
