@@ -140,11 +140,14 @@ inline float q_norm(__global const float *p, uint d)
 #elif OCLF_QB == 2
 #define FOR_Q(M) M(0) M(1)
 #define FOR_I(M, j) M(0, j) M(1, j)
+#elif OCLF_QB == 3
+#define FOR_Q(M) M(0) M(1) M(2)
+#define FOR_I(M, j) M(0, j) M(1, j) M(2, j)
 #elif OCLF_QB == 4
 #define FOR_Q(M) M(0) M(1) M(2) M(3)
 #define FOR_I(M, j) M(0, j) M(1, j) M(2, j) M(3, j)
 #else
-#error "OCLF_QB must be 1, 2 or 4"
+#error "OCLF_QB must be 1, 2, 3 or 4"
 #endif
 #if OCLF_RB == 1
 #define FOR_R(M) M(0)
@@ -152,6 +155,9 @@ inline float q_norm(__global const float *p, uint d)
 #elif OCLF_RB == 2
 #define FOR_R(M) M(0) M(1)
 #define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1)
+#elif OCLF_RB == 3
+#define FOR_R(M) M(0) M(1) M(2)
+#define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1) FOR_I(M, 2)
 #elif OCLF_RB == 4
 #define FOR_R(M) M(0) M(1) M(2) M(3)
 #define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1) FOR_I(M, 2) FOR_I(M, 3)
@@ -160,7 +166,7 @@ inline float q_norm(__global const float *p, uint d)
 #define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1) FOR_I(M, 2) FOR_I(M, 3) \
                   FOR_I(M, 4) FOR_I(M, 5) FOR_I(M, 6) FOR_I(M, 7)
 #else
-#error "OCLF_RB must be 1, 2, 4 or 8"
+#error "OCLF_RB must be 1, 2, 3, 4 or 8"
 #endif
 
 #if OCLF_FORMULA == 0

@@ -420,9 +420,9 @@ START_TEST(test_bad_arguments)
            OCLF_INVALID_ARGUMENT, "EXACT");
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
-    oclf_params_set(&ch.params, "QB", 3);
+    oclf_params_set(&ch.params, "RB", 5);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
-           OCLF_INVALID_ARGUMENT, "QB");
+           OCLF_INVALID_ARGUMENT, "RB");
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
     oclf_params_set(&ch.params, "QB", 4);

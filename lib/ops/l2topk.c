@@ -39,10 +39,13 @@ static void l2_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
         return;
     }
     const int cpu = (dev->type & CL_DEVICE_TYPE_CPU) != 0;
-    /* Below 4 queries the scan is bound by reading the database: one query
-     * per register block and more rows keep the loads per FMA low. From 4
-     * queries on, a 4 x 4 block gives 16 FMAs per 8 vector loads. */
-    int qb = nq < 4 ? 1 : 4, rb = 4;
+    /* CPU (16 vector registers of 8 floats): below 4 queries the scan is
+     * bound by reading the database, so one query against 4 rows of float16
+     * vectors; from 4 queries on, 2 queries x 2 rows of float16 is the block
+     * whose accumulators and operands fill the register file exactly (4 x 4
+     * of float8 spills and ran at half the speed here). GPUs have registers
+     * to spare: 4 x 4 of float4. */
+    int qb = nq < 4 ? 1 : (cpu ? 2 : 4), rb = cpu && nq >= 4 ? 2 : 4;
     /* Query groups of at most 32 (CPU) / 16 (GPU) queries, balanced so the
      * last group is not mostly padding. */
     uint64_t gmax = cpu ? 32 : 16;
@@ -50,10 +53,10 @@ static void l2_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
     uint64_t qg = (nq + ngq - 1) / ngq;
     qg = (qg + (uint64_t)qb - 1) / (uint64_t)qb * (uint64_t)qb;
     uint64_t nqb = qg / (uint64_t)qb;
-    /* CPU: a tile of 32..64 rows keeps a row block in L1 while every query
+    /* CPU: tiles of 16..64 rows keep a row block in L1 while every query
      * block of the group passes over it. GPU: ~128 work-items a group. */
     uint64_t want = cpu ? 64 : 128;
-    uint64_t nrb = cpu ? (qb == 1 ? 16 : (nqb >= 4 ? 8 : 16)) : (want / nqb ? want / nqb : 1);
+    uint64_t nrb = cpu ? (qb == 1 ? 16 : 8) : (want / nqb ? want / nqb : 1);
     uint64_t wgs = nqb * nrb;
     while (wgs > dev->max_wgs && nrb > 1) {
         nrb /= 2;
@@ -61,7 +64,7 @@ static void l2_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
     }
     oclf_params_set(out, "QB", qb);
     oclf_params_set(out, "RB", rb);
-    oclf_params_set(out, "VEC", cpu ? 8 : 4);
+    oclf_params_set(out, "VEC", cpu ? 16 : 4);
     oclf_params_set(out, "QG", (int64_t)qg);
     oclf_params_set(out, "WGS", (int64_t)wgs);
 }
@@ -91,11 +94,9 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
         (st = oclf_param(ctx, p, "QG", 1, 4096, &v[5])) ||
         (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])))
         return st;
-    if (v[2] == 3)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter QB = 3 is not 1, 2 or 4");
-    if (v[3] & (v[3] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter RB = %lld is not 1, 2, 4 or 8",
-                         (long long)v[3]);
+    if (v[3] > 4 && v[3] != 8)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter RB = %lld is not 1, 2, 3, 4 or 8", (long long)v[3]);
     if (v[4] & (v[4] - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
@@ -498,18 +499,21 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
     if (nq == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
 
-    /* The unfused path shares the merge and norm kernels; it builds them
-     * with fixed block options so its program is the same whatever the
-     * fused parameters are. */
+    /* The unfused path uses the norm and merge kernels of the program that
+     * the fused heuristic builds for many queries, so both paths share one
+     * build. */
+    l2_cfg pc = cfg;
+    if (r.path == OCLF_PATH_UNFUSED) {
+        oclf_shape many = {{100, n, d, k}};
+        oclf_params hp = {0};
+        l2_heuristic(ctx, x_dtype, &many, OCLF_PATH_FUSED, &hp);
+        if ((st = l2_config(ctx, OCLF_PATH_FUSED, &hp, &pc)))
+            return st;
+    }
     char opts[200];
-    if (r.path == OCLF_PATH_FUSED)
-        snprintf(opts, sizeof opts,
-                 "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d",
-                 (int)x_dtype, cfg.formula, cfg.qb, cfg.rb, cfg.vec);
-    else
-        snprintf(opts, sizeof opts,
-                 "-DOCLF_DTYPE=%d -DOCLF_FORMULA=1 -DOCLF_QB=4 -DOCLF_RB=4 -DOCLF_VEC=%d",
-                 (int)x_dtype, ctx->info.type & CL_DEVICE_TYPE_CPU ? 8 : 4);
+    snprintf(opts, sizeof opts,
+             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d",
+             (int)x_dtype, pc.formula, pc.qb, pc.rb, pc.vec);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "l2topk.cl", opts, &prog)))
         return st;
