@@ -121,6 +121,23 @@ extern const size_t oclf_embedded_source_count;
 typedef struct oclf_hash {
     uint64_t a, b;
 } oclf_hash;
+/* Program cache files (lib/cache_format.c): header, then the payload. */
+/* Bump when the file layout or anything that feeds the key changes. */
+#define OCLF_CACHE_FORMAT 1u
+#define OCLF_CACHE_MAX_BYTES (512u << 20)
+typedef struct oclf_cache_header {
+    char magic[8];
+    uint32_t format, reserved;
+    uint64_t key_a, key_b;
+    uint64_t size;
+    uint64_t sum_a, sum_b;
+} oclf_cache_header;
+OCLF_HIDDEN extern const char oclf_cache_magic[8];
+/* Checks a whole cache file held in memory; NULL when valid (then *payload
+ * points into bytes), else why not. Pure: no I/O, no allocation. */
+OCLF_HIDDEN const char *oclf_cache_parse(const unsigned char *bytes, size_t len,
+                                         const oclf_hash *key, const unsigned char **payload,
+                                         size_t *payload_size);
 OCLF_HIDDEN void oclf_hash_init(oclf_hash *h);
 OCLF_HIDDEN void oclf_hash_update(oclf_hash *h, const void *data, size_t len);
 /* Adds a string and its terminator, so ("ab","c") != ("a","bc"). */

@@ -172,6 +172,13 @@ oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue queue, cl_ui
 oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out)
 {
     cl_int err = CL_SUCCESS;
+    if (bytes > ctx->info.max_alloc) {
+        *out = NULL;
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                         "a temporary buffer of %zu bytes exceeds the device's largest allocation "
+                         "(CL_DEVICE_MAX_MEM_ALLOC_SIZE %llu bytes)",
+                         bytes, (unsigned long long)ctx->info.max_alloc);
+    }
     *out = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
     if (!*out || err != CL_SUCCESS) {
         *out = NULL;
