@@ -25,6 +25,8 @@ static const oclf_op_info op_info[OCLF_OP_COUNT_] = {
                             oclf_norm_validate},
     [OCLF_OP_ADD_LAYER_NORM] = {"add_layer_norm", 2, {"rows", "cols"}, oclf_norm_heuristic,
                                 oclf_norm_validate},
+    [OCLF_OP_L2_TOPK] = {"l2_topk", 4, {"nq", "n", "d", "k"}, oclf_l2topk_heuristic,
+                         oclf_l2topk_validate},
 };
 
 const oclf_op_info *oclf_op_get(oclf_op op)

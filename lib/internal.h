@@ -153,6 +153,7 @@ typedef enum oclf_op {
     OCLF_OP_ADD_RMS_NORM,
     OCLF_OP_LAYER_NORM,
     OCLF_OP_ADD_LAYER_NORM,
+    OCLF_OP_L2_TOPK,
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
@@ -192,6 +193,11 @@ OCLF_HIDDEN const oclf_op_info *oclf_op_get(oclf_op op);
 OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
 
 /* Hooks of the normalization family (ops/norm.c). */
+OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                             const oclf_shape *shape, const oclf_resolved *r,
+                                             int deep);
 OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
                                      const oclf_shape *shape, oclf_path path, oclf_params *out);
 OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,

@@ -48,4 +48,16 @@ void oclf_ref_layer_norm(oclf_dtype dtype, size_t rows, size_t cols, const void 
 void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *in, size_t is,
                        void *res, size_t rs);
 
+/* ---- L2 distance + top-k (SPEC §5) --------------------------------------- */
+/* Exact k nearest rows of x (n rows of d in dtype, row stride xs) for each
+ * of nq f32 queries (row stride qs): squared distances in fp64 from the
+ * stored values, the total order of the spec (ties to the smaller index,
+ * NaN after every number), padding -1 / FLT_MAX for k > n. dist and idx are
+ * nq x k packed. */
+void oclf_ref_l2_topk(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k, const float *q,
+                      size_t qs, const void *x, size_t xs, double *dist, int64_t *idx);
+/* All n squared distances of one query, fp64. */
+void oclf_ref_l2_dists(oclf_dtype dtype, size_t n, size_t d, const float *q, const void *x,
+                       size_t xs, double *out);
+
 #endif
