@@ -3,6 +3,8 @@
 
 #include "ref.h"
 
+#include <clblast_c.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +133,11 @@ int op_env_open_opts(op_env *env, const char *platform, const char *device,
 
 void op_env_close(op_env *env)
 {
+    /* CLBlast (the l2_topk unfused path) caches programs per cl_context in
+     * globals that outlive main(); emptying that cache before the context
+     * goes keeps its release from running against a dead context at exit. */
+    if (env->cl)
+        CLBlastClearCache();
     oclf_context_destroy(env->ctx);
     if (env->queue)
         clReleaseCommandQueue(env->queue);
