@@ -242,6 +242,9 @@ OCLF_HIDDEN void oclf_tune_cache_put(oclf_context *ctx, oclf_op op, oclf_dtype d
                                      const oclf_resolved *r);
 OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
 
+/* Parses a tuning-database document held in memory (the fuzzing entry). */
+OCLF_HIDDEN oclf_status oclf_tunedb_parse_text(const char *text, size_t len, size_t *records);
+
 /* ---- argument checks and launches (launch.c) --------------------------------*/
 
 /* A checked 2-D operand: stride resolved, byte range known. */
