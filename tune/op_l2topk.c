@@ -194,6 +194,7 @@ const op_desc op_l2_topk = {
     .dim_names = {"nq", "n", "d", "k"},
     .bench_shapes = "1x1000000x768x10,16x1000000x768x10,100x1000000x768x10,1024x100000x128x100",
     .tune_shapes = "1x1000000x768x10,100x1000000x768x10,1024x100000x128x100",
+    .test_shape = "7x1000x33x10",
     .has_unfused = 1,
     .create = l2_create,
     .run = l2_run,

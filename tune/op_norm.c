@@ -220,6 +220,7 @@ static int norm_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
         .bench_shapes = "4096x4096,1x8192,83x5120",                                         \
         .tune_shapes = "4096x4096,256x4096,1x8192",                                         \
         .llm_shapes = "1x4096,32x4096,512x4096,1x8192,2048x8192",                           \
+        .test_shape = "7x769",                                                              \
         .has_unfused = 1,                                                                   \
         .create = sym##_create,                                                             \
         .run = norm_run,                                                                    \

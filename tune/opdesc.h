@@ -40,6 +40,7 @@ typedef struct op_desc {
     const char *bench_shapes;           /* default shapes for the benchmark */
     const char *tune_shapes;            /* default shapes for the tuner */
     const char *llm_shapes;             /* the tuner's "llm" preset (NULL: tune_shapes) */
+    const char *test_shape;             /* one small shape with tails, for tests */
     int has_unfused;
 
     /* Device inputs with random values for (shape, dtype); NULL and a
