@@ -222,6 +222,56 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
                                          const oclf_choice *choice, cl_uint num_events,
                                          const cl_event *wait_list, cl_event *event);
 
+/* ------------------------------------------------------------------------ */
+/* Activation-and-multiply (SPEC §3): the gated MLP's elementwise step.       */
+
+typedef enum oclf_act {
+    /* x / (1 + exp(-x)) */
+    OCLF_ACT_SILU = 0,
+    /* exact GELU: 0.5 x (1 + erf(x / sqrt(2))) */
+    OCLF_ACT_GELU = 1,
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    OCLF_ACT_GELU_TANH = 2,
+    /* vLLM's fatrelu: x if x > threshold, else 0 */
+    OCLF_ACT_FATRELU = 3,
+    /* gpt-oss / vLLM swigluoai_and_mul, on an INTERLEAVED row: for output i
+     * the gate is g = in[2i] and the up projection u = in[2i+1];
+     * g' = min(g, limit) (no lower clamp), u' = clamp(u, -limit, limit),
+     * out = (u' + 1) * g' * sigmoid(alpha * g'). The clamps let NaN through
+     * (written as comparisons, like vLLM's), so a NaN input gives NaN. */
+    OCLF_ACT_SWIGLU_OAI = 4,
+    OCLF_ACT_COUNT_ = 5
+} oclf_act;
+
+typedef struct oclf_activation {
+    oclf_act kind;
+    /* 0: out = act(x) * y (vLLM's silu_and_mul and friends);
+     * 1: out = x * act(y) (vLLM's mul_and_silu). Not allowed with
+     * SWIGLU_OAI, whose roles come from the interleaving. */
+    int act_on_second;
+    float threshold;   /* FATRELU; ignored otherwise */
+    float alpha;       /* SWIGLU_OAI (gpt-oss uses 1.702); ignored otherwise */
+    float limit;       /* SWIGLU_OAI (gpt-oss uses 7.0), >= 0; ignored otherwise */
+} oclf_activation;
+
+/* out[t, i] = act(x) * y for t < rows, i < d, where x = in[t, i] and
+ * y = in[t, d + i] (SWIGLU_OAI: the interleaved pairs above). `in` is
+ * rows x 2d with row stride in.stride (0: 2d), `out` rows x d with row stride
+ * out.stride (0: d); both of `dtype`. Computed in fp32, rounded once.
+ * `out` must not overlap `in` (the call would read what it already wrote).
+ * The unfused path runs an activation kernel into an fp32 temporary
+ * [rows, d] and a multiply kernel, so both paths round once.
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `act`, d == 0, a stride
+ * below the row width, a buffer smaller than the rows described, overlapping
+ * in/out, an unknown activation, act_on_second with SWIGLU_OAI, a threshold,
+ * alpha or limit that is not finite (limit < 0); OCLF_UNSUPPORTED for an
+ * unknown dtype or d >= 2^31. */
+OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
+                                      oclf_dtype dtype, const oclf_activation *act, size_t rows,
+                                      size_t d, oclf_buf in, oclf_buf out,
+                                      const oclf_choice *choice, cl_uint num_events,
+                                      const cl_event *wait_list, cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

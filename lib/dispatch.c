@@ -15,6 +15,9 @@ static const char *const op_names[OCLF_OP_COUNT_] = {
     [OCLF_OP_ADD_RMS_NORM] = "add_rms_norm",
     [OCLF_OP_LAYER_NORM] = "layer_norm",
     [OCLF_OP_ADD_LAYER_NORM] = "add_layer_norm",
+    [OCLF_OP_ACT_AND_MUL] = "act_and_mul",
+    [OCLF_OP_ROTARY_EMBEDDING] = "rotary_embedding",
+    [OCLF_OP_QK_NORM_ROPE] = "qk_norm_rope",
 };
 
 const char *oclf_op_name(oclf_op op)

@@ -134,6 +134,9 @@ typedef enum oclf_op {
     OCLF_OP_ADD_RMS_NORM,
     OCLF_OP_LAYER_NORM,
     OCLF_OP_ADD_LAYER_NORM,
+    OCLF_OP_ACT_AND_MUL,
+    OCLF_OP_ROTARY_EMBEDDING,
+    OCLF_OP_QK_NORM_ROPE,
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
@@ -174,6 +177,13 @@ OCLF_HIDDEN oclf_status oclf_check_2d(const oclf_context *ctx, const char *what,
                                       size_t rows, size_t cols, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
+/* 1 when two operands that share a cl_mem and a row stride can never share
+ * an element: within each period of `stride` elements, a's `a_cols` and
+ * b's `b_cols` never meet (column blocks of one packed tensor, such as the
+ * q and k views of a qkv buffer, overlap as byte ranges but not as
+ * elements). 0 when this cannot be shown; callers then use oclf_overlap. */
+OCLF_HIDDEN int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
+                                   size_t b_cols);
 /* 1 when the two are exactly the same elements. */
 OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
 OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue,

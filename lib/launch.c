@@ -69,6 +69,20 @@ int oclf_overlap(const oclf_operand *a, const oclf_operand *b)
     return a->mem == b->mem && a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
 }
 
+int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
+                       size_t b_cols)
+{
+    if (a->mem != b->mem)
+        return 1;
+    const size_t s = a->stride;
+    if (s != b->stride || s == 0 || a_cols > s || b_cols > s)
+        return 0;
+    /* Place a's block at [0, a_cols) of the period; b's starts at delta. */
+    const size_t delta = b->offset >= a->offset ? (b->offset - a->offset) % s
+                                                : (s - (a->offset - b->offset) % s) % s;
+    return delta >= a_cols && delta + b_cols <= s;
+}
+
 int oclf_same_range(const oclf_operand *a, const oclf_operand *b)
 {
     return a->mem == b->mem && a->offset == b->offset && a->stride == b->stride;

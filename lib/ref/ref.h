@@ -48,4 +48,9 @@ void oclf_ref_layer_norm(oclf_dtype dtype, size_t rows, size_t cols, const void 
 void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *in, size_t is,
                        void *res, size_t rs);
 
+/* ---- activation-and-multiply (SPEC §3) --------------------------------- */
+/* in: rows x 2d of dtype, row stride is; out: rows x d packed doubles. */
+void oclf_ref_act_and_mul(oclf_dtype dtype, const oclf_activation *act, size_t rows, size_t d,
+                          const void *in, size_t is, double *out);
+
 #endif
