@@ -250,9 +250,14 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
     /* LAYOUT 1: the barriers inside the reduction also order every
      * work-item's reads of the head before anyone writes it back. */
     HEAD_RSTD(hp, r);
-    /* The same products as head_rms_norm: (v * r) * w. */
-#define NORM_V(i) (wp ? LDV(hp, (i)) * r * LDV(wp, (i)) : LDV(hp, (i)) * r)
-#define NORM_S(i) (wp ? LD(hp, (i)) * r * LD(wp, (i)) : LD(hp, (i)) * r)
+    /* The same products as head_rms_norm: (v * r) * w. Without a weight
+     * the loads come from the head itself and are replaced by 1: both
+     * sides of the choice are safe to evaluate, so it needs no branch in
+     * the loops and the rotation is compiled once. */
+    global const stor_t *ws = wp ? wp : hp;
+    const int has_w = wp != 0;
+#define NORM_V(i) (LDV(hp, (i)) * r * (has_w ? LDV(ws, (i)) : VSPLAT(1.0f)))
+#define NORM_S(i) (LD(hp, (i)) * r * (has_w ? LD(ws, (i)) : 1.0f))
     ROTATE_HEAD(hp, cr, NORM_V, NORM_S);
     FOR_VEC_IN(i, rot, hd) STV(hp, i, NORM_V(i));
     FOR_TAIL_IN(i, rot, hd) ST(hp, i, NORM_S(i));
