@@ -194,11 +194,14 @@ inline floatv oclf_round_halfv(floatv v)
         return;                                                                \
     const uint lane = 0, nlanes = 1
 #define ROW_REDUCE(v, scratch) (v)
+/* Staging needs a work-group per row; here it folds away at compile time. */
+#define STAGED(flag) 0
 #elif OCLF_LAYOUT == 1
 #define ROW_SETUP(nrows)                                                       \
     const ulong row = get_group_id(0);                                         \
     const uint lane = get_local_id(0), nlanes = OCLF_WGS
 #define ROW_REDUCE(v, scratch) wg_sum((v), (scratch))
+#define STAGED(flag) (flag)
 #else
 #error "OCLF_LAYOUT must be 0 or 1"
 #endif

@@ -13,15 +13,39 @@
  * passes re-read the row, which a CPU serves from its caches.
  */
 
+/* y = ((v - mu0) - dm) * rstd * w + b over the row at `src` (or the staged
+ * row), for every norm: RMSNorm passes mu0 = dm = 0 and no bias, which the
+ * compiler folds away. Needs `wp`, `bp`, `staged`, `stage` in scope. */
+#define NORM_APPLY(src, dst, mu0, dm, rstd)                                         \
+    do {                                                                       \
+        FOR_VEC(i, cols) {                                                     \
+            floatv v_ = (((staged ? LDV_F(stage, i) : LDV(src, i)) - (mu0)) - (dm)) * (rstd); \
+            if (wp)                                                            \
+                v_ *= LDV(wp, i);                                              \
+            if (bp)                                                            \
+                v_ += LDV(bp, i);                                              \
+            STV(dst, i, v_);                                                   \
+        }                                                                      \
+        FOR_TAIL(i, cols) {                                                    \
+            float v_ = (((staged ? stage[i] : LD(src, i)) - (mu0)) - (dm)) * (rstd); \
+            if (wp)                                                            \
+                v_ *= LD(wp, i);                                               \
+            if (bp)                                                            \
+                v_ += LD(bp, i);                                               \
+            ST(dst, i, v_);                                                    \
+        }                                                                      \
+    } while (0)
+
 /* y = x * rsqrt(mean(x^2) + eps) * w */
 kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
                      global stor_t *y, ulong yo, ulong ys,
                      global const stor_t *w, ulong wo,
                      ulong rows, uint cols, float eps,
-                     local float *stage, uint staged)
+                     local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *xr = x + xo + row * xs;
     global stor_t *yr = y + yo + row * ys;
     global const stor_t *wp = w ? w + wo : 0;
@@ -42,19 +66,8 @@ kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
     }
     const float ss = ROW_REDUCE(VSUM(acc) + tacc, scratch);
     const float r = rsqrt(ss / (float)cols + eps);
-
-    FOR_VEC(i, cols) {
-        floatv v = (staged ? LDV_F(stage, i) : LDV(xr, i)) * r;
-        if (wp)
-            v *= LDV(wp, i);
-        STV(yr, i, v);
-    }
-    FOR_TAIL(i, cols) {
-        float v = (staged ? stage[i] : LD(xr, i)) * r;
-        if (wp)
-            v *= LD(wp, i);
-        ST(yr, i, v);
-    }
+    global const stor_t *bp = 0;
+    NORM_APPLY(xr, yr, 0.0f, 0.0f, r);
 }
 
 /* z = round(input + residual); residual <- z; input <- rms_norm(z) * w.
@@ -63,10 +76,11 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
                          global stor_t *res, ulong ro, ulong rs,
                          global const stor_t *w, ulong wo,
                          ulong rows, uint cols, float eps,
-                         local float *stage, uint staged)
+                         local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global stor_t *ir = in + io + row * is;
     global stor_t *rr = res + ro + row * rs;
     global const stor_t *wp = w ? w + wo : 0;
@@ -92,18 +106,8 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
 
     /* Without staging, z comes back from `residual`: this work-item wrote
      * exactly these elements above, so program order makes them visible. */
-    FOR_VEC(i, cols) {
-        floatv v = (staged ? LDV_F(stage, i) : LDV(rr, i)) * r;
-        if (wp)
-            v *= LDV(wp, i);
-        STV(ir, i, v);
-    }
-    FOR_TAIL(i, cols) {
-        float v = (staged ? stage[i] : LD(rr, i)) * r;
-        if (wp)
-            v *= LD(wp, i);
-        ST(ir, i, v);
-    }
+    global const stor_t *bp = 0;
+    NORM_APPLY(rr, ir, 0.0f, 0.0f, r);
 }
 
 /* Mean and 1/sqrt(biased variance + eps) of the row at `src` (or of the
@@ -140,37 +144,16 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
         (rstd_out) = rsqrt(fmax(var_, 0.0f) + eps);                            \
     } while (0)
 
-/* y = ((v - mu0) - dm) * rstd * w + b over the row at `src` (or the staged
- * row). */
-#define LN_APPLY(src, dst, mu0, dm, rstd)                                         \
-    do {                                                                       \
-        FOR_VEC(i, cols) {                                                     \
-            floatv v_ = (((staged ? LDV_F(stage, i) : LDV(src, i)) - (mu0)) - (dm)) * (rstd); \
-            if (wp)                                                            \
-                v_ *= LDV(wp, i);                                              \
-            if (bp)                                                            \
-                v_ += LDV(bp, i);                                              \
-            STV(dst, i, v_);                                                   \
-        }                                                                      \
-        FOR_TAIL(i, cols) {                                                    \
-            float v_ = (((staged ? stage[i] : LD(src, i)) - (mu0)) - (dm)) * (rstd); \
-            if (wp)                                                            \
-                v_ *= LD(wp, i);                                               \
-            if (bp)                                                            \
-                v_ += LD(bp, i);                                               \
-            ST(dst, i, v_);                                                    \
-        }                                                                      \
-    } while (0)
-
 kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
                        global stor_t *y, ulong yo, ulong ys,
                        global const stor_t *w, ulong wo,
                        global const stor_t *b, ulong bo,
                        ulong rows, uint cols, float eps,
-                       local float *stage, uint staged)
+                       local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *xr = x + xo + row * xs;
     global stor_t *yr = y + yo + row * ys;
     global const stor_t *wp = w ? w + wo : 0;
@@ -182,7 +165,7 @@ kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
     }
     float mu0, dm, rstd;
     LN_STATS(xr, mu0, dm, rstd);
-    LN_APPLY(xr, yr, mu0, dm, rstd);
+    NORM_APPLY(xr, yr, mu0, dm, rstd);
 }
 
 /* residual <- round(input + residual); out <- layer_norm(residual) */
@@ -192,10 +175,11 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
                            global const stor_t *w, ulong wo,
                            global const stor_t *b, ulong bo,
                            ulong rows, uint cols, float eps,
-                           local float *stage, uint staged)
+                           local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *ir = in + io + row * is;
     global stor_t *rr = res + ro + row * rs;
     global stor_t *yr = y + yo + row * ys;
@@ -216,7 +200,7 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
     }
     float mu0, dm, rstd;
     LN_STATS(rr, mu0, dm, rstd);
-    LN_APPLY(rr, yr, mu0, dm, rstd);
+    NORM_APPLY(rr, yr, mu0, dm, rstd);
 }
 
 /* ---- unfused building blocks ------------------------------------------- */
@@ -237,10 +221,11 @@ kernel void add_rows(global const stor_t *a, ulong ao, ulong as,
  * the mean is 0 and rstd is 1/sqrt(mean(x^2) + eps). */
 kernel void norm_stats(global const stor_t *x, ulong xo, ulong xs,
                        global float4 *stats, ulong rows, uint cols, float eps,
-                       uint rms, local float *stage, uint staged)
+                       uint rms, local float *stage, uint stage_flag)
 {
     local float scratch[OCLF_WGS];
     ROW_SETUP(rows);
+    const uint staged = STAGED(stage_flag);
     global const stor_t *xr = x + xo + row * xs;
     if (staged) {
         FOR_VEC(i, cols) STV_F(stage, i, LDV(xr, i));
@@ -283,5 +268,5 @@ kernel void norm_apply(global const stor_t *x, ulong xo, ulong xs,
     global const stor_t *wp = w ? w + wo : 0;
     global const stor_t *bp = b ? b + bo : 0;
     const float4 st = stats[row];
-    LN_APPLY(xr, yr, st.x, st.y, st.z);
+    NORM_APPLY(xr, yr, st.x, st.y, st.z);
 }

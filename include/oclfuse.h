@@ -97,6 +97,10 @@ typedef struct oclf_context_options {
     const char *cache_dir;
     /* Tuning database consulted first. NULL: $OCLF_TUNING_DB if set. */
     const char *tuning_db;
+    /* Non-zero: consult no tuning database (context, per-machine or
+     * built-in); every choice comes from the heuristics. The tuner uses this
+     * to time the defaults it must beat. */
+    int no_tuning_db;
     /* Non-zero: check data-dependent arguments on the host before enqueuing
      * (rotary positions against max_pos). Costs a blocking read. */
     int validate;
@@ -132,6 +136,9 @@ typedef struct oclf_context_stats {
     uint64_t program_hits;       /* served from the in-memory cache */
     uint64_t disk_cache_rejected;/* damaged/foreign cache files rebuilt */
     uint64_t kernels_enqueued;
+    uint64_t tuning_lookups;     /* database searches: lookup-cache misses */
+    uint64_t tuning_cache_hits;  /* dispatches answered by the lookup cache */
+    uint64_t tuning_db_errors;   /* database files rejected (damaged, unknown format) */
 } oclf_context_stats;
 OCLF_API oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *out);
 
@@ -177,6 +184,43 @@ typedef struct oclf_buf {
     size_t offset; /* elements */
     size_t stride; /* elements between rows; 0: packed */
 } oclf_buf;
+
+/* ------------------------------------------------------------------------ */
+/* Tuning database (see README "Tuning database"). Dispatch reads, first hit
+ * wins: the context's database (option or $OCLF_TUNING_DB), the per-machine
+ * one (oclf_tuning_db_default_path), the one compiled into the library, then
+ * the op's heuristic. A damaged or unknown-format file is skipped with
+ * OCLF_DB_ERROR ("file:line:column: why") left in oclf_last_error and sent to
+ * the log callback; the call itself goes on with the next source.          */
+
+/* The per-machine database: $XDG_DATA_HOME/oclfuse/tuning.json, else
+ * $HOME/.local/share/oclfuse/tuning.json. OCLF_IO_ERROR when neither
+ * variable is set or the buffer is too small. */
+OCLF_API oclf_status oclf_tuning_db_default_path(char *buf, size_t len);
+
+/* Parses a database file as dispatch would. OCLF_SUCCESS and the number of
+ * records (when `records` is not NULL); OCLF_IO_ERROR when it cannot be read;
+ * OCLF_DB_ERROR naming file, line and column otherwise. Details in
+ * oclf_last_error(NULL). */
+OCLF_API oclf_status oclf_tuning_db_check(const char *path, size_t *records);
+
+/* Merges records into the database at `path` (created with its folder when
+ * missing): `records_json` is a JSON array of records, or a whole database
+ * document. A record replaces the one on disk with the same device, op,
+ * dtype and shape. Records without "device" get the device of `ctx`. The
+ * write holds an advisory lock (flock on path + ".lock") across
+ * read-merge-write and is atomic (temporary file, fsync, rename), so
+ * concurrent writers lose nothing and a crash leaves the old file. */
+OCLF_API oclf_status oclf_tuning_db_merge(const oclf_context *ctx, const char *path,
+                                          const char *records_json);
+
+/* Explains which record (from which file) dispatch would use for `op` (a
+ * name such as "rms_norm"), dtype, shape (`dims` in the op's order, e.g.
+ * rows, cols) and path, and which records it skipped and why. Writes text
+ * into buf (truncated to len). OCLF_INVALID_ARGUMENT for an unknown op. */
+OCLF_API oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op, oclf_dtype dtype,
+                                         const uint64_t *dims, unsigned ndims, oclf_path path,
+                                         char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Normalization (SPEC §1-2). Rows are independent; `cols` is the hidden size.

@@ -103,6 +103,7 @@ oclf_status oclf_context_create(cl_context context, cl_device_id device,
     ctx->tuning_db = (db && *db) ? dup_or_null(db) : NULL;
     ctx->cache_dir = cache_dir_for(o->cache_dir);
     ctx->validate = o->validate;
+    ctx->no_tuning_db = o->no_tuning_db;
     ctx->log = o->log;
     ctx->log_user = o->log_user;
     if ((kdir && *kdir && !ctx->kernel_dir) || (db && *db && !ctx->tuning_db)) {
@@ -122,9 +123,6 @@ oclf_status oclf_context_create(cl_context context, cl_device_id device,
     *out = ctx;
     return OCLF_SUCCESS;
 }
-
-/* Defined in tunedb.c/dispatch.c; frees the per-context lookup cache. */
-OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
 
 void oclf_context_destroy(oclf_context *ctx)
 {
@@ -156,5 +154,8 @@ oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *
     out->program_hits = atomic_load(&ctx->n_hits);
     out->disk_cache_rejected = atomic_load(&ctx->n_rejected);
     out->kernels_enqueued = atomic_load(&ctx->n_enqueued);
+    out->tuning_lookups = atomic_load(&ctx->n_tune_lookups);
+    out->tuning_cache_hits = atomic_load(&ctx->n_tune_hits);
+    out->tuning_db_errors = atomic_load(&ctx->n_db_errors);
     return OCLF_SUCCESS;
 }

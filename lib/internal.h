@@ -75,6 +75,7 @@ struct oclf_context {
     char *kernel_dir; /* NULL: embedded sources */
     char *cache_dir;  /* NULL: no disk cache */
     char *tuning_db;  /* NULL: none given */
+    int no_tuning_db;
     int validate;
     oclf_log_fn log;
     void *log_user;
@@ -85,6 +86,7 @@ struct oclf_context {
     struct oclf_tune_cache *tune;
 
     atomic_uint_fast64_t n_compiled, n_from_disk, n_hits, n_rejected, n_enqueued;
+    atomic_uint_fast64_t n_tune_lookups, n_tune_hits, n_db_errors;
 };
 
 OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
@@ -121,6 +123,23 @@ extern const size_t oclf_embedded_source_count;
 typedef struct oclf_hash {
     uint64_t a, b;
 } oclf_hash;
+/* Program cache files (lib/cache_format.c): header, then the payload. */
+/* Bump when the file layout or anything that feeds the key changes. */
+#define OCLF_CACHE_FORMAT 1u
+#define OCLF_CACHE_MAX_BYTES (512u << 20)
+typedef struct oclf_cache_header {
+    char magic[8];
+    uint32_t format, reserved;
+    uint64_t key_a, key_b;
+    uint64_t size;
+    uint64_t sum_a, sum_b;
+} oclf_cache_header;
+OCLF_HIDDEN extern const char oclf_cache_magic[8];
+/* Checks a whole cache file held in memory; NULL when valid (then *payload
+ * points into bytes), else why not. Pure: no I/O, no allocation. */
+OCLF_HIDDEN const char *oclf_cache_parse(const unsigned char *bytes, size_t len,
+                                         const oclf_hash *key, const unsigned char **payload,
+                                         size_t *payload_size);
 OCLF_HIDDEN void oclf_hash_init(oclf_hash *h);
 OCLF_HIDDEN void oclf_hash_update(oclf_hash *h, const void *data, size_t len);
 /* Adds a string and its terminator, so ("ab","c") != ("a","bc"). */
@@ -146,20 +165,93 @@ typedef struct oclf_shape {
     uint64_t dim[4];
 } oclf_shape;
 
-/* Fills the heuristic parameters for (op, path) on this device and shape. */
-typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
-                                  const oclf_shape *shape, oclf_path path, oclf_params *out);
-
 typedef struct oclf_resolved {
     oclf_path path; /* FUSED or UNFUSED, never AUTO */
     oclf_params params;
 } oclf_resolved;
 
-/* Decides the path and parameters of one call: explicit parameters win,
- * then the tuning database, then the heuristic. */
+/* Fills the heuristic parameters for (op, path) on this device and shape. */
+typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
+                                  const oclf_shape *shape, oclf_path path, oclf_params *out);
+/* Checks that `r` can launch for this shape on this device (recording why
+ * not with oclf_fail). `deep`: also build the program and compare the
+ * kernels' CL_KERNEL_WORK_GROUP_SIZE with the work-group size; dispatch asks
+ * for it once per tuning record it takes, never in steady state. */
+typedef oclf_status (*oclf_validate_fn)(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                        const oclf_shape *shape, const oclf_resolved *r,
+                                        int deep);
+
+/* What dispatch knows about an op: its name and dims (the database keys),
+ * its heuristic and its validator. */
+typedef struct oclf_op_info {
+    const char *name;
+    unsigned ndims;
+    const char *dims[4];
+    oclf_heuristic_fn heuristic;
+    oclf_validate_fn validate;
+} oclf_op_info;
+OCLF_HIDDEN const oclf_op_info *oclf_op_get(oclf_op op);
+/* OCLF_OP_COUNT_ when unknown. */
+OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
+
+/* Hooks of the normalization family (ops/norm.c). */
+OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep);
+
+/* Hooks of act_and_mul (ops/act.c); shape: rows, d. */
+OCLF_HIDDEN void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                    const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                          const oclf_shape *shape, const oclf_resolved *r,
+                                          int deep);
+/* Hooks of rotary_embedding and qk_norm_rope (ops/rope.c); shape: tokens,
+ * heads rotated per token, head_dim, rot_dim. */
+OCLF_HIDDEN void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep);
+
+/* Decides the path and parameters of one call. Candidates, in order: the
+ * tuning records that match (context, per-machine, built-in database; by
+ * device match level, then shape distance), each validated by the op and
+ * skipped when it cannot launch, then the heuristic. The caller's explicit
+ * parameters are laid over the winner. The result per (op, dtype, shape,
+ * path) is cached in the context, so steady state is one hash probe. */
 OCLF_HIDDEN oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                               const oclf_shape *shape, const oclf_choice *choice,
-                                              oclf_heuristic_fn heuristic, oclf_resolved *out);
+                                              oclf_resolved *out);
+
+/* ---- tuning database (tunedb.c) ---------------------------------------------*/
+
+/* Where a candidate came from, for explanations and logs. */
+typedef struct oclf_tune_candidate {
+    oclf_resolved r;
+    int source;         /* index in the context's chain */
+    int record;         /* index in that source's records */
+    int level;          /* device match: 0 exact .. 3 type only */
+    double distance;    /* shape distance (log2 units) */
+} oclf_tune_candidate;
+
+/* Loads the chain once per context (reporting damaged files), then writes
+ * up to `max` matching records for (op, dtype, shape, path) in order of
+ * preference. `path` AUTO takes each record's choice; FUSED or UNFUSED takes
+ * the record's choice or alternative for that path. */
+OCLF_HIDDEN int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path,
+                                     oclf_tune_candidate *out, int max);
+/* "per-machine database /x/tuning.json" for a candidate's source. */
+OCLF_HIDDEN const char *oclf_tune_source_name(const oclf_context *ctx, int source);
+/* The lookup cache: 1 and *out on a hit. Both take ctx->lock. */
+OCLF_HIDDEN int oclf_tune_cache_get(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                    const oclf_shape *shape, oclf_path path, oclf_resolved *out);
+OCLF_HIDDEN void oclf_tune_cache_put(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path,
+                                     const oclf_resolved *r);
+OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
 
 /* ---- argument checks and launches (launch.c) --------------------------------*/
 
@@ -189,6 +281,12 @@ OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
 OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue,
                                          cl_uint num_events, const cl_event *wait_list);
 
+/* Deep validation: CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a
+ * kernel's register or local-memory use can lower its own limit, which only
+ * the built kernel reports. OCLF_OUT_OF_RESOURCES when `wgs` exceeds the
+ * limit of any of the n kernels. */
+OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
+                                              const char *const *names, int n, size_t wgs);
 /* Reads an integer parameter, checking it is present and within [lo, hi]. */
 OCLF_HIDDEN oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name,
                                    int64_t lo, int64_t hi, int64_t *out);

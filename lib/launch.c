@@ -186,10 +186,39 @@ oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue queue, cl_ui
 oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out)
 {
     cl_int err = CL_SUCCESS;
+    if (bytes > ctx->info.max_alloc) {
+        *out = NULL;
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                         "a temporary buffer of %zu bytes exceeds the device's largest allocation "
+                         "(CL_DEVICE_MAX_MEM_ALLOC_SIZE %llu bytes)",
+                         bytes, (unsigned long long)ctx->info.max_alloc);
+    }
     *out = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
     if (!*out || err != CL_SUCCESS) {
         *out = NULL;
         return oclf_fail_cl(ctx, err, "clCreateBuffer(temporary)");
+    }
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog, const char *const *names,
+                                  int n, size_t wgs)
+{
+    for (int i = 0; i < n; i++) {
+        cl_kernel k;
+        oclf_status st = oclf_kernel_get(ctx, prog, names[i], &k);
+        if (st != OCLF_SUCCESS)
+            return st;
+        size_t kwgs = 0;
+        cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                              sizeof kwgs, &kwgs, NULL);
+        oclf_kernel_put(prog, names[i], k);
+        if (err != CL_SUCCESS)
+            return oclf_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
+        if (wgs > kwgs)
+            return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                             "WGS = %zu exceeds kernel %s's CL_KERNEL_WORK_GROUP_SIZE %zu", wgs,
+                             names[i], kwgs);
     }
     return OCLF_SUCCESS;
 }

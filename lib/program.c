@@ -18,10 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Bump when the file layout or anything that feeds the key changes. */
-#define OCLF_CACHE_FORMAT 1u
-#define OCLF_CACHE_MAX_BYTES (512u << 20)
-static const char cache_magic[8] = {'O', 'C', 'L', 'F', 'B', 'I', 'N', '\0'};
 
 typedef struct kernel_pool {
     char name[64];
@@ -39,33 +35,6 @@ struct oclf_program {
     kernel_pool *pools;
     unsigned npools;
 };
-
-/* ---- hashing ------------------------------------------------------------ */
-
-void oclf_hash_init(oclf_hash *h)
-{
-    h->a = 0xcbf29ce484222325ull; /* FNV-1a offset basis */
-    h->b = 0x9e3779b97f4a7c15ull;
-}
-
-void oclf_hash_update(oclf_hash *h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    uint64_t a = h->a, b = h->b;
-    for (size_t i = 0; i < len; i++) {
-        a = (a ^ p[i]) * 0x100000001b3ull;
-        /* An independent multiply-rotate lane: a collision must hit both. */
-        b = (b ^ p[i]) * 0xff51afd7ed558ccdull;
-        b = (b << 31) | (b >> 33);
-    }
-    h->a = a;
-    h->b = b;
-}
-
-void oclf_hash_str(oclf_hash *h, const char *s)
-{
-    oclf_hash_update(h, s ? s : "", (s ? strlen(s) : 0) + 1);
-}
 
 /* ---- sources ------------------------------------------------------------ */
 
@@ -133,13 +102,6 @@ static oclf_status assemble(oclf_context *ctx, const char *name, char **out)
 
 /* ---- on-disk cache ------------------------------------------------------ */
 
-typedef struct cache_header {
-    char magic[8];
-    uint32_t format, reserved;
-    uint64_t key_a, key_b;
-    uint64_t size;
-    uint64_t sum_a, sum_b;
-} cache_header;
 
 static void cache_path(const oclf_context *ctx, const oclf_hash *key, char *buf, size_t len)
 {
@@ -155,36 +117,32 @@ static unsigned char *cache_read(oclf_context *ctx, const oclf_hash *key, size_t
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    cache_header h;
-    unsigned char *data = NULL;
+    unsigned char *file = NULL, *data = NULL;
+    const unsigned char *payload = NULL;
+    size_t len = 0, psize = 0;
     const char *why = NULL;
-    if (fread(&h, sizeof h, 1, f) != 1)
-        why = "truncated header";
-    else if (memcmp(h.magic, cache_magic, sizeof cache_magic) != 0 || h.format != OCLF_CACHE_FORMAT)
-        why = "unknown format";
-    else if (h.key_a != key->a || h.key_b != key->b)
-        why = "key mismatch";
-    else if (h.size == 0 || h.size > OCLF_CACHE_MAX_BYTES)
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0)
+        why = "cannot stat";
+    else if ((uint64_t)st.st_size > OCLF_CACHE_MAX_BYTES + sizeof(oclf_cache_header))
         why = "implausible size";
-    else if (!(data = malloc(h.size)))
+    else if (!(file = malloc((size_t)st.st_size + 1)))
         why = "out of host memory";
-    else if (fread(data, 1, h.size, f) != h.size)
-        why = "truncated payload";
-    else {
-        oclf_hash sum;
-        oclf_hash_init(&sum);
-        oclf_hash_update(&sum, data, h.size);
-        if (sum.a != h.sum_a || sum.b != h.sum_b)
-            why = "checksum mismatch";
-    }
+    else if ((len = fread(file, 1, (size_t)st.st_size, f)) != (size_t)st.st_size)
+        why = "short read";
+    else if ((why = oclf_cache_parse(file, len, key, &payload, &psize)) == NULL &&
+             !(data = malloc(psize)))
+        why = "out of host memory";
     fclose(f);
     if (why) {
-        free(data);
+        free(file);
         atomic_fetch_add(&ctx->n_rejected, 1);
         oclf_log(ctx, OCLF_LOG_WARN, "program cache file %s ignored (%s); rebuilding", path, why);
         return NULL;
     }
-    *size = h.size;
+    memcpy(data, payload, psize);
+    free(file);
+    *size = psize;
     return data;
 }
 
@@ -221,9 +179,9 @@ static void cache_write(oclf_context *ctx, const oclf_hash *key, const unsigned 
         oclf_log(ctx, OCLF_LOG_WARN, "program cache %s: %s", tmp, strerror(errno));
         return;
     }
-    cache_header h;
+    oclf_cache_header h;
     memset(&h, 0, sizeof h);
-    memcpy(h.magic, cache_magic, sizeof cache_magic);
+    memcpy(h.magic, oclf_cache_magic, sizeof oclf_cache_magic);
     h.format = OCLF_CACHE_FORMAT;
     h.key_a = key->a;
     h.key_b = key->b;

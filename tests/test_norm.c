@@ -15,6 +15,14 @@ static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 static const size_t widths[] = {8, 768, 769, 5120, 5125, 8192, 16384};
 static const size_t row_counts[] = {0, 1, 7, 83, 4096};
 
+/* OCLF_TEST_QUICK=1 (set for the oclgrind device run, which simulates every
+ * work-item): the same ops, dtypes, structures and paths on small shapes. */
+static int quick(void)
+{
+    const char *q = getenv("OCLF_TEST_QUICK");
+    return q && *q && *q != '0';
+}
+
 typedef struct norm_case {
     int op;
     oclf_dtype dtype;
@@ -193,6 +201,8 @@ START_TEST(test_matrix_default)
             const size_t rows = row_counts[ri], cols = widths[wi];
             if (rows * cols > (size_t)4 << 20)
                 continue;
+            if (quick() && (rows > 7 || cols > 769))
+                continue;
             norm_case c = {op, dt, rows, cols, (cols & 1) ? 3 : 0, (cols & 1) ? 5 : 0,
                            1, 1, 0.0f, NULL};
             fused_vs_unfused(c);
@@ -215,8 +225,9 @@ START_TEST(test_structures)
     };
     const int op = _i % NOPS;
     const oclf_dtype dt = dtypes[d];
-    static const size_t ws[] = {8, 769, 5125};
-    static const size_t rs[] = {1, 7, 83};
+    static const size_t ws_full[] = {8, 769, 5125}, ws_quick[] = {8, 769, 133};
+    static const size_t rs_full[] = {1, 7, 83}, rs_quick[] = {1, 3, 5};
+    const size_t *ws = quick() ? ws_quick : ws_full, *rs = quick() ? rs_quick : rs_full;
     for (size_t k = 0; k < sizeof configs / sizeof *configs; k++) {
         oclf_choice ch = path_choice(OCLF_PATH_AUTO);
         oclf_params_set(&ch.params, "LAYOUT", configs[k][0]);
@@ -238,7 +249,7 @@ START_TEST(test_large_mean)
     const oclf_dtype dt = dtypes[_i];
     const float center = dt == OCLF_F32 ? 1.0e4f : 1.0e3f;
     for (int op = LN; op <= ADD_LN; op++) {
-        norm_case c = {op, dt, 17, 4099, 0, 0, 1, 1, center, NULL};
+        norm_case c = {op, dt, quick() ? 3 : 17, quick() ? 515 : 4099, 0, 0, 1, 1, center, NULL};
         fused_vs_unfused(c);
         oclf_choice ch = path_choice(OCLF_PATH_FUSED);
         oclf_params_set(&ch.params, "LAYOUT", 1);

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """Writes OpenCL sources into a C file as byte arrays.
 
-usage: embed_cl.py OUTPUT.c SOURCE...
+usage: embed_cl.py [--symbol ARRAY,COUNT] OUTPUT.c SOURCE...
 
 Each source becomes `{ "name", bytes, size }` in oclf_embedded_sources[], so
 an installed library needs no .cl files beside it. Byte arrays rather than
-string literals: compilers cap the length of a literal.
+string literals: compilers cap the length of a literal. --symbol renames the
+array and count (the built-in tuning databases use the same layout).
 """
 import os
 import sys
 
 
 def main(argv):
+    array, count = 'oclf_embedded_sources', 'oclf_embedded_source_count'
+    if len(argv) > 2 and argv[1] == '--symbol':
+        array, count = argv[2].split(',')
+        argv = argv[:1] + argv[3:]
     if len(argv) < 3:
         sys.stderr.write(__doc__)
         return 2
@@ -33,11 +38,13 @@ def main(argv):
             lines.append('    0')
         lines.append('};')
     lines.append('')
-    lines.append('const struct oclf_embedded_source oclf_embedded_sources[] = {')
+    lines.append('const struct oclf_embedded_source %s[] = {' % array)
     for name, i, size in names:
         lines.append('    {"%s", src%d_, %d},' % (name, i, size))
+    if not names:
+        lines.append('    {0, 0, 0},')
     lines.append('};')
-    lines.append('const size_t oclf_embedded_source_count = %d;' % len(names))
+    lines.append('const size_t %s = %d;' % (count, len(names)))
     tmp = out + '.tmp'
     with open(tmp, 'w') as f:
         f.write('\n'.join(lines) + '\n')

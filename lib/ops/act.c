@@ -21,8 +21,8 @@ typedef struct act_cfg {
     int layout, wgs, vec;
 } act_cfg;
 
-static void act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
-                          oclf_path path, oclf_params *out)
+void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                        oclf_path path, oclf_params *out)
 {
     (void)path;
     const oclf_device_info *d = &ctx->info;
@@ -68,6 +68,31 @@ static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act
     cfg->wgs = (int)wgs;
     cfg->vec = (int)vec;
     return OCLF_SUCCESS;
+}
+
+static void act_options(char *buf, size_t len, oclf_dtype dtype, const act_cfg *cfg)
+{
+    snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
+             (int)dtype, cfg->layout, cfg->wgs, cfg->vec);
+}
+
+oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                              const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    (void)op;
+    (void)shape;
+    act_cfg cfg;
+    oclf_status st = act_config(ctx, &r->params, &cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    char opts[160];
+    act_options(opts, sizeof opts, dtype, &cfg);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
+        return st;
+    static const char *const fused[] = {"act_and_mul"}, *const unfused[] = {"act_rows", "mul_rows"};
+    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
+                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
 }
 
 static oclf_status check_activation(oclf_context *ctx, const oclf_activation *a)
@@ -153,8 +178,7 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     oclf_shape shape = {{rows, d, 0, 0}};
     oclf_resolved r;
     act_cfg cfg = {0, 1, 1};
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, dtype, &shape, choice,
-                                    act_heuristic, &r)) ||
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, dtype, &shape, choice, &r)) ||
         (st = act_config(ctx, &r.params, &cfg)))
         return st;
     if (rows == 0)
@@ -169,8 +193,7 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
         cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * local;
 
     char opts[160];
-    snprintf(opts, sizeof opts, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
-             (int)dtype, cfg.layout, cfg.wgs, cfg.vec);
+    act_options(opts, sizeof opts, dtype, &cfg);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;

@@ -22,8 +22,8 @@ typedef struct norm_cfg {
     int layout, wgs, vec, stage;
 } norm_cfg;
 
-static void norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
-                           oclf_path path, oclf_params *out)
+void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                         oclf_path path, oclf_params *out)
 {
     (void)path;
     const oclf_device_info *d = &ctx->info;
@@ -92,6 +92,61 @@ static const oclf_op kind_op[] = {
     [K_LN] = OCLF_OP_LAYER_NORM,
     [K_ADD_LN] = OCLF_OP_ADD_LAYER_NORM,
 };
+
+static norm_kind op_kind(oclf_op op)
+{
+    for (int k = 0; k < 4; k++)
+        if (kind_op[k] == op)
+            return (norm_kind)k;
+    return K_RMS;
+}
+
+/* The kernels one path launches, for the work-group size check. */
+static int path_kernels(norm_kind kind, oclf_path path, const char **names)
+{
+    static const char *const fused[] = {"rms_norm", "add_rms_norm", "layer_norm",
+                                        "add_layer_norm"};
+    if (path == OCLF_PATH_FUSED) {
+        names[0] = fused[kind];
+        return 1;
+    }
+    int n = 0;
+    if (kind == K_ADD_RMS || kind == K_ADD_LN)
+        names[n++] = "add_rows";
+    if (kind == K_ADD_RMS) {
+        names[n++] = "rms_norm";
+        return n;
+    }
+    names[n++] = "norm_stats";
+    names[n++] = "norm_apply";
+    return n;
+}
+
+static void norm_options(char *buf, size_t len, oclf_dtype dtype, const norm_cfg *cfg)
+{
+    snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
+             (int)dtype, cfg->layout, cfg->wgs, cfg->vec);
+}
+
+oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    norm_cfg cfg;
+    oclf_status st = norm_config(ctx, &r->params, (size_t)shape->dim[1], &cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    /* CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a kernel's register
+     * or local-memory use can lower its own limit, which only the built
+     * kernel reports. */
+    char opts[160];
+    norm_options(opts, sizeof opts, dtype, &cfg);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "norm.cl", opts, &prog)))
+        return st;
+    const char *names[3];
+    int n = path_kernels(op_kind(op), r->path, names);
+    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
+}
 
 /* One call of any of the four, after the public wrappers. `x` is the input
  * (`input` for the add variants), `res` the residual, `y` the output. */
@@ -177,8 +232,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
     oclf_shape shape = {{c->rows, c->cols, 0, 0}};
     oclf_resolved r;
     norm_cfg cfg = {0, 1, 1, 0};
-    if ((st = oclf_dispatch_resolve(ctx, kind_op[c->kind], c->dtype, &shape, choice,
-                                    norm_heuristic, &r)) ||
+    if ((st = oclf_dispatch_resolve(ctx, kind_op[c->kind], c->dtype, &shape, choice, &r)) ||
         (st = norm_config(ctx, &r.params, c->cols, &cfg)))
         return st;
     if (c->rows == 0)
@@ -188,8 +242,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
                          oclf_op_name(kind_op[c->kind]), c->rows);
 
     char opts[160];
-    snprintf(opts, sizeof opts, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
-             (int)c->dtype, cfg.layout, cfg.wgs, cfg.vec);
+    norm_options(opts, sizeof opts, c->dtype, &cfg);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "norm.cl", opts, &prog)))
         return st;

@@ -22,8 +22,8 @@ typedef struct rope_cfg {
 } rope_cfg;
 
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
-static void rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
-                           oclf_path path, oclf_params *out)
+void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                         oclf_path path, oclf_params *out)
 {
     (void)path;
     const oclf_device_info *d = &ctx->info;
@@ -70,6 +70,37 @@ static oclf_status rope_config(const oclf_context *ctx, const oclf_params *p, ro
     cfg->wgs = (int)wgs;
     cfg->vec = (int)vec;
     return OCLF_SUCCESS;
+}
+
+static void rope_options(char *buf, size_t len, oclf_dtype dtype, oclf_dtype cdtype,
+                         const rope_cfg *cfg)
+{
+    snprintf(buf, len,
+             "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
+             (int)dtype, (int)cdtype, cfg->layout, cfg->wgs, cfg->vec);
+}
+
+/* The deep check builds the program with a cache of the heads' dtype (the
+ * usual case); the cache type changes loads, not the work-group limit. */
+oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    (void)shape;
+    rope_cfg cfg;
+    oclf_status st = rope_config(ctx, &r->params, &cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    char opts[192];
+    rope_options(opts, sizeof opts, dtype, dtype, &cfg);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "rope.cl", opts, &prog)))
+        return st;
+    static const char *const rot[] = {"rotary_embedding"}, *const fused[] = {"qk_norm_rope"};
+    static const char *const unfused[] = {"head_rms_norm", "rotary_embedding"};
+    if (op == OCLF_OP_ROTARY_EMBEDDING)
+        return oclf_check_kernel_wgs(ctx, prog, rot, 1, (size_t)cfg.wgs);
+    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
+                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
 }
 
 /* The checked rope description. */
@@ -213,7 +244,7 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     oclf_shape shape = {{tokens, heads, rope->head_dim, rope->rot_dim}};
     rope_cfg cfg = {0, 1, 1};
     oclf_status st;
-    if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, rope_heuristic, r)) ||
+    if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, r)) ||
         (st = rope_config(ctx, &r->params, &cfg)))
         return st;
     *local = (size_t)cfg.wgs;
@@ -222,9 +253,7 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                          oclf_op_name(op), tokens);
     *global = cfg.layout == 0 ? oclf_round_up(tokens * heads, *local) : tokens * heads * *local;
     char opts[192];
-    snprintf(opts, sizeof opts,
-             "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
-             (int)dtype, (int)rope->cache_dtype, cfg.layout, cfg.wgs, cfg.vec);
+    rope_options(opts, sizeof opts, dtype, rope->cache_dtype, &cfg);
     return oclf_program_get(ctx, "rope.cl", opts, prog);
 }
 

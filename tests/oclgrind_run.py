@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Runs a test program on oclgrind (the `oclgrind` wrapper, which preloads its
+OpenCL runtime, so the same binaries run there) and judges the result.
+
+  oclgrind_run.py check   EXE [ARGS]  data-race, uninitialized-value, memory
+                                      and API checks; any report fails
+  oclgrind_run.py traffic EXE PLUGIN  global load/store bytes per op call,
+                                      counted by the oclgrind_traffic plugin,
+                                      against the op's minimum
+  oclgrind_run.py device  EXE [ARGS]  oclgrind as a second device with GPU-like
+                                      limits (256 work-items, 32 KiB local)
+
+Exit 77 (skip) when oclgrind is not installed.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# Fused kernels may move this much more than the op's minimum traffic.
+TRAFFIC_SLACK = 1.05
+
+
+def run(cmd, env):
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    mode, exe, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if not shutil.which("oclgrind"):
+        print("oclgrind is not installed")
+        return 77
+    env = dict(os.environ)
+    # Programs oclgrind built are cached apart from the POCL ones (the cache key
+    # holds the device fingerprint anyway).
+    env["OCLF_CACHE_DIR"] = env.get("OCLF_CACHE_DIR", "") + "-oclgrind-" + mode
+    env.pop("OCLF_TEST_PLATFORM", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "oclgrind.log")
+        if mode == "check":
+            # --uninitialized crashes oclgrind 21.10 inside its Uninitialized
+            # plugin on optimized kernel IR (a memcpy in instructionExecuted);
+            # at -O0 it runs, so the checked kernels are built unoptimized.
+            cmd = ["oclgrind", "--data-races", "--uninitialized", "--check-api",
+                   "--build-options", "-O0", "--log", log, exe, "check"] + args
+        elif mode == "traffic":
+            plugin = os.path.abspath(args.pop(0))
+            cmd = ["oclgrind", "--plugins", plugin, "--log", log, exe, "traffic"] + args
+        elif mode == "device":
+            cmd = ["oclgrind", "--max-wgsize", "256", "--local-mem-size", "32768",
+                   "--check-api", "--log", log, exe] + args
+            env["OCLF_TEST_QUICK"] = "1"
+        else:
+            print("unknown mode", mode)
+            return 2
+        r = run(cmd, env)
+        reports = open(log, errors="replace").read() if os.path.exists(log) else ""
+    out = r.stdout
+    if mode != "traffic":
+        sys.stdout.write(out)
+    if reports.strip():
+        print("oclgrind reported:\n" + reports[:20000])
+        return 1
+    if r.returncode != 0:
+        if mode == "traffic":
+            sys.stdout.write(out[-20000:])
+        print(f"exit status {r.returncode}")
+        return 1
+    if mode == "traffic":
+        return traffic(out)
+    return 0
+
+
+def traffic(out):
+    """Sums the global bytes of every kernel between '@@ begin' and '@@ end'."""
+    calls = []
+    cur = None
+    for line in out.splitlines():
+        if line.startswith("@@ begin"):
+            f = line.split()
+            kv = dict(x.split("=") for x in f[6:])
+            cur = {"op": f[2], "dtype": f[3], "path": f[4], "shape": f[5],
+                   "min": float(kv["min"]), "bcast": float(kv["bcast"]),
+                   "load": 0, "store": 0, "kernels": []}
+        elif line.startswith("@@ end"):
+            calls.append(cur)
+            cur = None
+        elif cur is not None:
+            m = re.match(r"Global traffic for kernel '([\w?]+)': load (\d+) bytes, "
+                         r"store (\d+) bytes", line)
+            if m:
+                cur["kernels"].append(m.group(1))
+                cur["load"] += int(m.group(2))
+                cur["store"] += int(m.group(3))
+        elif line.startswith("FAIL"):
+            print(line)
+    by_key = {(c["op"], c["dtype"], c["path"]): c for c in calls}
+    bad = 0
+    print("Global memory traffic per call, counted by an oclgrind plugin, fused kernels")
+    print("with LAYOUT=1 STAGE=1 (each row staged in local memory, read from global once).")
+    print("ratio = moved / minimum (inputs read once, outputs written once); the bound")
+    print(f"allows {TRAFFIC_SLACK}x the minimum plus the weight/bias vectors re-read by each")
+    print("row's work-group (bcast).")
+    print("ratio* = (moved - bcast) / minimum, the figure held to the bound.")
+    print(f"{'op':16} {'dtype':5} {'shape':8} {'min B':>8} {'fused B':>8} {'ratio':>6} "
+          f"{'ratio*':>6} {'unfused B':>9} {'ratio':>6} {'unf/fus':>7}")
+    for (op, dt, path), c in sorted(by_key.items()):
+        if path != "fused":
+            continue
+        moved = c["load"] + c["store"]
+        bound = TRAFFIC_SLACK * c["min"] + c["bcast"]
+        u = by_key.get((op, dt, "unfused"))
+        umoved = u["load"] + u["store"] if u else float("nan")
+        line = (f"{op:16} {dt:5} {c['shape']:8} {c['min']:8.0f} {moved:8d} {moved / c['min']:6.3f} "
+                f"{(moved - c['bcast']) / c['min']:6.3f} {umoved:9.0f} {umoved / c['min']:6.3f} "
+                f"{umoved / moved if moved else 0:7.3f}")
+        why = []
+        if moved == 0:
+            why.append("no global traffic counted")
+        if moved > bound:
+            why.append(f"fused moves {moved} > bound {bound:.0f}")
+        if u and not umoved > moved:
+            why.append(f"unfused {umoved} does not exceed fused {moved}")
+        if why:
+            bad += 1
+            line += "  FAIL: " + "; ".join(why)
+        print(line)
+    if not calls:
+        print("no calls measured")
+        return 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+/*
+ * Every kernel of every op on tiny shapes, driven through the op descriptors
+ * (tune/opdesc.h), meant to run under oclgrind (tests/oclgrind_run.py):
+ *
+ * Optional second and third arguments restrict the run to one op and dtype.
+ *
+ *   test_kernels check     every op x dtype x kernel structure x path x shape,
+ *                          each result verified against the CPU reference;
+ *                          oclgrind's data-race, uninitialized-value and
+ *                          memory checks watch every launch.
+ *   test_kernels traffic   each op and dtype once fused and once unfused with
+ *                          the traffic configuration, between "@@" marker
+ *                          lines on stdout, so oclgrind's per-kernel global
+ *                          load/store byte counts (--inst-counts) can be
+ *                          attributed to the call.
+ *
+ * An op that lands later is one more line in `cases`.
+ */
+#include "opdesc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes a kernel structure with one row per work-group re-reads per extra
+ * row: the broadcast vectors (weight, bias) every row multiplies by. */
+static double norm_w(const op_shape *s, oclf_dtype dt)
+{
+    return (double)s->d[1] * (double)oclf_dtype_size(dt);
+}
+static double norm_wb(const op_shape *s, oclf_dtype dt) { return 2 * norm_w(s, dt); }
+
+typedef struct kcase {
+    const char *op;
+    /* Small shapes with vector tails and several work-groups. */
+    const char *shapes;
+    /* Kernel structures, ';'-separated NAME=VALUE lists. */
+    const char *configs;
+    /* The configuration whose traffic is measured: the row read from global
+     * memory once (LAYOUT 1 stages it in local memory). */
+    const char *traffic_config;
+    const char *traffic_shape;
+    /* Bytes the measured kernels may read per row beyond the first (vectors
+     * every row reads), or NULL. */
+    double (*per_row_bcast)(const op_shape *s, oclf_dtype dt);
+} kcase;
+
+#define NORM_CONFIGS                                                                     \
+    "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=1,WGS=16,VEC=2,STAGE=0;LAYOUT=1,WGS=16,VEC=4,STAGE=1"
+#define NORM_TRAFFIC "LAYOUT=1,WGS=16,VEC=4,STAGE=1"
+
+static const kcase cases[] = {
+    {"rms_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", norm_w},
+    {"add_rms_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", norm_w},
+    {"layer_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", norm_wb},
+    {"add_layer_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", norm_wb},
+};
+
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+
+static int parse_params(const char *text, oclf_params *p)
+{
+    memset(p, 0, sizeof *p);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq)
+            return -1;
+        *eq = 0;
+        if (oclf_params_set(p, t, strtoll(eq + 1, NULL, 10)) != OCLF_SUCCESS)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct kept {
+    const op_desc *op;
+    void *inst;
+} kept;
+static kept keep[512];
+static size_t nkeep;
+
+/* One verified call; prints a line and returns 0 when right. */
+static int one(const op_env *env, const op_desc *op, const char *shape_text, oclf_dtype dt,
+               oclf_path path, const char *config, int traffic)
+{
+    op_shape shape;
+    char err[512] = "";
+    if (!op_parse_shape(op, shape_text, &shape)) {
+        printf("FAIL %s: bad shape %s\n", op->name, shape_text);
+        return 1;
+    }
+    oclf_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.path = path;
+    if (parse_params(config, &ch.params)) {
+        printf("FAIL %s: bad config %s\n", op->name, config);
+        return 1;
+    }
+    void *inst = op->create(env, &shape, dt, err, sizeof err);
+    if (!inst) {
+        printf("FAIL %s %s %s: %s\n", op->name, oclf_dtype_name(dt), shape_text, err);
+        return 1;
+    }
+    const char *pname = path == OCLF_PATH_FUSED ? "fused" : "unfused";
+    if (traffic) {
+        const kcase *k = NULL;
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+            if (strcmp(cases[i].op, op->name) == 0)
+                k = &cases[i];
+        const double extra = k && k->per_row_bcast && shape.d[0] > 1
+                                 ? (double)(shape.d[0] - 1) * k->per_row_bcast(&shape, dt)
+                                 : 0.0;
+        clFinish(env->queue);
+        printf("@@ begin %s %s %s %s min=%.0f bcast=%.0f\n", op->name, oclf_dtype_name(dt), pname,
+               shape_text, op->min_bytes(&shape, dt), extra);
+        fflush(stdout);
+    }
+    int ok = op->verify(env, inst, &ch, err, sizeof err);
+    clFinish(env->queue);
+    fflush(stdout);
+    if (traffic) {
+        printf("@@ end\n");
+        fflush(stdout);
+    }
+    /* Instances live until the end of the run: oclgrind 21.10's
+     * uninitialized-value tracking keeps stale shadow state for an allocation
+     * that reuses a freed one, and reported row 1 of a fresh temporary as
+     * uninitialized after an earlier, smaller buffer was released. */
+    if (!traffic && nkeep < sizeof keep / sizeof *keep)
+        keep[nkeep++] = (kept){op, inst};
+    else
+        op->destroy(inst);
+    if (!ok)
+        printf("FAIL %s %s %s %s [%s]: %s\n", op->name, oclf_dtype_name(dt), pname, shape_text,
+               config, err);
+    return !ok;
+}
+
+int main(int argc, char **argv)
+{
+    const int traffic = argc > 1 && strcmp(argv[1], "traffic") == 0;
+    op_env env;
+    char err[512];
+    if (op_env_open(&env, getenv("OCLF_TEST_PLATFORM"), NULL, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return getenv("OCLF_TEST_DEVICE_OPTIONAL") ? 77 : 1;
+    }
+    int failed = 0, runs = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const kcase *k = &cases[i];
+        if (argc > 2 && strcmp(argv[2], k->op) != 0)
+            continue;
+        const op_desc *op = op_find(k->op);
+        if (!op) {
+            printf("FAIL %s: no descriptor\n", k->op);
+            failed++;
+            continue;
+        }
+        for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
+            if (argc > 3 && strcmp(argv[3], oclf_dtype_name(dtypes[d])) != 0)
+                continue;
+            if (traffic) {
+                for (int p = 0; p < 1 + op->has_unfused; p++, runs++)
+                    failed += one(&env, op, k->traffic_shape, dtypes[d],
+                                  p ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED, k->traffic_config, 1);
+                continue;
+            }
+            char cfgs[512];
+            snprintf(cfgs, sizeof cfgs, "%s", k->configs);
+            char *s1 = NULL;
+            for (char *cfg = strtok_r(cfgs, ";", &s1); cfg; cfg = strtok_r(NULL, ";", &s1)) {
+                char shapes[256];
+                snprintf(shapes, sizeof shapes, "%s", k->shapes);
+                char *s2 = NULL;
+                for (char *sh = strtok_r(shapes, ",", &s2); sh; sh = strtok_r(NULL, ",", &s2))
+                    for (int p = 0; p < 1 + op->has_unfused; p++, runs++)
+                        failed += one(&env, op, sh, dtypes[d],
+                                      p ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED, cfg, 0);
+            }
+        }
+    }
+    for (size_t i = 0; i < nkeep; i++)
+        keep[i].op->destroy(keep[i].inst);
+    op_env_close(&env);
+    printf("%d calls, %d failed\n", runs, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,123 @@
+/*
+ * oclfuse-tune end to end, as a child process on a tiny shape: it writes a
+ * valid record and a journal, and --resume takes measurements from the
+ * journal instead of repeating them.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "oclfuse.h"
+
+static char dir[256], db[300], journal[320];
+
+static int tune(const char *extra)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s --ops rms_norm --dtypes f32 --shapes 3x64 --budget 6 --min-time 0.002 "
+             "--strategy exhaustive --quiet --db %s %s > %s/out.txt 2>&1",
+             getenv("OCLF_TUNE_BIN"), db, extra, dir);
+    int rc = system(cmd);
+    return rc;
+}
+
+/* Journal lines, and whether every key is unique. */
+static int journal_lines(int *unique)
+{
+    FILE *f = fopen(journal, "r");
+    if (!f)
+        return 0;
+    json_t *seen = json_object();
+    char line[4096];
+    int n = 0;
+    *unique = 1;
+    while (fgets(line, sizeof line, f)) {
+        json_t *e = json_loads(line, 0, NULL);
+        const char *k = json_string_value(json_object_get(e, "key"));
+        ck_assert_ptr_nonnull(k);
+        if (json_object_get(seen, k))
+            *unique = 0;
+        json_object_set_new(seen, k, json_true());
+        json_decref(e);
+        n++;
+    }
+    fclose(f);
+    json_decref(seen);
+    return n;
+}
+
+START_TEST(tune_and_resume)
+{
+    ck_assert_ptr_nonnull(getenv("OCLF_TUNE_BIN"));
+    snprintf(dir, sizeof dir, "/tmp/oclf-tune-%ld", (long)getpid());
+    mkdir(dir, 0755);
+    snprintf(db, sizeof db, "%s/tuning.json", dir);
+    snprintf(journal, sizeof journal, "%s.journal", db);
+
+    ck_assert_int_eq(tune(""), 0);
+    size_t n = 0;
+    ck_assert_msg(oclf_tuning_db_check(db, &n) == OCLF_SUCCESS, "%s", oclf_last_error(NULL));
+    ck_assert_int_eq(n, 1);
+    int unique = 0;
+    const int first = journal_lines(&unique);
+    ck_assert_int_ge(first, 1);
+    ck_assert(unique);
+
+    /* Resumed: nothing measured twice, and the record is replaced, not
+     * duplicated. */
+    ck_assert_int_eq(tune("--resume"), 0);
+    const int second = journal_lines(&unique);
+    ck_assert_int_ge(second, first);
+    ck_assert_msg(unique, "a journaled candidate was measured again");
+    ck_assert_int_eq(oclf_tuning_db_check(db, &n), OCLF_SUCCESS);
+    ck_assert_int_eq(n, 1);
+
+    /* A journal whose every candidate is marked failing: the resumed run
+     * measures nothing new for them and never chooses one. */
+    FILE *f = fopen(journal, "r");
+    char line[4096], *all = calloc(1, 1 << 20);
+    size_t used = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *e = json_loads(line, 0, NULL);
+        json_object_set_new(e, "ok", json_false());
+        char *s = json_dumps(e, JSON_COMPACT);
+        used += (size_t)snprintf(all + used, (1 << 20) - used, "%s\n", s);
+        free(s);
+        json_decref(e);
+    }
+    fclose(f);
+    f = fopen(journal, "w");
+    fputs(all, f);
+    fclose(f);
+    free(all);
+    unlink(db);
+    ck_assert_int_eq(tune("--resume"), 0);
+    /* Either nothing is written (all rejected) or a newly measured one. */
+    json_error_t err;
+    json_t *root = json_load_file(db, 0, &err);
+    if (root) {
+        json_t *r = json_array_get(json_object_get(root, "records"), 0);
+        ck_assert_ptr_nonnull(r);
+        json_decref(root);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tune");
+    TCase *tc = tcase_create("tune");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, tune_and_resume);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,402 @@
+/*
+ * Tuning database: chain order, device fallbacks, nearest shape, invalid
+ * records skipped, damaged files, concurrent writers, the lookup cache.
+ *
+ * Each test writes its databases into a fresh folder and makes its own
+ * oclf_context on the harness's device, so options and $XDG_DATA_HOME are
+ * read afresh; oclf_tuning_explain says which record dispatch would take.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+static char vendor[128], name[256], driver[128], type[16];
+
+static void setup(void)
+{
+    static int n;
+    snprintf(dir, sizeof dir, "/tmp/oclf-tunedb-%ld-%d", (long)getpid(), n++);
+    mkdir(dir, 0755);
+    /* The per-machine database lives here unless a test says otherwise. */
+    char data[300];
+    snprintf(data, sizeof data, "%s/data", dir);
+    setenv("XDG_DATA_HOME", data, 1);
+    th_env *e = th_get();
+    char fp[700];
+    snprintf(fp, sizeof fp, "%s", oclf_context_fingerprint(e->ctx));
+    char *s = fp, *f[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        f[i] = s;
+        s = strchr(s, '|');
+        if (s)
+            *s++ = '\0';
+        else
+            break;
+    }
+    snprintf(vendor, sizeof vendor, "%s", f[0]);
+    snprintf(name, sizeof name, "%s", f[1] ? f[1] : "");
+    snprintf(driver, sizeof driver, "%s", f[2] ? f[2] : "");
+    snprintf(type, sizeof type, "%s", f[3] ? f[3] : "");
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* One rms_norm f32 record as JSON text. */
+static char *rec(char *buf, size_t len, const char *v, const char *n, const char *d,
+                 const char *t, unsigned rows, unsigned cols, const char *path, int layout,
+                 int wgs, int stage)
+{
+    snprintf(buf, len,
+             "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
+             "\"type\": \"%s\"}, \"op\": \"rms_norm\", \"dtype\": \"f32\", "
+             "\"shape\": {\"rows\": %u, \"cols\": %u}, \"choice\": {\"path\": \"%s\", "
+             "\"params\": {\"LAYOUT\": %d, \"WGS\": %d, \"VEC\": 4, \"STAGE\": %d}}, "
+             "\"time_ns\": 1000}",
+             v, n, d, t, rows, cols, path, layout, wgs, stage);
+    return buf;
+}
+
+static void write_db(const char *path, const char *r1, const char *r2)
+{
+    char text[8192];
+    snprintf(text, sizeof text, "{\"format\": 1, \"records\": [%s%s%s]}\n", r1 ? r1 : "",
+             r1 && r2 ? "," : "", r2 ? r2 : "");
+    write_file(path, text);
+}
+
+typedef struct logbuf {
+    char text[4096];
+    int warnings;
+} logbuf;
+
+static void on_log(void *user, oclf_log_level level, const char *msg)
+{
+    logbuf *l = user;
+    if (level == OCLF_LOG_WARN)
+        l->warnings++;
+    strncat(l->text, msg, sizeof l->text - strlen(l->text) - 2);
+    strcat(l->text, "\n");
+}
+
+static oclf_context *make_ctx(const char *db, logbuf *log)
+{
+    th_env *e = th_get();
+    oclf_context_options o;
+    oclf_context_options_init(&o);
+    o.tuning_db = db;
+    o.log = log ? on_log : NULL;
+    o.log_user = log;
+    oclf_context *ctx = NULL;
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_SUCCESS);
+    return ctx;
+}
+
+static void explain(oclf_context *ctx, unsigned rows, unsigned cols, oclf_path path, char *out,
+                    size_t len)
+{
+    uint64_t dims[2] = {rows, cols};
+    ck_assert_int_eq(oclf_tuning_explain(ctx, "rms_norm", OCLF_F32, dims, 2, path, out, len),
+                     OCLF_SUCCESS);
+}
+
+/* The last line of an explanation is the decision. */
+static const char *decision(const char *text)
+{
+    const char *p = strstr(text, "uses: ");
+    return p ? p : "";
+}
+
+/* Runs rms_norm on rows x cols and checks one row against the reference. */
+static void run_rms(oclf_context *ctx, size_t rows, size_t cols)
+{
+    th_env *e = th_get();
+    float *x = th_random(OCLF_F32, rows * cols, -1, 1);
+    cl_mem mx = th_upload(x, rows * cols * 4), my = th_alloc(rows * cols * 4);
+    oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f, NULL,
+                                   0, NULL, NULL);
+    ck_assert_msg(st == OCLF_SUCCESS, "rms_norm: %s", oclf_last_error(ctx));
+    float *y = malloc(rows * cols * 4);
+    th_download(my, y, rows * cols * 4);
+    double want[4096];
+    oclf_ref_rms_norm(OCLF_F32, 1, cols, x, cols, NULL, 1e-6f, want);
+    for (size_t i = 0; i < cols; i++)
+        ck_assert_msg(fabs(y[i] - want[i]) < 1e-4 * (1 + fabs(want[i])), "y[%zu] %g want %g", i,
+                      y[i], want[i]);
+    free(x), free(y);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+}
+
+START_TEST(chain_order)
+{
+    setup();
+    char r[1024], ctxdb[300], machine[300], text[4096];
+    snprintf(ctxdb, sizeof ctxdb, "%s/ctx.json", dir);
+    write_db(ctxdb, rec(r, sizeof r, vendor, name, driver, type, 8, 64, "fused", 0, 2, 0), NULL);
+    snprintf(machine, sizeof machine, "%s/data", dir);
+    mkdir(machine, 0755);
+    strcat(machine, "/oclfuse");
+    mkdir(machine, 0755);
+    strcat(machine, "/tuning.json");
+    write_db(machine, rec(r, sizeof r, vendor, name, driver, type, 8, 64, "unfused", 0, 8, 0),
+             NULL);
+    char def[300];
+    ck_assert_int_eq(oclf_tuning_db_default_path(def, sizeof def), OCLF_SUCCESS);
+    ck_assert_str_eq(def, machine);
+
+    /* Context database first. */
+    oclf_context *ctx = make_ctx(ctxdb, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "context database") && strstr(text, "WGS=2"), "%s", text);
+    run_rms(ctx, 8, 64);
+    oclf_context_destroy(ctx);
+
+    /* Without it, the per-machine one. */
+    ctx = make_ctx(NULL, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "per-machine database") && strstr(text, "unfused") &&
+                      strstr(text, "WGS=8"),
+                  "%s", text);
+    run_rms(ctx, 8, 64);
+    oclf_context_destroy(ctx);
+
+    /* Neither: the heuristic. */
+    unlink(machine);
+    ctx = make_ctx(NULL, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "heuristic"), "%s", text);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(device_fallbacks)
+{
+    setup();
+    char r1[1024], r2[1024], db[300], text[4096];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    /* vendor + name with another driver beats type only. */
+    write_db(db, rec(r1, sizeof r1, "Nobody", "Nothing", "0", type, 8, 64, "fused", 0, 16, 0),
+             rec(r2, sizeof r2, vendor, name, "other-driver", type, 8, 64, "fused", 0, 8, 0));
+    oclf_context *ctx = make_ctx(db, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "vendor+name") && strstr(decision(text), "WGS=8"), "%s",
+                  text);
+    oclf_context_destroy(ctx);
+
+    /* vendor + type */
+    write_db(db, rec(r1, sizeof r1, "Nobody", "Nothing", "0", type, 8, 64, "fused", 0, 16, 0),
+             rec(r2, sizeof r2, vendor, "another model", "x", type, 8, 64, "fused", 0, 4, 0));
+    ctx = make_ctx(db, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "vendor+type") && strstr(decision(text), "WGS=4"), "%s",
+                  text);
+    oclf_context_destroy(ctx);
+
+    /* type only; another type never matches. */
+    write_db(db, rec(r1, sizeof r1, "Nobody", "Nothing", "0", type, 8, 64, "fused", 0, 16, 0),
+             rec(r2, sizeof r2, "Other", "x", "y", strcmp(type, "GPU") ? "GPU" : "CPU", 8, 64,
+                 "fused", 0, 2, 0));
+    ctx = make_ctx(db, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "device type") && strstr(decision(text), "WGS=16"), "%s",
+                  text);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(nearest_shape)
+{
+    setup();
+    char r1[1024], r2[1024], db[300], text[4096];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    write_db(db, rec(r1, sizeof r1, vendor, name, driver, type, 8, 64, "fused", 0, 2, 0),
+             rec(r2, sizeof r2, vendor, name, driver, type, 4096, 4096, "fused", 0, 32, 0));
+    oclf_context *ctx = make_ctx(db, NULL);
+    explain(ctx, 16, 128, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "rows=8 cols=64"), "%s", text);
+    explain(ctx, 2048, 2048, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "rows=4096 cols=4096"), "%s", text);
+    /* Same bucket wins over a closer shape in another bucket. */
+    explain(ctx, 5, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "rows=8 cols=64"), "%s", text);
+    run_rms(ctx, 16, 128);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(invalid_records_skipped)
+{
+    setup();
+    char r1[1024], r2[1024], db[300], text[4096];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    size_t max_wgs = 0;
+    clGetDeviceInfo(th_get()->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs,
+                    NULL);
+    /* WGS beyond the device; STAGE = 1 with LAYOUT = 0. */
+    write_db(db, rec(r1, sizeof r1, vendor, name, driver, type, 8, 64, "fused", 1,
+                     (int)max_wgs * 2, 0),
+             rec(r2, sizeof r2, vendor, name, driver, type, 8, 64, "fused", 0, 2, 1));
+    logbuf log = {"", 0};
+    oclf_context *ctx = make_ctx(db, &log);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(text, "skips") && strstr(text, "STAGE = 1 needs LAYOUT = 1") &&
+                      strstr(decision(text), "heuristic"),
+                  "%s", text);
+    run_rms(ctx, 8, 64);
+    ck_assert_msg(strstr(log.text, "skipped"), "%s", log.text);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(explicit_path_alternative)
+{
+    setup();
+    char db[300], text[4096], doc[4096];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    snprintf(doc, sizeof doc,
+             "{\"format\": 1, \"records\": [{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", "
+             "\"driver\": \"%s\", \"type\": \"%s\"}, \"op\": \"rms_norm\", \"dtype\": \"f32\", "
+             "\"shape\": {\"rows\": 8, \"cols\": 64}, \"choice\": {\"path\": \"unfused\", "
+             "\"params\": {\"WGS\": 8}}, \"alternatives\": [{\"path\": \"fused\", \"params\": "
+             "{\"WGS\": 2}, \"time_ns\": 5}], \"time_ns\": 4}]}",
+             vendor, name, driver, type);
+    write_file(db, doc);
+    oclf_context *ctx = make_ctx(db, NULL);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "unfused") && strstr(decision(text), "WGS=8"), "%s", text);
+    explain(ctx, 8, 64, OCLF_PATH_FUSED, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "uses: context") && strstr(decision(text), "WGS=2"), "%s",
+                  text);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(bad_files)
+{
+    setup();
+    static const struct {
+        const char *text, *where;
+    } cases[] = {
+        {"{\"format\": 1, \"records\": [\n {\"op\": \"rms", ":2:"},   /* truncated */
+        {"this is not JSON\n", ":1:"},                                 /* not JSON */
+        {"{\n  \"format\": 2,\n  \"records\": []\n}\n", ":2:3"},       /* unknown format */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char db[300];
+        snprintf(db, sizeof db, "%s/bad%zu.json", dir, i);
+        write_file(db, cases[i].text);
+        ck_assert_int_eq(oclf_tuning_db_check(db, NULL), OCLF_DB_ERROR);
+        const char *msg = oclf_last_error(NULL);
+        ck_assert_msg(strstr(msg, db) && strstr(msg, cases[i].where), "case %zu: %s", i, msg);
+
+        /* A context on the damaged file still runs ops, and says why. */
+        logbuf log = {"", 0};
+        oclf_context *ctx = make_ctx(db, &log);
+        run_rms(ctx, 4, 64);
+        oclf_context_stats s;
+        oclf_context_get_stats(ctx, &s);
+        ck_assert_int_eq(s.tuning_db_errors, 1);
+        ck_assert_int_eq(log.warnings, 1);
+        ck_assert_msg(strstr(log.text, db) && strstr(log.text, cases[i].where), "%s", log.text);
+        oclf_context_destroy(ctx);
+    }
+    char good[300];
+    size_t n = 99;
+    snprintf(good, sizeof good, "%s/good.json", dir);
+    write_db(good, NULL, NULL);
+    ck_assert_int_eq(oclf_tuning_db_check(good, &n), OCLF_SUCCESS);
+    ck_assert_int_eq(n, 0);
+}
+END_TEST
+
+START_TEST(lookup_cache)
+{
+    setup();
+    char r1[1024], db[300];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    write_db(db, rec(r1, sizeof r1, vendor, name, driver, type, 8, 64, "fused", 0, 2, 0), NULL);
+    oclf_context *ctx = make_ctx(db, NULL);
+    for (int i = 0; i < 5; i++)
+        run_rms(ctx, 8, 64);
+    oclf_context_stats s;
+    oclf_context_get_stats(ctx, &s);
+    /* One search (and JSON parse) for the first call, hash hits after. */
+    ck_assert_int_eq(s.tuning_lookups, 1);
+    ck_assert_int_eq(s.tuning_cache_hits, 4);
+    run_rms(ctx, 9, 64); /* another shape: one more search, no reparse */
+    oclf_context_get_stats(ctx, &s);
+    ck_assert_int_eq(s.tuning_lookups, 2);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(concurrent_writers)
+{
+    setup();
+    char db[300];
+    snprintf(db, sizeof db, "%s/sub/dir/tuning.json", dir);
+    enum { PER = 25 };
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        ck_assert_int_ge(kids[k], 0);
+        if (kids[k] == 0) {
+            /* No OpenCL in the children: merge needs none when records
+             * carry their device. */
+            int bad = 0;
+            for (int i = 0; i < PER; i++) {
+                char r[1024], arr[1100];
+                rec(r, sizeof r, "V", "N", "D", "CPU", (unsigned)(k * 1000 + i + 1), 64,
+                    "fused", 0, 2, 0);
+                snprintf(arr, sizeof arr, "[%s]", r);
+                bad |= oclf_tuning_db_merge(NULL, db, arr) != OCLF_SUCCESS;
+            }
+            _exit(bad);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        int status = 0;
+        waitpid(kids[k], &status, 0);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    size_t n = 0;
+    ck_assert_msg(oclf_tuning_db_check(db, &n) == OCLF_SUCCESS, "%s", oclf_last_error(NULL));
+    ck_assert_int_eq(n, 2 * PER);
+    /* Same identity replaces rather than duplicates. */
+    char r[1024], arr[1100];
+    rec(r, sizeof r, "V", "N", "D", "CPU", 1, 64, "unfused", 0, 4, 0);
+    snprintf(arr, sizeof arr, "[%s]", r);
+    ck_assert_int_eq(oclf_tuning_db_merge(NULL, db, arr), OCLF_SUCCESS);
+    ck_assert_int_eq(oclf_tuning_db_check(db, &n), OCLF_SUCCESS);
+    ck_assert_int_eq(n, 2 * PER);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tunedb");
+    TCase *tc = tcase_create("tunedb");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, chain_order);
+    tcase_add_test(tc, device_fallbacks);
+    tcase_add_test(tc, nearest_shape);
+    tcase_add_test(tc, invalid_records_skipped);
+    tcase_add_test(tc, explicit_path_alternative);
+    tcase_add_test(tc, bad_files);
+    tcase_add_test(tc, lookup_cache);
+    tcase_add_test(tc, concurrent_writers);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s) ? 1 : 0;
+}

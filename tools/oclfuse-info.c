@@ -1,0 +1,128 @@
+/*
+ * oclfuse-info: the OpenCL platforms and devices with their fingerprints
+ * (the key of tuning records), and for one device which tuning record, from
+ * which database file, each op would use for a shape (or why it falls back
+ * to the heuristic).
+ */
+#include "opdesc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: oclfuse-info [--platform P --device D] [--ops a,b] [--dtype f32]\n"
+               "                    [--shape ROWSxCOLS] [--path auto|fused|unfused]\n"
+               "Lists devices; with --shape, explains each op's tuning lookup on the chosen\n"
+               "device (default: the first).\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *platform = NULL, *device = NULL, *ops = NULL, *dtype = "f32", *shape = NULL,
+               *path = "auto";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **dst = strcmp(a, "--platform") == 0 ? &platform
+                           : strcmp(a, "--device") == 0 ? &device
+                           : strcmp(a, "--ops") == 0    ? &ops
+                           : strcmp(a, "--dtype") == 0  ? &dtype
+                           : strcmp(a, "--shape") == 0  ? &shape
+                           : strcmp(a, "--path") == 0   ? &path
+                                                        : NULL;
+        if (!dst || !v) {
+            usage(strcmp(a, "--help") == 0 ? stdout : stderr);
+            return strcmp(a, "--help") == 0 ? 0 : 2;
+        }
+        *dst = v;
+        i++;
+    }
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+        fprintf(stderr, "oclfuse-info: no OpenCL platform\n");
+        return 1;
+    }
+    for (cl_uint p = 0; p < np; p++) {
+        char pname[256] = "";
+        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+        printf("platform %u: %s\n", p, pname);
+        cl_device_id devs[16];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
+            continue;
+        for (cl_uint d = 0; d < nd; d++) {
+            cl_int e;
+            cl_context cl = clCreateContext(NULL, 1, &devs[d], NULL, NULL, &e);
+            oclf_context *ctx = NULL;
+            if (cl)
+                oclf_context_create(cl, devs[d], NULL, &ctx);
+            printf("  device %u: %s\n", d, ctx ? oclf_context_fingerprint(ctx) : "(unavailable)");
+            oclf_context_destroy(ctx);
+            if (cl)
+                clReleaseContext(cl);
+        }
+    }
+    char machine[4096];
+    if (oclf_tuning_db_default_path(machine, sizeof machine) == OCLF_SUCCESS) {
+        size_t n = 0;
+        oclf_status st = oclf_tuning_db_check(machine, &n);
+        printf("per-machine database: %s (%s)\n", machine,
+               st == OCLF_SUCCESS ? "ok" : oclf_last_error(NULL));
+        if (st == OCLF_SUCCESS)
+            printf("  %zu records\n", n);
+    }
+    const char *env_db = getenv("OCLF_TUNING_DB");
+    if (env_db && *env_db) {
+        size_t n = 0;
+        oclf_status st = oclf_tuning_db_check(env_db, &n);
+        printf("OCLF_TUNING_DB: %s (%s, %zu records)\n", env_db,
+               st == OCLF_SUCCESS ? "ok" : oclf_last_error(NULL), n);
+    }
+    if (!shape)
+        return 0;
+
+    oclf_dtype dt;
+    if (!op_parse_dtype(dtype, &dt)) {
+        fprintf(stderr, "oclfuse-info: unknown dtype %s\n", dtype);
+        return 2;
+    }
+    oclf_path pth = strcmp(path, "fused") == 0     ? OCLF_PATH_FUSED
+                    : strcmp(path, "unfused") == 0 ? OCLF_PATH_UNFUSED
+                                                   : OCLF_PATH_AUTO;
+    op_env env;
+    char err[512];
+    if (op_env_open(&env, platform, device, err, sizeof err) != 0) {
+        fprintf(stderr, "oclfuse-info: %s\n", err);
+        return 1;
+    }
+    printf("\nlookup on %s, %s %s, path %s:\n", oclf_context_fingerprint(env.ctx), dtype, shape,
+           path);
+    int rc = 0;
+    for (int i = 0; op_table[i]; i++) {
+        const op_desc *op = op_table[i];
+        if (ops && !strstr(ops, op->name))
+            continue;
+        op_shape s;
+        if (!op_parse_shape(op, shape, &s)) {
+            printf("%s: shape is %s\n", op->name, op->shape_help);
+            continue;
+        }
+        uint64_t dims[OP_MAX_DIMS];
+        for (int k = 0; k < s.ndims; k++)
+            dims[k] = s.d[k];
+        char text[8192];
+        if (oclf_tuning_explain(env.ctx, op->name, dt, dims, (unsigned)s.ndims, pth, text,
+                                sizeof text) != OCLF_SUCCESS) {
+            printf("%s: %s\n", op->name, oclf_last_error(env.ctx));
+            rc = 1;
+            continue;
+        }
+        printf("%s:\n", op->name);
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+            printf("  %s\n", line);
+    }
+    op_env_close(&env);
+    return rc;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages liboclfuse needs to build, test and run, when
+# they are missing. Safe to run again: installs nothing when all are present.
+set -euo pipefail
+
+packages=(
+  gcc pkg-config python3 meson ninja-build
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  libclblast-dev libjansson-dev check libsubunit-dev
+  oclgrind liboclgrind-dev g++ valgrind clang
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing: ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

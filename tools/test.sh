@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, runs every test suite, and ends with
+# "N passed, N failed[, N skipped]" counted from Meson's results.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tools/build.sh
+builddir=${OCLF_BUILD_DIR:-build}
+
+status=0
+meson test -C "$builddir" --print-errorlogs --num-processes "$(nproc)" || status=$?
+
+# Sanitizer build: the host-side suites again under ASan + UBSan (see README
+# for the options). Results are appended to the same count.
+asandir=${OCLF_ASAN_BUILD_DIR:-build-asan}
+if [ "${OCLF_SKIP_ASAN:-0}" = 0 ]; then
+  if [ -f "$asandir/build.ninja" ]; then
+    meson setup --reconfigure "$asandir" >/dev/null
+  else
+    meson setup "$asandir" -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+  fi
+  ninja -C "$asandir"
+  ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:abort_on_error=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 OCLF_TEST_QUICK=1 \
+    meson test -C "$asandir" --print-errorlogs --num-processes "$(nproc)" \
+      --suite faults --suite cache --suite threads --suite norm || status=$?
+fi
+
+# valgrind memcheck on one full op suite: no leak or error from liboclfuse.
+vg_log="$builddir/meson-logs/valgrind.txt"
+vg_result=SKIP
+if command -v valgrind >/dev/null && [ "${OCLF_SKIP_VALGRIND:-0}" = 0 ]; then
+  if CK_FORK=no OCLF_CACHE_DIR="$PWD/$builddir/test-program-cache" \
+     valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect \
+       --error-exitcode=99 --suppressions=tests/valgrind/pocl.supp \
+       "$builddir/tests/test_faults" >"$vg_log" 2>&1; then
+    vg_result=OK
+  else
+    vg_result=FAIL; status=1; tail -40 "$vg_log"
+  fi
+fi
+
+logs=("$builddir/meson-logs/testlog.json")
+[ "${OCLF_SKIP_ASAN:-0}" = 0 ] && logs+=("$asandir/meson-logs/testlog.json")
+python3 - "$vg_result" "${logs[@]}" <<'PY'
+import json, sys
+passed = failed = skipped = 0
+extra = sys.argv[1]
+if extra == 'OK':
+    passed += 1
+elif extra == 'FAIL':
+    failed += 1
+for path in sys.argv[2:]:
+  with open(path) as f:
+    for line in f:
+        line = line.strip()
+        if not line:
+            continue
+        r = json.loads(line).get('result')
+        if r in ('OK', 'EXPECTEDFAIL'):
+            passed += 1
+        elif r == 'SKIP':
+            skipped += 1
+        else:
+            failed += 1
+tail = f", {skipped} skipped" if skipped else ""
+print(f"{passed} passed, {failed} failed{tail}")
+sys.exit(1 if failed else 0)
+PY
+exit $status

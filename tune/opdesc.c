@@ -1,0 +1,303 @@
+/* The op table's shared machinery: shapes, device, timing, copy bandwidth. */
+#include "opdesc.h"
+
+#include "ref.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern const op_desc op_rms_norm, op_add_rms_norm, op_layer_norm, op_add_layer_norm;
+extern const op_desc op_act_and_mul, op_rotary_embedding, op_qk_norm_rope;
+
+const op_desc *const op_table[] = {
+    &op_rms_norm,    &op_add_rms_norm,     &op_layer_norm,   &op_add_layer_norm,
+    &op_act_and_mul, &op_rotary_embedding, &op_qk_norm_rope, NULL,
+};
+
+const op_desc *op_find(const char *name)
+{
+    for (int i = 0; op_table[i]; i++)
+        if (strcmp(op_table[i]->name, name) == 0)
+            return op_table[i];
+    return NULL;
+}
+
+int op_parse_shape(const op_desc *op, const char *text, op_shape *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *p = text;
+    while (*p && out->ndims < OP_MAX_DIMS) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p)
+            return 0;
+        out->d[out->ndims++] = v;
+        if (*end == 'x' || *end == 'X')
+            p = end + 1;
+        else if (*end == '\0')
+            p = end;
+        else
+            return 0;
+    }
+    return *p == '\0' && out->ndims == op->ndims;
+}
+
+void op_format_shape(const op_shape *s, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->ndims && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%" PRIu64, i ? "x" : "", s->d[i]);
+}
+
+int op_parse_dtype(const char *name, oclf_dtype *out)
+{
+    for (int d = 0; d < OCLF_DTYPE_COUNT_; d++)
+        if (strcmp(name, oclf_dtype_name((oclf_dtype)d)) == 0) {
+            *out = (oclf_dtype)d;
+            return 1;
+        }
+    return 0;
+}
+
+/* An index ("1") or a case-sensitive substring of the name. */
+static int matches(const char *want, unsigned index, const char *name)
+{
+    if (!want || !*want)
+        return 1;
+    char *end;
+    unsigned long v = strtoul(want, &end, 10);
+    if (*end == '\0')
+        return v == index;
+    return strstr(name, want) != NULL;
+}
+
+int op_env_open(op_env *env, const char *platform, const char *device, char *err, size_t errlen)
+{
+    return op_env_open_opts(env, platform, device, NULL, err, errlen);
+}
+
+int op_env_open_opts(op_env *env, const char *platform, const char *device,
+                     const oclf_context_options *options, char *err, size_t errlen)
+{
+    memset(env, 0, sizeof *env);
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+        snprintf(err, errlen, "no OpenCL platform found (is an ICD such as pocl-opencl-icd installed?)");
+        return -1;
+    }
+    for (cl_uint p = 0; p < np && !env->device; p++) {
+        char pname[256] = "";
+        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+        if (!matches(platform, p, pname))
+            continue;
+        cl_device_id devs[16];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
+            continue;
+        for (cl_uint d = 0; d < nd; d++) {
+            char dname[256] = "";
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
+            if (matches(device, d, dname)) {
+                env->platform = plats[p];
+                env->device = devs[d];
+                break;
+            }
+        }
+    }
+    if (!env->device) {
+        snprintf(err, errlen, "no OpenCL device matches platform '%s' device '%s'",
+                 platform ? platform : "*", device ? device : "*");
+        return -1;
+    }
+    cl_int e = CL_SUCCESS;
+    env->cl = clCreateContext(NULL, 1, &env->device, NULL, NULL, &e);
+    if (env->cl)
+        env->queue = clCreateCommandQueue(env->cl, env->device, CL_QUEUE_PROFILING_ENABLE, &e);
+    if (!env->cl || !env->queue) {
+        snprintf(err, errlen, "cannot create an OpenCL context and queue (error %d)", (int)e);
+        op_env_close(env);
+        return -1;
+    }
+    if (oclf_context_create(env->cl, env->device, options, &env->ctx) != OCLF_SUCCESS) {
+        snprintf(err, errlen, "oclf_context_create: %s", oclf_last_error(NULL));
+        op_env_close(env);
+        return -1;
+    }
+    return 0;
+}
+
+void op_env_close(op_env *env)
+{
+    oclf_context_destroy(env->ctx);
+    if (env->queue)
+        clReleaseCommandQueue(env->queue);
+    if (env->cl)
+        clReleaseContext(env->cl);
+    memset(env, 0, sizeof *env);
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
+                  double min_seconds, int min_reps)
+{
+    /* Warm-up: builds programs and faults pages in. */
+    for (int i = 0; i < 2; i++) {
+        if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS)
+            return -1;
+    }
+    if (clFinish(env->queue) != CL_SUCCESS)
+        return -1;
+    enum { MAX_REPS = 1000 };
+    double *t = malloc(MAX_REPS * sizeof *t);
+    if (!t)
+        return -1;
+    int n = 0;
+    const double start = now_ns();
+    /* Host time around each whole call: the unfused path is several
+     * launches and its cost includes the gaps between them. */
+    while (n < MAX_REPS && (n < min_reps || now_ns() - start < min_seconds * 1e9)) {
+        double t0 = now_ns();
+        if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS || clFinish(env->queue) != CL_SUCCESS) {
+            free(t);
+            return -1;
+        }
+        t[n++] = now_ns() - t0;
+    }
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return med;
+}
+
+/* Plain copies in the shapes a GPU and a CPU like best (one vector per
+ * work-item; a contiguous 16 KiB chunk per work-item). The best of them is
+ * the bandwidth any streaming kernel on this device can hope for, so every
+ * op's fraction of it is honest. */
+static const char *copy_src =
+    "kernel void copy4(global const float4 *a, global float4 *b) {\n"
+    "    size_t i = get_global_id(0); b[i] = a[i]; }\n"
+    "kernel void copy16(global const float16 *a, global float16 *b) {\n"
+    "    size_t i = get_global_id(0); b[i] = a[i]; }\n"
+    "kernel void copy_chunk(global const float16 *a, global float16 *b) {\n"
+    "    size_t base = get_global_id(0) * 256;\n"
+    "    for (uint i = 0; i < 256; i++) b[base + i] = a[base + i]; }\n";
+
+double op_copy_gbps(const op_env *env)
+{
+    const size_t bytes = (size_t)256 << 20;
+    cl_int e = CL_SUCCESS;
+    double best = -1;
+    cl_program prog = clCreateProgramWithSource(env->cl, 1, &copy_src, NULL, &e);
+    if (!prog || clBuildProgram(prog, 1, &env->device, "", NULL, NULL) != CL_SUCCESS)
+        goto out;
+    cl_mem a = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
+    cl_mem b = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
+    if (a && b) {
+        const char *names[3] = {"copy4", "copy16", "copy_chunk"};
+        const size_t width[3] = {16, 64, 64 * 256};
+        float zero = 0;
+        clEnqueueFillBuffer(env->queue, a, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+        clEnqueueFillBuffer(env->queue, b, &zero, sizeof zero, 0, bytes, 0, NULL, NULL);
+        clFinish(env->queue);
+        for (int k = 0; k < 3; k++) {
+            cl_kernel kern = clCreateKernel(prog, names[k], &e);
+            if (!kern)
+                continue;
+            clSetKernelArg(kern, 0, sizeof a, &a);
+            clSetKernelArg(kern, 1, sizeof b, &b);
+            size_t global = bytes / width[k];
+            double times[7];
+            int ok = 1;
+            for (int r = 0; r < 7 && ok; r++) {
+                double t0 = now_ns();
+                size_t local = 4; /* chunks: few per group, many groups */
+                ok = clEnqueueNDRangeKernel(env->queue, kern, 1, NULL, &global,
+                                            k == 2 ? &local : NULL, 0, NULL, NULL) == CL_SUCCESS &&
+                     clFinish(env->queue) == CL_SUCCESS;
+                times[r] = now_ns() - t0;
+            }
+            if (ok) {
+                qsort(times + 1, 6, sizeof *times, cmp_double); /* first run warms up */
+                double gbps = 2.0 * (double)bytes / times[1 + 3];
+                if (gbps > best)
+                    best = gbps;
+            }
+            clReleaseKernel(kern);
+        }
+    }
+    if (a)
+        clReleaseMemObject(a);
+    if (b)
+        clReleaseMemObject(b);
+out:
+    if (prog)
+        clReleaseProgram(prog);
+    return best;
+}
+
+void op_fill_random(oclf_dtype dtype, void *host, size_t n, float lo, float hi, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        float u = (float)((s >> 40) * (1.0 / 16777216.0));
+        oclf_ref_set(dtype, host, i, lo + (hi - lo) * u);
+    }
+}
+
+cl_mem op_upload(const op_env *env, const void *host, size_t bytes, char *err, size_t errlen)
+{
+    cl_int e = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &e);
+    if (!m) {
+        snprintf(err, errlen, "cannot allocate %zu bytes on the device (error %d)", bytes, (int)e);
+        return NULL;
+    }
+    if (host && bytes && op_rewrite(env, m, host, bytes) != 0) {
+        snprintf(err, errlen, "cannot write %zu bytes to the device", bytes);
+        clReleaseMemObject(m);
+        return NULL;
+    }
+    return m;
+}
+
+int op_rewrite(const op_env *env, cl_mem mem, const void *host, size_t bytes)
+{
+    return clEnqueueWriteBuffer(env->queue, mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL) ==
+                   CL_SUCCESS
+               ? 0
+               : -1;
+}
+
+int op_download(const op_env *env, cl_mem mem, void *host, size_t bytes)
+{
+    return clEnqueueReadBuffer(env->queue, mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL) ==
+                   CL_SUCCESS
+               ? 0
+               : -1;
+}
+
+void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p)
+{
+    if (*n < max)
+        out[(*n)++] = *p;
+}

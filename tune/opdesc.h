@@ -1,0 +1,103 @@
+/*
+ * Operation descriptors shared by oclfuse-bench and oclfuse-tune.
+ *
+ * Each op family describes, in tune/op_<family>.c, how to make device inputs
+ * for a shape, run one call with a given choice (path + parameters), verify
+ * the result against the CPU reference, count the minimum bytes it must
+ * move, and enumerate its tuning search space. The benchmark and the tuner
+ * only iterate this table, so a new operation needs a descriptor and nothing
+ * in their cores.
+ */
+#ifndef OCLF_OPDESC_H
+#define OCLF_OPDESC_H
+
+#include "oclfuse.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OP_MAX_DIMS 8
+
+typedef struct op_env {
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context cl;
+    cl_command_queue queue;
+    oclf_context *ctx;
+} op_env;
+
+typedef struct op_shape {
+    int ndims;
+    uint64_t d[OP_MAX_DIMS];
+} op_shape;
+
+typedef struct op_desc {
+    const char *name;
+    /* How --shapes is read for this op, e.g. "ROWSxHIDDEN (rows x hidden size)". */
+    const char *shape_help;
+    int ndims;
+    const char *dim_names[OP_MAX_DIMS]; /* JSON keys of the shape object */
+    const char *bench_shapes;           /* default shapes for the benchmark */
+    const char *tune_shapes;            /* default shapes for the tuner */
+    const char *llm_shapes;             /* the tuner's "llm" preset (NULL: tune_shapes) */
+    int has_unfused;
+
+    /* Device inputs with random values for (shape, dtype); NULL and a
+     * sentence in err on failure. */
+    void *(*create)(const op_env *env, const op_shape *shape, oclf_dtype dtype, char *err,
+                    size_t errlen);
+    /* One call, enqueued; *event (may be NULL) completes with it. */
+    oclf_status (*run)(const op_env *env, void *inst, const oclf_choice *choice,
+                       cl_event *event);
+    /* Restores the inputs, runs once with `choice`, waits, compares with the
+     * reference under the SPEC tolerance. 1 when right; else 0 and why. */
+    int (*verify)(const op_env *env, void *inst, const oclf_choice *choice, char *msg,
+                  size_t len);
+    /* Inputs read once and outputs written once, in bytes. */
+    double (*min_bytes)(const op_shape *shape, oclf_dtype dtype);
+    /* Arithmetic for GFLOP/s, or NULL where bandwidth is the measure. */
+    double (*flops)(const op_shape *shape);
+    void (*destroy)(void *inst);
+
+    /* Tuning: writes up to `max` candidate parameter sets for `path` into
+     * out and returns how many; invalid points are left out here, before
+     * anything compiles. */
+    int (*space)(const op_env *env, const op_shape *shape, oclf_dtype dtype, oclf_path path,
+                 oclf_params *out, int max);
+} op_desc;
+
+/* Every op, NULL-terminated. */
+extern const op_desc *const op_table[];
+const op_desc *op_find(const char *name);
+
+/* "4096x4096" -> shape; 0 on a malformed string or wrong dimension count. */
+int op_parse_shape(const op_desc *op, const char *text, op_shape *out);
+void op_format_shape(const op_shape *shape, char *buf, size_t len);
+int op_parse_dtype(const char *name, oclf_dtype *out);
+
+/* Opens the device: platform/device by index or name substring (NULL:
+ * the first device). Returns 0 and fills env, or -1 with a message. */
+int op_env_open(op_env *env, const char *platform, const char *device, char *err, size_t errlen);
+/* The same with context options (the tuner turns the databases off). */
+int op_env_open_opts(op_env *env, const char *platform, const char *device,
+                     const oclf_context_options *options, char *err, size_t errlen);
+void op_env_close(op_env *env);
+
+/* Copy-kernel bandwidth of the device in GB/s (read + write bytes / time),
+ * the yardstick for every op's achieved bandwidth. */
+double op_copy_gbps(const op_env *env);
+
+/* Median wall time in ns of `run` with `choice`, after warm-up, repeated
+ * until min_seconds have passed (at least min_reps times). <0 on error. */
+double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
+                  double min_seconds, int min_reps);
+
+/* Helpers for descriptors. */
+void op_fill_random(oclf_dtype dtype, void *host, size_t n, float lo, float hi, uint64_t seed);
+cl_mem op_upload(const op_env *env, const void *host, size_t bytes, char *err, size_t errlen);
+int op_download(const op_env *env, cl_mem mem, void *host, size_t bytes);
+int op_rewrite(const op_env *env, cl_mem mem, const void *host, size_t bytes);
+/* Adds p to out[*n] when *n < max. */
+void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);
+
+#endif
