@@ -187,19 +187,25 @@ inline floatv oclf_round_halfv(floatv v)
 #ifndef OCLF_LAYOUT
 #define OCLF_LAYOUT 0
 #endif
+/* ROW_LANES declares this work-item's (lane, nlanes) within a row;
+ * FOR_ROWS(row, nrows, rpg) visits the rows of this work-item (LAYOUT 0: its
+ * one row) or of this work-group (LAYOUT 1: `rpg` consecutive rows, so data
+ * shared by all rows, such as a staged weight vector, is loaded once per
+ * group). The trip count is uniform across a work-group, so the barriers of
+ * ROW_REDUCE inside the loop are reached by every work-item. */
 #if OCLF_LAYOUT == 0
-#define ROW_SETUP(nrows)                                                       \
-    const ulong row = get_global_id(0);                                        \
-    if (row >= (nrows))                                                        \
-        return;                                                                \
-    const uint lane = 0, nlanes = 1
+#define ROW_LANES const uint lane = 0, nlanes = 1
+#define FOR_ROWS(row, nrows, rpg)                                              \
+    for (ulong row = get_global_id(0); row < (nrows); row = (nrows))
 #define ROW_REDUCE(v, scratch) (v)
 /* Staging needs a work-group per row; here it folds away at compile time. */
 #define STAGED(flag) 0
 #elif OCLF_LAYOUT == 1
-#define ROW_SETUP(nrows)                                                       \
-    const ulong row = get_group_id(0);                                         \
-    const uint lane = get_local_id(0), nlanes = OCLF_WGS
+#define ROW_LANES const uint lane = get_local_id(0), nlanes = OCLF_WGS
+#define FOR_ROWS(row, nrows, rpg)                                              \
+    for (ulong row = (ulong)get_group_id(0) * (rpg),                           \
+               row##_end_ = (row + (rpg) < (nrows) ? row + (rpg) : (nrows));   \
+         row < row##_end_; row++)
 #define ROW_REDUCE(v, scratch) wg_sum((v), (scratch))
 #define STAGED(flag) (flag)
 #else

@@ -393,6 +393,72 @@ OCLF_API oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue
                                        float eps, const oclf_choice *choice, cl_uint num_events,
                                        const cl_event *wait_list, cl_event *event);
 
+/* ------------------------------------------------------------------------ */
+/* L2 distance + top-k (SPEC §5): exact nearest-neighbour search.            */
+
+/* Which distance formulas a call may use.
+ *  OCLF_L2_FAST (default): either. The expansion |q|^2 + |x|^2 - 2 q.x is
+ *    picked unless the tuning database or FORMULA=0 says otherwise. Its
+ *    absolute error is about 1e-6 * (|q|^2 + |x|^2) (fp32 cancellation), so
+ *    neighbours closer together than that may swap; results are clamped at
+ *    0. Both the fused and the unfused (GEMM) path compute it.
+ *  OCLF_L2_EXACT: the direct sum of (q - x)^2 only, exact to fp32 rounding
+ *    of the D terms (relative error about D * 6e-8 of the distance itself),
+ *    with twice the arithmetic. Fused path only: asking for the unfused path
+ *    or FORMULA=1 under EXACT is OCLF_INVALID_ARGUMENT. */
+typedef enum oclf_l2_precision { OCLF_L2_FAST = 0, OCLF_L2_EXACT = 1 } oclf_l2_precision;
+
+#define OCLF_L2_DEFAULT_MAX_TEMP ((size_t)256 << 20)
+
+typedef struct oclf_l2_topk_options {
+    oclf_l2_precision precision;
+    /* Bound on the device temporaries the call allocates, in bytes; 0 means
+     * OCLF_L2_DEFAULT_MAX_TEMP (256 MiB). It covers the per-(query, slice)
+     * candidate heaps (12 bytes per entry), the query and database norms,
+     * and on the unfused path the distance tile (nq x tile floats) and the
+     * f32 copy of an f16/bf16 database tile, each GEMM operand counted twice
+     * to leave room for the GEMM library's own padded copies. The database
+     * is processed in tiles and the queries in chunks so the bound holds for
+     * any N; nq x N distances are never stored. A bound too small for one
+     * query's k candidates is OCLF_OUT_OF_RESOURCES. */
+    size_t max_temp_bytes;
+    /* Optional precomputed |x_i|^2, f32 [N] (stride ignored), used by the
+     * expansion instead of computing norms on every call. NULL: computed. */
+    const oclf_buf *x_norms;
+} oclf_l2_topk_options;
+
+/* Zeroed options: FAST, 256 MiB, no norms. */
+OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
+
+/* For each of nq queries (f32 rows of D in `q`) the k database rows of `x`
+ * (N rows of D in `x_dtype`) nearest in squared L2 distance (no square
+ * root): dist [nq, k] f32 ascending and idx [nq, k] int64 (cl_long) row
+ * numbers. Order is total on (distance, index): equal distances go to the
+ * smaller index and a NaN distance (a NaN in a row) ranks after every
+ * number, so results never depend on scheduling. k > N: entries N.. are
+ * idx -1 and dist FLT_MAX (FAISS's convention). N = 0 gives padding only.
+ * `options` may be NULL (defaults).
+ *
+ * Kernel parameters (oclf_choice.params). Fused: FORMULA (0 direct, 1
+ * expansion), QB (queries per register block: 1, 2, 4), RB (database rows
+ * per register block: 1, 2, 4, 8), VEC (vector width over D: 1..16), QG
+ * (queries per work-group, a multiple of QB), WGS (work-group size, a
+ * multiple of QG/QB and >= QG), SLICES (database slices, i.e. work-groups
+ * per query group; 0 = automatic). Unfused: SLICES (candidate lists per
+ * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
+ *
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,
+ * k > 2^31, row strides below D, buffers (inputs, norms or outputs) smaller
+ * than the ranges described, outputs that overlap each other or an input,
+ * a bad precision or kernel parameter; OCLF_UNSUPPORTED for an unknown
+ * dtype; OCLF_OUT_OF_RESOURCES when max_temp_bytes cannot hold the
+ * candidates of one query. */
+OCLF_API oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x_dtype,
+                                  size_t nq, size_t n, size_t d, size_t k, oclf_buf q, oclf_buf x,
+                                  oclf_buf dist, oclf_buf idx,
+                                  const oclf_l2_topk_options *options, const oclf_choice *choice,
+                                  cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

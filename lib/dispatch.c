@@ -32,6 +32,8 @@ static const oclf_op_info op_info[OCLF_OP_COUNT_] = {
                                   oclf_rope_heuristic, oclf_rope_validate},
     [OCLF_OP_QK_NORM_ROPE] = {"qk_norm_rope", 4, {"tokens", "heads", "head_dim", "rot_dim"},
                               oclf_rope_heuristic, oclf_rope_validate},
+    [OCLF_OP_L2_TOPK] = {"l2_topk", 4, {"nq", "n", "d", "k"}, oclf_l2topk_heuristic,
+                         oclf_l2topk_validate},
 };
 
 const oclf_op_info *oclf_op_get(oclf_op op)

@@ -156,6 +156,7 @@ typedef enum oclf_op {
     OCLF_OP_ACT_AND_MUL,
     OCLF_OP_ROTARY_EMBEDDING,
     OCLF_OP_QK_NORM_ROPE,
+    OCLF_OP_L2_TOPK,
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
@@ -195,6 +196,11 @@ OCLF_HIDDEN const oclf_op_info *oclf_op_get(oclf_op op);
 OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
 
 /* Hooks of the normalization family (ops/norm.c). */
+OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                             const oclf_shape *shape, const oclf_resolved *r,
+                                             int deep);
 OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
                                      const oclf_shape *shape, oclf_path path, oclf_params *out);
 OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
@@ -252,6 +258,9 @@ OCLF_HIDDEN void oclf_tune_cache_put(oclf_context *ctx, oclf_op op, oclf_dtype d
                                      const oclf_shape *shape, oclf_path path,
                                      const oclf_resolved *r);
 OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
+
+/* Parses a tuning-database document held in memory (the fuzzing entry). */
+OCLF_HIDDEN oclf_status oclf_tunedb_parse_text(const char *text, size_t len, size_t *records);
 
 /* ---- argument checks and launches (launch.c) --------------------------------*/
 

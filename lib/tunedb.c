@@ -158,12 +158,17 @@ static int parse_record(json_t *j, tune_rec *r)
     return 1;
 }
 
-/* Line and column of the first `"format"` key, for an error about its
- * value: jansson keeps no positions for values, only for syntax errors. */
-static void find_key(const char *text, const char *key, int *line, int *col)
+/* Line and column of the first `key` in the document, for an error about its
+ * value: jansson keeps no positions for values, only for syntax errors. The
+ * text is `len` bytes and not NUL-terminated (files are read as they are). */
+static void find_key(const char *text, size_t len, const char *key, int *line, int *col)
 {
     *line = 1, *col = 1;
-    const char *hit = text ? strstr(text, key) : NULL;
+    const size_t klen = strlen(key);
+    const char *hit = NULL;
+    for (size_t i = 0; text && i + klen <= len && !hit; i++)
+        if (memcmp(text + i, key, klen) == 0)
+            hit = text + i;
     if (!hit)
         return;
     for (const char *p = text; p < hit; p++) {
@@ -196,7 +201,7 @@ static oclf_status parse_db(const oclf_context *ctx, const char *file, const cha
                        "tuning database %s:1:1: no \"format\" member (this library reads 1)",
                        file);
     } else if (!json_is_integer(fmt) || json_integer_value(fmt) != 1) {
-        find_key(text, "\"format\"", &line, &col);
+        find_key(text, len, "\"format\"", &line, &col);
         if (json_is_integer(fmt))
             st = oclf_fail(ctx, OCLF_DB_ERROR,
                            "tuning database %s:%d:%d: unknown format %lld (this library reads "
@@ -207,7 +212,7 @@ static oclf_status parse_db(const oclf_context *ctx, const char *file, const cha
                            "tuning database %s:%d:%d: \"format\" is not a number", file, line,
                            col);
     } else if (!json_is_array(arr)) {
-        find_key(text, "\"records\"", &line, &col);
+        find_key(text, len, "\"records\"", &line, &col);
         st = oclf_fail(ctx, OCLF_DB_ERROR, "tuning database %s:%d:%d: \"records\" is not an array",
                        file, line, col);
     }
@@ -233,6 +238,17 @@ static oclf_status parse_db(const oclf_context *ctx, const char *file, const cha
     json_decref(root);
     *recs = r, *nrecs = k;
     return OCLF_SUCCESS;
+}
+
+oclf_status oclf_tunedb_parse_text(const char *text, size_t len, size_t *records)
+{
+    tune_rec *r;
+    size_t n, bad;
+    oclf_status st = parse_db(NULL, "<memory>", text, len, &r, &n, &bad);
+    free(r);
+    if (records)
+        *records = st == OCLF_SUCCESS ? n : 0;
+    return st;
 }
 
 /* Reads a whole file. OCLF_IO_ERROR (ENOENT in *err_no) when it cannot. */

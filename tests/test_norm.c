@@ -219,9 +219,9 @@ START_TEST(test_structures)
      * dtype so that together they cover 1, 2, 4, 8 and 16. */
     const int d = (_i / NOPS) % 3;
     const int vec1[] = {4, 1, 8}, vec0[] = {1, 2, 4};
-    const int configs[][4] = {
-        /* LAYOUT, WGS, VEC, STAGE */
-        {1, 64, vec1[d], 0}, {1, 64, vec1[d], 1}, {0, 8, vec0[d], 0},
+    const int configs[][5] = {
+        /* LAYOUT, WGS, VEC, STAGE, ROWS (runtime: no extra program) */
+        {1, 64, vec1[d], 0, 1}, {1, 64, vec1[d], 1, 3}, {0, 8, vec0[d], 0, 1},
     };
     const int op = _i % NOPS;
     const oclf_dtype dt = dtypes[d];
@@ -234,6 +234,7 @@ START_TEST(test_structures)
         oclf_params_set(&ch.params, "WGS", configs[k][1]);
         oclf_params_set(&ch.params, "VEC", configs[k][2]);
         oclf_params_set(&ch.params, "STAGE", configs[k][3]);
+        oclf_params_set(&ch.params, "ROWS", configs[k][4]);
         for (size_t wi = 0; wi < 3; wi++) {
             norm_case c = {op, dt, rs[wi], ws[wi], 2, 1, wi != 1, wi != 2, 0.0f, &ch};
             fused_vs_unfused(c);
@@ -418,6 +419,11 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "STAGE", 1);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "STAGE");
+    ch = path_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 0);
+    oclf_params_set(&ch.params, "ROWS", 2);
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "ROWS");
     bad_free(&bb);
 }
 END_TEST

@@ -184,15 +184,20 @@ static int norm_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
                 if (layout == 1 && (uint64_t)wgs * (uint64_t)vec > cols * 2)
                     continue; /* most work-items would idle */
                 for (int stage = 0; stage <= layout; stage++) {
-                    if (stage && (cols + wgs) * 4 > local_mem)
+                    /* staged: the row, weight and bias in local memory */
+                    if (stage && (3 * cols + wgs) * 4 > local_mem)
                         continue;
-                    oclf_params p;
-                    memset(&p, 0, sizeof p);
-                    oclf_params_set(&p, "LAYOUT", layout);
-                    oclf_params_set(&p, "WGS", (int64_t)wgs);
-                    oclf_params_set(&p, "VEC", vec);
-                    oclf_params_set(&p, "STAGE", stage);
-                    op_space_add(out, &n, max, &p);
+                    /* rows per group: 1, or 4 where there are rows to spare */
+                    for (int rpg = 1; rpg <= (layout && rows >= 64 ? 4 : 1); rpg *= 4) {
+                        oclf_params p;
+                        memset(&p, 0, sizeof p);
+                        oclf_params_set(&p, "LAYOUT", layout);
+                        oclf_params_set(&p, "WGS", (int64_t)wgs);
+                        oclf_params_set(&p, "VEC", vec);
+                        oclf_params_set(&p, "STAGE", stage);
+                        oclf_params_set(&p, "ROWS", rpg);
+                        op_space_add(out, &n, max, &p);
+                    }
                 }
             }
         }

@@ -3,6 +3,8 @@
 
 #include "ref.h"
 
+#include <clblast_c.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,11 +12,12 @@
 #include <time.h>
 
 extern const op_desc op_rms_norm, op_add_rms_norm, op_layer_norm, op_add_layer_norm;
-extern const op_desc op_act_and_mul, op_rotary_embedding, op_qk_norm_rope;
+extern const op_desc op_act_and_mul, op_rotary_embedding, op_qk_norm_rope, op_l2_topk;
 
 const op_desc *const op_table[] = {
     &op_rms_norm,    &op_add_rms_norm,     &op_layer_norm,   &op_add_layer_norm,
-    &op_act_and_mul, &op_rotary_embedding, &op_qk_norm_rope, NULL,
+    &op_act_and_mul, &op_rotary_embedding, &op_qk_norm_rope, &op_l2_topk,
+    NULL,
 };
 
 const op_desc *op_find(const char *name)
@@ -133,6 +136,11 @@ int op_env_open_opts(op_env *env, const char *platform, const char *device,
 
 void op_env_close(op_env *env)
 {
+    /* CLBlast (the l2_topk unfused path) caches programs per cl_context in
+     * globals that outlive main(); emptying that cache before the context
+     * goes keeps its release from running against a dead context at exit. */
+    if (env->cl)
+        CLBlastClearCache();
     oclf_context_destroy(env->ctx);
     if (env->queue)
         clReleaseCommandQueue(env->queue);

@@ -2,14 +2,16 @@
  * Normalization family: rms_norm, add_rms_norm, layer_norm, add_layer_norm
  * (SPEC §1-2), each fused (one kernel) or unfused (its composition):
  *
- *   rms_norm        fused: rms_norm             unfused: norm_stats -> norm_apply
+ *   rms_norm        fused: rms_norm             unfused: rms_stats -> norm_apply
  *   add_rms_norm    fused: add_rms_norm         unfused: add_rows -> rms_norm
- *   layer_norm      fused: layer_norm           unfused: norm_stats -> norm_apply
- *   add_layer_norm  fused: add_layer_norm       unfused: add_rows -> norm_stats -> norm_apply
+ *   layer_norm      fused: layer_norm           unfused: ln_stats -> norm_apply
+ *   add_layer_norm  fused: add_layer_norm       unfused: add_rows -> ln_stats -> norm_apply
  *
  * Parameters: LAYOUT (0 row per work-item, 1 work-group per row), WGS
  * (work-group size, a power of two), VEC (vector width 1..16), STAGE (1:
- * keep the row in local memory between passes; LAYOUT 1 only).
+ * keep the row, weight and bias in local memory between passes; LAYOUT 1
+ * only), ROWS (rows per work-group in LAYOUT 1: staged weights are loaded
+ * once per group, so more rows per group read them less often).
  */
 #include "../internal.h"
 
@@ -19,7 +21,7 @@
 #include <string.h>
 
 typedef struct norm_cfg {
-    int layout, wgs, vec, stage;
+    int layout, wgs, vec, stage, rows_per_group;
 } norm_cfg;
 
 void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -37,6 +39,7 @@ void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
         oclf_params_set(out, "WGS", 4);
         oclf_params_set(out, "VEC", 16);
         oclf_params_set(out, "STAGE", 0);
+        oclf_params_set(out, "ROWS", 1);
         return;
     }
     /* GPUs: a work-group per row, consecutive work-items on consecutive
@@ -48,22 +51,28 @@ void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
         wgs *= 2;
     while (wgs > d->max_wgs && wgs > 1)
         wgs /= 2;
-    int stage = !d->local_is_global && (cols + wgs) * 4 <= d->local_mem / 2;
+    /* row + weight + bias, with room left for other work-groups */
+    int stage = !d->local_is_global && (3 * cols + wgs) * 4 <= d->local_mem / 2;
     oclf_params_set(out, "LAYOUT", 1);
     oclf_params_set(out, "WGS", (int64_t)wgs);
     oclf_params_set(out, "VEC", vec);
     oclf_params_set(out, "STAGE", stage);
+    oclf_params_set(out, "ROWS", 1);
 }
 
+/* Local memory a staged launch needs: the row, then weight and bias. */
+static size_t stage_bytes(size_t cols, int nvectors) { return cols * (1 + (size_t)nvectors) * sizeof(float); }
+
 static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, size_t cols,
-                               norm_cfg *cfg)
+                               int nvectors, norm_cfg *cfg)
 {
-    int64_t layout, wgs, vec, stage;
+    int64_t layout, wgs, vec, stage, rpg;
     oclf_status st;
     if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
         (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
         (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)) ||
-        (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)))
+        (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)) ||
+        (st = oclf_param(ctx, p, "ROWS", 1, 1024, &rpg)))
         return st;
     if (wgs & (wgs - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
@@ -73,14 +82,18 @@ static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, si
                          "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
     if (stage && layout != 1)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
-    if (stage && ((uint64_t)cols + (uint64_t)wgs) * 4 > ctx->info.local_mem)
+    if (rpg > 1 && layout != 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter ROWS > 1 needs LAYOUT = 1");
+    if (stage && stage_bytes(cols, nvectors) + (uint64_t)wgs * 4 > ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "STAGE = 1: a row of %zu floats does not fit %llu bytes of local memory",
+                         "STAGE = 1: a row of %zu floats and its weights do not fit %llu bytes of "
+                         "local memory",
                          cols, (unsigned long long)ctx->info.local_mem);
     cfg->layout = (int)layout;
     cfg->wgs = (int)wgs;
     cfg->vec = (int)vec;
     cfg->stage = (int)stage;
+    cfg->rows_per_group = (int)rpg;
     return OCLF_SUCCESS;
 }
 
@@ -117,7 +130,7 @@ static int path_kernels(norm_kind kind, oclf_path path, const char **names)
         names[n++] = "rms_norm";
         return n;
     }
-    names[n++] = "norm_stats";
+    names[n++] = kind == K_RMS ? "rms_stats" : "ln_stats";
     names[n++] = "norm_apply";
     return n;
 }
@@ -132,7 +145,8 @@ oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                const oclf_shape *shape, const oclf_resolved *r, int deep)
 {
     norm_cfg cfg;
-    oclf_status st = norm_config(ctx, &r->params, (size_t)shape->dim[1], &cfg);
+    /* Weights or not is unknown here: check staging room for both vectors. */
+    oclf_status st = norm_config(ctx, &r->params, (size_t)shape->dim[1], 2, &cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
     /* CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a kernel's register
@@ -231,9 +245,10 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
 
     oclf_shape shape = {{c->rows, c->cols, 0, 0}};
     oclf_resolved r;
-    norm_cfg cfg = {0, 1, 1, 0};
+    norm_cfg cfg = {0, 1, 1, 0, 1};
+    const int nvectors = (c->w != NULL) + (c->b != NULL);
     if ((st = oclf_dispatch_resolve(ctx, kind_op[c->kind], c->dtype, &shape, choice, &r)) ||
-        (st = norm_config(ctx, &r.params, c->cols, &cfg)))
+        (st = norm_config(ctx, &r.params, c->cols, nvectors, &cfg)))
         return st;
     if (c->rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
@@ -248,14 +263,16 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         return st;
 
     const size_t local = (size_t)cfg.wgs;
-    const size_t global = cfg.layout == 0 ? oclf_round_up(c->rows, local) : c->rows * local;
+    const size_t groups = (c->rows + (size_t)cfg.rows_per_group - 1) / (size_t)cfg.rows_per_group;
+    const size_t global = cfg.layout == 0 ? oclf_round_up(c->rows, local) : groups * local;
     cl_ulong xo = o.x.offset, xs = o.x.stride, ro = o.res.offset, rs = o.res.stride;
     cl_ulong yo = o.y.offset, ys = o.y.stride, rows = c->rows;
     cl_uint cols = (cl_uint)c->cols, staged = (cl_uint)cfg.stage;
+    cl_uint rpg = (cl_uint)cfg.rows_per_group;
     cl_mem wm = c->w ? c->w->mem : NULL, bm = c->b ? c->b->mem : NULL;
     cl_ulong wo = c->w ? c->w->offset : 0, bo = c->b ? c->b->offset : 0;
     float eps = c->eps;
-    const size_t stage_bytes = cfg.stage ? c->cols * sizeof(float) : sizeof(float);
+    const size_t stage_size = cfg.stage ? stage_bytes(c->cols, nvectors) : sizeof(float);
 
     if (r.path == OCLF_PATH_FUSED) {
         oclf_arg a[20];
@@ -283,8 +300,8 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         a[n++] = OCLF_ARG(wm), a[n++] = OCLF_ARG(wo);
         if (c->kind == K_LN || c->kind == K_ADD_LN)
             a[n++] = OCLF_ARG(bm), a[n++] = OCLF_ARG(bo);
-        a[n++] = OCLF_ARG(rows), a[n++] = OCLF_ARG(cols), a[n++] = OCLF_ARG(eps);
-        a[n++] = OCLF_ARG_LOCAL(stage_bytes), a[n++] = OCLF_ARG(staged);
+        a[n++] = OCLF_ARG(rows), a[n++] = OCLF_ARG(rpg), a[n++] = OCLF_ARG(cols);
+        a[n++] = OCLF_ARG(eps), a[n++] = OCLF_ARG_LOCAL(stage_size), a[n++] = OCLF_ARG(staged);
         return oclf_enqueue(ctx, queue, prog, kname, a, n, global, local, num_events, wait_list,
                             event);
     }
@@ -299,26 +316,27 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
     cl_ulong so = add ? ro : xo, ss = add ? rs : xs;
     if (add) {
         oclf_arg a[] = {OCLF_ARG(o.x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(o.res.mem),
-                        OCLF_ARG(ro), OCLF_ARG(rs), OCLF_ARG(rows), OCLF_ARG(cols)};
-        if ((st = oclf_chain_launch(&ch, prog, "add_rows", a, 8, global, local)))
+                        OCLF_ARG(ro), OCLF_ARG(rs), OCLF_ARG(rows), OCLF_ARG(rpg),
+                        OCLF_ARG(cols)};
+        if ((st = oclf_chain_launch(&ch, prog, "add_rows", a, 9, global, local)))
             goto done;
     }
     if (c->kind == K_ADD_RMS) {
         oclf_arg a[] = {OCLF_ARG(sm),  OCLF_ARG(so),   OCLF_ARG(ss),   OCLF_ARG(o.x.mem),
                         OCLF_ARG(xo),  OCLF_ARG(xs),   OCLF_ARG(wm),   OCLF_ARG(wo),
-                        OCLF_ARG(rows), OCLF_ARG(cols), OCLF_ARG(eps), OCLF_ARG_LOCAL(stage_bytes),
-                        OCLF_ARG(staged)};
-        st = oclf_chain_launch(&ch, prog, "rms_norm", a, 13, global, local);
+                        OCLF_ARG(rows), OCLF_ARG(rpg), OCLF_ARG(cols), OCLF_ARG(eps),
+                        OCLF_ARG_LOCAL(stage_size), OCLF_ARG(staged)};
+        st = oclf_chain_launch(&ch, prog, "rms_norm", a, 14, global, local);
         goto done;
     }
     if ((st = oclf_temp_buffer(ctx, c->rows * 4 * sizeof(float), &stats)))
         goto done;
-    cl_uint rms = c->kind == K_RMS;
     {
+        const char *stats_kernel = c->kind == K_RMS ? "rms_stats" : "ln_stats";
         oclf_arg a[] = {OCLF_ARG(sm),   OCLF_ARG(so),   OCLF_ARG(ss),  OCLF_ARG(stats),
-                        OCLF_ARG(rows), OCLF_ARG(cols), OCLF_ARG(eps), OCLF_ARG(rms),
-                        OCLF_ARG_LOCAL(stage_bytes), OCLF_ARG(staged)};
-        if ((st = oclf_chain_launch(&ch, prog, "norm_stats", a, 10, global, local)))
+                        OCLF_ARG(rows), OCLF_ARG(rpg), OCLF_ARG(cols), OCLF_ARG(eps),
+                        OCLF_ARG_LOCAL(stage_size), OCLF_ARG(staged)};
+        if ((st = oclf_chain_launch(&ch, prog, stats_kernel, a, 10, global, local)))
             goto done;
     }
     {
@@ -326,8 +344,8 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         oclf_arg a[] = {OCLF_ARG(sm),  OCLF_ARG(so),  OCLF_ARG(ss),   OCLF_ARG(stats),
                         OCLF_ARG(o.y.mem), OCLF_ARG(yo), OCLF_ARG(ys), OCLF_ARG(wm),
                         OCLF_ARG(wo),  OCLF_ARG(bias), OCLF_ARG(bo),  OCLF_ARG(rows),
-                        OCLF_ARG(cols)};
-        st = oclf_chain_launch(&ch, prog, "norm_apply", a, 13, global, local);
+                        OCLF_ARG(rpg), OCLF_ARG(cols)};
+        st = oclf_chain_launch(&ch, prog, "norm_apply", a, 14, global, local);
     }
 done:
     if (stats)

@@ -75,5 +75,16 @@ void oclf_ref_rotary(oclf_dtype dtype, size_t tokens, size_t nh, const void *x, 
 void oclf_ref_qk_norm_rope(oclf_dtype dtype, size_t tokens, size_t nq, size_t nk, size_t nv,
                            const void *qkv, size_t ts, const void *qw, const void *kw, float eps,
                            const oclf_ref_rope *r, double *y);
+/* ---- L2 distance + top-k (SPEC §5) --------------------------------------- */
+/* Exact k nearest rows of x (n rows of d in dtype, row stride xs) for each
+ * of nq f32 queries (row stride qs): squared distances in fp64 from the
+ * stored values, the total order of the spec (ties to the smaller index,
+ * NaN after every number), padding -1 / FLT_MAX for k > n. dist and idx are
+ * nq x k packed. */
+void oclf_ref_l2_topk(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k, const float *q,
+                      size_t qs, const void *x, size_t xs, double *dist, int64_t *idx);
+/* All n squared distances of one query, fp64. */
+void oclf_ref_l2_dists(oclf_dtype dtype, size_t n, size_t d, const float *q, const void *x,
+                       size_t xs, double *out);
 
 #endif

@@ -1,0 +1,405 @@
+/*
+ * L2 distance + top-k (SPEC §5).
+ *
+ * Build options: OCLF_DTYPE (database storage), OCLF_VEC (vector width over
+ * D), OCLF_QB x OCLF_RB (queries x database rows of the register block),
+ * OCLF_FORMULA (0 direct sum of squared differences, 1 the expansion
+ * |q|^2 + |x|^2 - 2 q.x).
+ *
+ * Ordering. Every candidate is a (key, index) pair compared
+ * lexicographically, the index as an unsigned 64-bit value. The key is the
+ * distance's bit pattern made monotonic: clamped distances are >= +0, so
+ * setting the sign bit keeps their order; a NaN gets KEY_NAN, above +inf;
+ * an empty slot gets KEY_EMPTY with index -1 (all ones as unsigned), above
+ * everything. The order is total, so every top-k list in this file is the
+ * unique k smallest of the candidates it has seen, whatever order they came
+ * in: results do not depend on work-group scheduling.
+ *
+ * Lists are binary max-heaps in global memory (root = the current k-th
+ * best), one per (query, database slice). A candidate is tested against the
+ * root only, so the cost after the first few tiles is one compare per
+ * distance; heaps live in global memory so any k <= N fits whatever the
+ * device's local memory is.
+ */
+
+#ifndef OCLF_QB
+#define OCLF_QB 4
+#endif
+#ifndef OCLF_RB
+#define OCLF_RB 4
+#endif
+#ifndef OCLF_FORMULA
+#define OCLF_FORMULA 1
+#endif
+
+#define KEY_EMPTY 0xFFFFFFFFu
+#define KEY_NAN 0xFFFFFFFEu
+
+/* Distances are clamped at 0 (the expansion can go slightly negative);
+ * `d > 0 ? d : 0` also turns -0 into +0 and leaves NaN to its own key. */
+inline uint dist_key(float d)
+{
+    if (isnan(d))
+        return KEY_NAN;
+    d = d > 0.0f ? d : 0.0f;
+    return as_uint(d) | 0x80000000u;
+}
+
+inline float key_dist(uint k)
+{
+    if (k == KEY_EMPTY)
+        return FLT_MAX; /* FAISS's padding for k > N */
+    if (k == KEY_NAN)
+        return NAN;
+    return as_float(k & 0x7fffffffu);
+}
+
+inline bool kv_less(uint ka, long ia, uint kb, long ib)
+{
+    return ka < kb || (ka == kb && (ulong)ia < (ulong)ib);
+}
+
+/* Puts (key, idx) at the root of the max-heap of n entries and sifts it
+ * down. */
+inline void heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx)
+{
+    uint pos = 0;
+    for (;;) {
+        uint c = 2 * pos + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && kv_less(hk[c], hi[c], hk[c + 1], hi[c + 1]))
+            c++;
+        if (!kv_less(key, idx, hk[c], hi[c]))
+            break;
+        hk[pos] = hk[c];
+        hi[pos] = hi[c];
+        pos = c;
+    }
+    hk[pos] = key;
+    hi[pos] = idx;
+}
+
+inline void heap_clear(__global uint *hk, __global long *hi, uint k)
+{
+    for (uint e = 0; e < k; e++) {
+        hk[e] = KEY_EMPTY;
+        hi[e] = -1;
+    }
+}
+
+/* ---- norms ---------------------------------------------------------------- */
+
+#if OCLF_VEC == 1
+#define VLOADQ(p) (*(p))
+#else
+#define VLOADQ(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))
+#endif
+
+/* |x|^2 of one database row. The fused and the unfused path both call this,
+ * so duplicated rows get bit-identical norms on either path. */
+inline float x_norm(__global const stor_t *p, uint d)
+{
+    floatv a = VSPLAT(0.0f);
+    uint c = 0;
+    for (; c + OCLF_VEC <= d; c += OCLF_VEC) {
+        floatv v = LDV(p, c);
+        a = fma(v, v, a);
+    }
+    float s = VSUM(a);
+    for (; c < d; c++) {
+        float v = LD(p, c);
+        s = fma(v, v, s);
+    }
+    return s;
+}
+
+inline float q_norm(__global const float *p, uint d)
+{
+    floatv a = VSPLAT(0.0f);
+    uint c = 0;
+    for (; c + OCLF_VEC <= d; c += OCLF_VEC) {
+        floatv v = VLOADQ(p + c);
+        a = fma(v, v, a);
+    }
+    float s = VSUM(a);
+    for (; c < d; c++) {
+        float v = p[c];
+        s = fma(v, v, s);
+    }
+    return s;
+}
+
+/* ---- register block --------------------------------------------------------- */
+/* The block is written out by the preprocessor: OCLF_QB x OCLF_RB named
+ * accumulators, never a private array indexed in a loop, so the compiler
+ * keeps them all in vector registers. */
+#if OCLF_QB == 1
+#define FOR_Q(M) M(0)
+#define FOR_I(M, j) M(0, j)
+#elif OCLF_QB == 2
+#define FOR_Q(M) M(0) M(1)
+#define FOR_I(M, j) M(0, j) M(1, j)
+#elif OCLF_QB == 3
+#define FOR_Q(M) M(0) M(1) M(2)
+#define FOR_I(M, j) M(0, j) M(1, j) M(2, j)
+#elif OCLF_QB == 4
+#define FOR_Q(M) M(0) M(1) M(2) M(3)
+#define FOR_I(M, j) M(0, j) M(1, j) M(2, j) M(3, j)
+#else
+#error "OCLF_QB must be 1, 2, 3 or 4"
+#endif
+#if OCLF_RB == 1
+#define FOR_R(M) M(0)
+#define FOR_IJ(M) FOR_I(M, 0)
+#elif OCLF_RB == 2
+#define FOR_R(M) M(0) M(1)
+#define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1)
+#elif OCLF_RB == 3
+#define FOR_R(M) M(0) M(1) M(2)
+#define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1) FOR_I(M, 2)
+#elif OCLF_RB == 4
+#define FOR_R(M) M(0) M(1) M(2) M(3)
+#define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1) FOR_I(M, 2) FOR_I(M, 3)
+#elif OCLF_RB == 8
+#define FOR_R(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define FOR_IJ(M) FOR_I(M, 0) FOR_I(M, 1) FOR_I(M, 2) FOR_I(M, 3) \
+                  FOR_I(M, 4) FOR_I(M, 5) FOR_I(M, 6) FOR_I(M, 7)
+#else
+#error "OCLF_RB must be 1, 2, 3, 4 or 8"
+#endif
+
+#if OCLF_FORMULA == 0
+/* direct: sum of (q - x)^2, exact to fp32 rounding of each term */
+#define STEP(a, vq, vx) fma((vq) - (vx), (vq) - (vx), (a))
+#else
+/* expansion: the dot product only; the norms come from the phase-0 tile */
+#define STEP(a, vq, vx) fma((vq), (vx), (a))
+#endif
+
+#define DECL_QP(i) const __global float *qp##i = q + qo + min(qbase + (ulong)(i), nq - 1) * qs;
+#define DECL_XP(j) const __global stor_t *xp##j = x + xo + min(rbase + (ulong)(j), r1 - 1) * xs;
+#define DECL_ACC(i, j) floatv a##i##j = VSPLAT(0.0f);
+#define LOAD_Q(i) const floatv vq##i = VLOADQ(qp##i + c);
+#define LOAD_X(j) const floatv vx##j = LDV(xp##j, c);
+#define DO_STEP(i, j) a##i##j = STEP(a##i##j, vq##i, vx##j);
+#define DECL_SUM(i, j) float s##i##j = VSUM(a##i##j);
+#define LOAD_QS(i) const float sq##i = qp##i[c];
+#define LOAD_XS(j) const float sx##j = LD(xp##j, c);
+#define DO_STEPS(i, j) s##i##j = STEP(s##i##j, sq##i, sx##j);
+#if OCLF_FORMULA == 0
+#define DIST(i, j) (s##i##j)
+#else
+/* -2 q.x is exact, so this rounds once after the norms are added: the same
+ * value the unfused path forms from the GEMM's -2 q.x. */
+#define DIST(i, j) ((lqn[qb * OCLF_QB + (i)] + lxn[rb * OCLF_RB + (j)]) + (-2.0f * s##i##j))
+#endif
+#define STORE_KEY(i, j)                                                        \
+    tile[(qb * OCLF_QB + (i)) * tr + rb * OCLF_RB + (j)] =                     \
+        rbase + (j) < r1 ? dist_key(DIST(i, j)) : KEY_EMPTY;
+
+/*
+ * Fused scan. Work-group (query group, database slice): `qg` queries (a
+ * multiple of QB) against rows [slice * per, min(n, (slice + 1) * per)),
+ * in tiles of tr = RB * (local size / (qg / QB)) rows:
+ *   phase 0  |x|^2 of the tile's rows into local memory (expansion only);
+ *   phase 1  each work-item computes one QB x RB register block of
+ *            distances and stores their keys in the local tile;
+ *   phase 2  work-item j < qg folds row j of the tile into its query's heap.
+ * Consecutive work-items share a row block and differ in query block, so a
+ * row block is loaded from memory once and reused from cache by every query
+ * of the group: each database byte is read once per query group.
+ * Work-group order: group id = slice * ngq + query group, so groups that run
+ * together share a slice of the database in the last-level cache.
+ * Heaps: [query][slice][k], queries counted from the chunk's first.
+ */
+__kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global const stor_t *x,
+                      ulong xo, ulong xs, __global const float *xn, ulong xno, uint has_xn,
+                      __global uint *hk, __global long *hi, ulong nq, ulong n, uint d, uint k,
+                      uint qg, ulong per, uint nslices, __local uint *tile, __local float *lxn,
+                      __local float *lqn)
+{
+    const uint lid = get_local_id(0), wgs = get_local_size(0);
+    const uint ngq = (uint)((nq + qg - 1) / qg);
+    const uint group = get_group_id(0);
+    const uint slice = group / ngq, qgi = group % ngq;
+    const uint nqb = qg / OCLF_QB, nrb = wgs / nqb, tr = nrb * OCLF_RB;
+    const ulong q0 = (ulong)qgi * qg;
+    const uint qcount = (uint)min((ulong)qg, nq - q0);
+    const ulong r0 = (ulong)slice * per, r1 = min(n, r0 + per);
+    const uint qb = lid % nqb, rb = lid / nqb;
+    const ulong qbase = q0 + (ulong)qb * OCLF_QB;
+
+    __global uint *myk = hk + ((q0 + lid) * nslices + slice) * k;
+    __global long *myi = hi + ((q0 + lid) * nslices + slice) * k;
+    uint rootk = KEY_EMPTY;
+    long rooti = -1;
+    if (lid < qcount)
+        heap_clear(myk, myi, k);
+#if OCLF_FORMULA == 1
+    if (lid < qg)
+        lqn[lid] = q_norm(q + qo + min(q0 + lid, nq - 1) * qs, d);
+#endif
+    if (r0 >= r1)
+        return; /* uniform across the work-group: no barrier is skipped by some */
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (ulong t0 = r0; t0 < r1; t0 += tr) {
+#if OCLF_FORMULA == 1
+        for (uint r = lid; r < tr; r += wgs) {
+            const ulong row = min(t0 + r, r1 - 1);
+            lxn[r] = has_xn ? xn[xno + row] : x_norm(x + xo + row * xs, d);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        if (lid < nqb * nrb) {
+            const ulong rbase = t0 + (ulong)rb * OCLF_RB;
+            FOR_Q(DECL_QP)
+            FOR_R(DECL_XP)
+            FOR_IJ(DECL_ACC)
+            uint c = 0;
+            for (; c + OCLF_VEC <= d; c += OCLF_VEC) {
+                FOR_Q(LOAD_Q)
+                FOR_R(LOAD_X)
+                FOR_IJ(DO_STEP)
+            }
+            FOR_IJ(DECL_SUM)
+            for (; c < d; c++) {
+                FOR_Q(LOAD_QS)
+                FOR_R(LOAD_XS)
+                FOR_IJ(DO_STEPS)
+            }
+            FOR_IJ(STORE_KEY)
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < qcount) {
+            const uint cnt = (uint)min((ulong)tr, r1 - t0);
+            __local const uint *row = tile + lid * tr;
+            for (uint t = 0; t < cnt; t++) {
+                const uint key = row[t];
+                const long idx = (long)(t0 + t);
+                if (kv_less(key, idx, rootk, rooti)) {
+                    heap_sift(myk, myi, k, key, idx);
+                    rootk = myk[0];
+                    rooti = myi[0];
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/*
+ * Merge: one work-item per query folds the heaps of slices 1.. into slice
+ * 0's heap, sorts it ascending in place (heapsort) and writes the outputs.
+ * nslices == 0 (an empty database) writes padding only.
+ */
+__kernel void l2_merge(__global uint *hk, __global long *hi, ulong nq, uint nslices, uint k,
+                       __global float *dist, ulong dofs, ulong ds, __global long *idx,
+                       ulong iofs, ulong is)
+{
+    const ulong qi = get_global_id(0);
+    if (qi >= nq)
+        return;
+    __global float *od = dist + dofs + qi * ds;
+    __global long *oi = idx + iofs + qi * is;
+    if (nslices == 0) {
+        for (uint e = 0; e < k; e++) {
+            od[e] = FLT_MAX;
+            oi[e] = -1;
+        }
+        return;
+    }
+    __global uint *h0k = hk + qi * nslices * k;
+    __global long *h0i = hi + qi * nslices * k;
+    uint rootk = h0k[0];
+    long rooti = h0i[0];
+    for (uint s = 1; s < nslices; s++) {
+        __global const uint *sk = h0k + (ulong)s * k;
+        __global const long *si = h0i + (ulong)s * k;
+        for (uint e = 0; e < k; e++) {
+            const uint key = sk[e];
+            const long id = si[e];
+            if (kv_less(key, id, rootk, rooti)) {
+                heap_sift(h0k, h0i, k, key, id);
+                rootk = h0k[0];
+                rooti = h0i[0];
+            }
+        }
+    }
+    /* heapsort: the root (largest) goes to the end of the shrinking heap */
+    for (uint end = k - 1; end > 0; end--) {
+        const uint key = h0k[end];
+        const long id = h0i[end];
+        h0k[end] = h0k[0];
+        h0i[end] = h0i[0];
+        heap_sift(h0k, h0i, end, key, id);
+    }
+    for (uint e = 0; e < k; e++) {
+        const uint key = h0k[e];
+        od[e] = key_dist(key);
+        oi[e] = key == KEY_EMPTY ? -1 : h0i[e];
+    }
+}
+
+/* ---- unfused path ------------------------------------------------------------ */
+
+/* out[r] = |q_r|^2 for rows of f32 queries. */
+__kernel void l2_q_norms(__global const float *q, ulong qo, ulong qs, ulong rows, uint d,
+                         __global float *out)
+{
+    const ulong r = get_global_id(0);
+    if (r < rows)
+        out[r] = q_norm(q + qo + r * qs, d);
+}
+
+/* out[r] = |x_r|^2 for database rows [r0, r0 + rows). */
+__kernel void l2_x_norms(__global const stor_t *x, ulong xo, ulong xs, ulong r0, ulong rows,
+                         uint d, __global float *out)
+{
+    const ulong r = get_global_id(0);
+    if (r < rows)
+        out[r] = x_norm(x + xo + (r0 + r) * xs, d);
+}
+
+/* Widens database rows [r0, r0 + rows) to a packed f32 tile for the GEMM. */
+__kernel void l2_to_f32(__global const stor_t *x, ulong xo, ulong xs, ulong r0, ulong rows,
+                        uint d, __global float *out)
+{
+    const ulong i = get_global_id(0);
+    if (i >= rows * d)
+        return;
+    const ulong r = i / d, c = i % d;
+    out[i] = LD(x, xo + (r0 + r) * xs + c);
+}
+
+/* Folds a tile of GEMM output (c[q][col] = -2 q.x, ld = cols) into the
+ * per-(query, slice) heaps: work-item (q, s) takes columns
+ * [s * per, (s + 1) * per) of the tile. `first` clears the heaps. */
+__kernel void l2_tile_topk(__global const float *cm, ulong cols, __global const float *qn,
+                           ulong qno, __global const float *xn, ulong xno, ulong t0, ulong nq, uint nslices,
+                           ulong per, uint k, uint first, __global uint *hk, __global long *hi)
+{
+    const ulong gid = get_global_id(0);
+    if (gid >= nq * nslices)
+        return;
+    const ulong qi = gid / nslices, s = gid % nslices;
+    __global uint *myk = hk + gid * k;
+    __global long *myi = hi + gid * k;
+    if (first)
+        heap_clear(myk, myi, k);
+    uint rootk = myk[0];
+    long rooti = myi[0];
+    const ulong c0 = s * per, c1 = min(cols, c0 + per);
+    const float qq = qn[qno + qi];
+    __global const float *crow = cm + qi * cols;
+    for (ulong c = c0; c < c1; c++) {
+        const uint key = dist_key((qq + xn[xno + c]) + crow[c]);
+        const long id = (long)(t0 + c);
+        if (kv_less(key, id, rootk, rooti)) {
+            heap_sift(myk, myi, k, key, id);
+            rootk = myk[0];
+            rooti = myi[0];
+        }
+    }
+}

@@ -1,0 +1,537 @@
+/*
+ * L2 distance + top-k (SPEC §5).
+ *
+ *   fused:   l2_scan (distances in registers, candidate heaps per
+ *            (query, slice)) -> l2_merge
+ *   unfused: l2_q_norms -> per database tile: [l2_to_f32] -> [l2_x_norms]
+ *            -> GEMM (-2 Q X^T) -> l2_tile_topk; then l2_merge
+ *
+ * Both paths keep k candidates per (query, slice) in global memory, so any
+ * k <= N works on any device, and both end in the same merge kernel. Device
+ * temporaries are bounded by options->max_temp_bytes: the fused path needs
+ * only the heaps (queries are processed in chunks when they do not fit);
+ * the unfused path adds a distance tile whose width follows from the bound.
+ */
+#include "../internal.h"
+
+#include <clblast_c.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#define HEAP_ENTRY_BYTES 12u /* uint key + int64 index */
+
+typedef struct l2_cfg {
+    int formula, qb, rb, vec, qg, wgs;
+    int64_t slices, tile;
+} l2_cfg;
+
+void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                           oclf_path path, oclf_params *out)
+{
+    (void)dtype;
+    const oclf_device_info *dev = &ctx->info;
+    const uint64_t nq = shape->dim[0] ? shape->dim[0] : 1;
+    oclf_params_set(out, "FORMULA", 1);
+    oclf_params_set(out, "SLICES", 0);
+    if (path == OCLF_PATH_UNFUSED) {
+        oclf_params_set(out, "TILE", 0);
+        return;
+    }
+    const int cpu = (dev->type & CL_DEVICE_TYPE_CPU) != 0;
+    /* CPU (16 vector registers of 8 floats): below 4 queries the scan is
+     * bound by reading the database, so one query against 4 rows of float16
+     * vectors; from 4 queries on, 2 queries x 2 rows of float16 is the block
+     * whose accumulators and operands fill the register file exactly (4 x 4
+     * of float8 spills and ran at half the speed here). GPUs have registers
+     * to spare: 4 x 4 of float4. */
+    int qb = nq < 4 ? 1 : (cpu ? 2 : 4), rb = cpu && nq >= 4 ? 2 : 4;
+    /* Query groups of at most 32 (CPU) / 16 (GPU) queries, balanced so the
+     * last group is not mostly padding. */
+    uint64_t gmax = cpu ? 32 : 16;
+    uint64_t ngq = (nq + gmax - 1) / gmax;
+    uint64_t qg = (nq + ngq - 1) / ngq;
+    qg = (qg + (uint64_t)qb - 1) / (uint64_t)qb * (uint64_t)qb;
+    uint64_t nqb = qg / (uint64_t)qb;
+    /* CPU: tiles of 16..64 rows keep a row block in L1 while every query
+     * block of the group passes over it. GPU: ~128 work-items a group. */
+    uint64_t want = cpu ? 64 : 128;
+    uint64_t nrb = cpu ? (qb == 1 ? 16 : 8) : (want / nqb ? want / nqb : 1);
+    uint64_t wgs = nqb * nrb;
+    while (wgs > dev->max_wgs && nrb > 1) {
+        nrb /= 2;
+        wgs = nqb * nrb;
+    }
+    oclf_params_set(out, "QB", qb);
+    oclf_params_set(out, "RB", rb);
+    oclf_params_set(out, "VEC", cpu ? 16 : 4);
+    oclf_params_set(out, "QG", (int64_t)qg);
+    oclf_params_set(out, "WGS", (int64_t)wgs);
+}
+
+static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf_params *p,
+                             l2_cfg *cfg)
+{
+    int64_t v[8];
+    oclf_status st;
+    memset(cfg, 0, sizeof *cfg);
+    if ((st = oclf_param(ctx, p, "FORMULA", 0, 1, &v[0])) ||
+        (st = oclf_param(ctx, p, "SLICES", 0, 1 << 20, &v[1])))
+        return st;
+    cfg->formula = (int)v[0];
+    cfg->slices = v[1];
+    if (path == OCLF_PATH_UNFUSED) {
+        if ((st = oclf_param(ctx, p, "TILE", 0, INT64_MAX, &v[2])))
+            return st;
+        cfg->tile = v[2];
+        if (cfg->formula != 1)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "l2_topk: the unfused path computes the expansion only (FORMULA = 1)");
+        return OCLF_SUCCESS;
+    }
+    if ((st = oclf_param(ctx, p, "QB", 1, 4, &v[2])) || (st = oclf_param(ctx, p, "RB", 1, 8, &v[3])) ||
+        (st = oclf_param(ctx, p, "VEC", 1, 16, &v[4])) ||
+        (st = oclf_param(ctx, p, "QG", 1, 4096, &v[5])) ||
+        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])))
+        return st;
+    if (v[3] > 4 && v[3] != 8)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter RB = %lld is not 1, 2, 3, 4 or 8", (long long)v[3]);
+    if (v[4] & (v[4] - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
+    if (v[5] % v[2])
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter QG = %lld is not a multiple of QB = %lld",
+                         (long long)v[5], (long long)v[2]);
+    const int64_t nqb = v[5] / v[2];
+    if (v[6] % nqb || v[6] < v[5])
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter WGS = %lld must be a multiple of QG/QB = %lld and at "
+                         "least QG = %lld",
+                         (long long)v[6], (long long)nqb, (long long)v[5]);
+    cfg->qb = (int)v[2];
+    cfg->rb = (int)v[3];
+    cfg->vec = (int)v[4];
+    cfg->qg = (int)v[5];
+    cfg->wgs = (int)v[6];
+    /* local memory: tile keys (QG x rows), row norms, query norms */
+    const uint64_t tr = (uint64_t)(cfg->wgs / nqb) * (uint64_t)cfg->rb;
+    const uint64_t local = ((uint64_t)cfg->qg * tr + tr + (uint64_t)cfg->qg) * 4;
+    if (local > ctx->info.local_mem)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "l2_topk: QG = %d, WGS = %d, RB = %d need %llu bytes of local memory, the "
+                         "device has %llu",
+                         cfg->qg, cfg->wgs, cfg->rb, (unsigned long long)local,
+                         (unsigned long long)ctx->info.local_mem);
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                 const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    (void)op, (void)dtype, (void)shape, (void)deep;
+    l2_cfg cfg;
+    return l2_config(ctx, r->path, &r->params, &cfg);
+}
+
+typedef struct l2_call {
+    oclf_dtype dtype;
+    size_t nq, n, d, k;
+    oclf_operand q, x, xn, dist, idx;
+    int has_xn;
+    size_t bound;
+} l2_call;
+
+static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t nq, size_t n, size_t d,
+                              size_t k, oclf_buf q, oclf_buf x, oclf_buf dist, oclf_buf idx,
+                              const oclf_l2_topk_options *opt, l2_call *c)
+{
+    oclf_status st;
+    memset(c, 0, sizeof *c);
+    if (d == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "l2_topk: D is 0");
+    if (k == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "l2_topk: k is 0");
+    if (k > INT_MAX)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "l2_topk: k = %zu exceeds %d", k, INT_MAX);
+    if (d > UINT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "l2_topk: D = %zu exceeds %u", d, UINT_MAX);
+    if (opt && opt->precision != OCLF_L2_FAST && opt->precision != OCLF_L2_EXACT)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "l2_topk: unknown precision %d",
+                         (int)opt->precision);
+    if ((st = oclf_check_2d(ctx, "l2_topk: q", q, nq, d, 4, &c->q)) ||
+        (st = oclf_check_2d(ctx, "l2_topk: x", x, n, d, oclf_dtype_size(dtype), &c->x)) ||
+        (st = oclf_check_2d(ctx, "l2_topk: dist", dist, nq, k, 4, &c->dist)) ||
+        (st = oclf_check_2d(ctx, "l2_topk: idx", idx, nq, k, 8, &c->idx)))
+        return st;
+    if (opt && opt->x_norms) {
+        oclf_buf nb = *opt->x_norms;
+        nb.stride = 0;
+        if ((st = oclf_check_2d(ctx, "l2_topk: x_norms", nb, 1, n, 4, &c->xn)))
+            return st;
+        c->has_xn = 1;
+    }
+    if (oclf_overlap(&c->dist, &c->idx))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "l2_topk: dist and idx overlap");
+    const oclf_operand *in[3] = {&c->q, &c->x, &c->xn};
+    for (int i = 0; i < 3; i++)
+        if (oclf_overlap(&c->dist, in[i]) || oclf_overlap(&c->idx, in[i]))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "l2_topk: an output (dist or idx) overlaps an input");
+    c->dtype = dtype;
+    c->nq = nq;
+    c->n = n;
+    c->d = d;
+    c->k = k;
+    c->bound = opt && opt->max_temp_bytes ? opt->max_temp_bytes : OCLF_L2_DEFAULT_MAX_TEMP;
+    return OCLF_SUCCESS;
+}
+
+/* Largest single allocation the bound and the device allow. */
+static size_t alloc_cap(const oclf_context *ctx, size_t bound)
+{
+    size_t cap = bound;
+    if (ctx->info.max_alloc && ctx->info.max_alloc < cap)
+        cap = (size_t)ctx->info.max_alloc;
+    return cap;
+}
+
+/* Queries per chunk so that chunk x slices x k heap entries fit `budget`. */
+static size_t heap_chunk(size_t nq, size_t slices, size_t k, size_t budget)
+{
+    size_t per_query = slices * k * HEAP_ENTRY_BYTES;
+    size_t c = budget / per_query;
+    return c < nq ? c : nq;
+}
+
+static oclf_status merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk, cl_mem hi,
+                                const l2_call *c, size_t q0, size_t qn, cl_uint nslices)
+{
+    cl_ulong nq = qn, dofs = c->dist.offset + q0 * c->dist.stride, ds = c->dist.stride;
+    cl_ulong iofs = c->idx.offset + q0 * c->idx.stride, is = c->idx.stride;
+    cl_uint k = (cl_uint)c->k;
+    oclf_arg a[] = {OCLF_ARG(hk),         OCLF_ARG(hi),   OCLF_ARG(nq),         OCLF_ARG(nslices),
+                    OCLF_ARG(k),          OCLF_ARG(c->dist.mem), OCLF_ARG(dofs), OCLF_ARG(ds),
+                    OCLF_ARG(c->idx.mem), OCLF_ARG(iofs), OCLF_ARG(is)};
+    return oclf_chain_launch(ch, prog, "l2_merge", a, 11, oclf_round_up(qn, 8), 8);
+}
+
+static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *prog,
+                             const l2_call *c, const l2_cfg *cfg)
+{
+    const size_t nqb = (size_t)(cfg->qg / cfg->qb);
+    const size_t tr = (size_t)(cfg->wgs / (int)nqb) * (size_t)cfg->rb;
+    const size_t ngq_all = (c->nq + (size_t)cfg->qg - 1) / (size_t)cfg->qg;
+    size_t slices = (size_t)cfg->slices;
+    if (c->n == 0) {
+        slices = 0;
+    } else {
+        if (slices == 0) {
+            /* Enough work-groups to load-balance every compute unit, but
+             * no slice shorter than one tile. */
+            size_t want = (size_t)ctx->info.compute_units * 8;
+            slices = (want + ngq_all - 1) / ngq_all;
+            size_t tiles = (c->n + tr - 1) / tr;
+            if (slices > tiles)
+                slices = tiles;
+            if (slices < 1)
+                slices = 1;
+            /* fewer slices rather than chunking the queries */
+            size_t fit = alloc_cap(ctx, c->bound) / (c->nq * c->k * HEAP_ENTRY_BYTES + 1);
+            if (slices > fit)
+                slices = fit ? fit : 1;
+        }
+        if (slices > c->n)
+            slices = c->n;
+    }
+    /* rows per slice: whole tiles, so only the last tile of a slice is short */
+    size_t per = 0;
+    if (slices) {
+        per = oclf_round_up((c->n + slices - 1) / slices, tr);
+        slices = (c->n + per - 1) / per;
+    }
+    size_t heap_slices = slices ? slices : 1;
+    size_t chunk = heap_chunk(c->nq, heap_slices, c->k, alloc_cap(ctx, c->bound) / 8 * 8);
+    if (chunk == 0)
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                         "l2_topk: max_temp_bytes = %zu cannot hold the %zu x %zu candidates of "
+                         "one query (%u bytes each)",
+                         c->bound, heap_slices, c->k, HEAP_ENTRY_BYTES);
+    cl_mem hk = NULL, hi = NULL;
+    oclf_status st;
+    if ((st = oclf_temp_buffer(ctx, chunk * heap_slices * c->k * 4, &hk)) ||
+        (st = oclf_temp_buffer(ctx, chunk * heap_slices * c->k * 8, &hi)))
+        goto done;
+    for (size_t q0 = 0; q0 < c->nq; q0 += chunk) {
+        const size_t qn = c->nq - q0 < chunk ? c->nq - q0 : chunk;
+        if (slices) {
+            const size_t ngq = (qn + (size_t)cfg->qg - 1) / (size_t)cfg->qg;
+            cl_ulong qo = c->q.offset + q0 * c->q.stride, qs = c->q.stride;
+            cl_ulong xo = c->x.offset, xs = c->x.stride, xno = c->xn.offset;
+            cl_ulong nq = qn, n = c->n, cper = per;
+            cl_uint d = (cl_uint)c->d, k = (cl_uint)c->k, qg = (cl_uint)cfg->qg;
+            cl_uint ns = (cl_uint)slices, has_xn = (cl_uint)c->has_xn;
+            cl_mem xn = c->has_xn ? c->xn.mem : c->x.mem; /* never read without has_xn */
+            oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo),  OCLF_ARG(qs),
+                            OCLF_ARG(c->x.mem), OCLF_ARG(xo),  OCLF_ARG(xs),
+                            OCLF_ARG(xn),       OCLF_ARG(xno), OCLF_ARG(has_xn),
+                            OCLF_ARG(hk),       OCLF_ARG(hi),  OCLF_ARG(nq),
+                            OCLF_ARG(n),        OCLF_ARG(d),   OCLF_ARG(k),
+                            OCLF_ARG(qg),       OCLF_ARG(cper), OCLF_ARG(ns),
+                            OCLF_ARG_LOCAL((size_t)cfg->qg * tr * 4),
+                            OCLF_ARG_LOCAL(tr * 4),
+                            OCLF_ARG_LOCAL((size_t)cfg->qg * 4)};
+            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, 21,
+                                        ngq * slices * (size_t)cfg->wgs, (size_t)cfg->wgs)))
+                goto done;
+        }
+        if ((st = merge_launch(ch, prog, hk, hi, c, q0, qn, (cl_uint)slices)))
+            goto done;
+    }
+done:
+    if (hk)
+        clReleaseMemObject(hk);
+    if (hi)
+        clReleaseMemObject(hi);
+    return st;
+}
+
+static oclf_status gemm_fail(const oclf_context *ctx, CLBlastStatusCode s)
+{
+    return oclf_fail(ctx, s == CLBlastOpenCLOutOfResources || s == CLBlastOpenCLOutOfHostMemory ||
+                                  s == CLBlastTempBufferAllocFailure
+                              ? OCLF_OUT_OF_RESOURCES
+                              : OCLF_OPENCL_ERROR,
+                     "l2_topk: the GEMM library's Sgemm failed with status %d", (int)s);
+}
+
+/* -2 Q X_tile^T through the GEMM library. It takes no wait list, so a
+ * barrier on the previous launch orders it on out-of-order queues too. */
+static oclf_status gemm_launch(oclf_chain *ch, size_t m, size_t n, size_t kd, cl_mem a,
+                               size_t ao, size_t lda, cl_mem b, size_t bo, size_t ldb, cl_mem cm)
+{
+    cl_int err;
+    if (ch->prev)
+        err = clEnqueueBarrierWithWaitList(ch->queue, 1, &ch->prev, NULL);
+    else
+        err = clEnqueueBarrierWithWaitList(ch->queue, ch->num_events, ch->wait_list, NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
+    /* C is cleared first: the GEMM computes alpha A B + beta C and 0 * NaN
+     * from a previous tile would survive beta = 0 in some implementations. */
+    const float zero = 0.0f;
+    err = clEnqueueFillBuffer(ch->queue, cm, &zero, sizeof zero, 0, m * n * sizeof(float), 0,
+                              NULL, NULL);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ch->ctx, err, "clEnqueueFillBuffer(distance tile)");
+    cl_event ev = NULL;
+    cl_command_queue qu = ch->queue;
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes,
+                                       m, n, kd, -2.0f, a, ao, lda, b, bo, ldb, 0.0f, cm, 0, n,
+                                       &qu, &ev);
+    if (s != CLBlastSuccess)
+        return gemm_fail(ch->ctx, s);
+    atomic_fetch_add(&ch->ctx->n_enqueued, 1);
+    if (ch->prev)
+        clReleaseEvent(ch->prev);
+    ch->prev = ev;
+    return OCLF_SUCCESS;
+}
+
+static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *prog,
+                               const l2_call *c, const l2_cfg *cfg)
+{
+    const int conv = c->dtype != OCLF_F32;
+    size_t slices = cfg->slices ? (size_t)cfg->slices : (size_t)ctx->info.compute_units * 2;
+    if (slices < 1)
+        slices = 1;
+    const size_t bound = c->bound, cap = alloc_cap(ctx, bound);
+    /* Bytes the bound must cover for a chunk of cq queries and a tile of t
+     * rows: heaps, query norms, the GEMM's A copy, and per row of the tile
+     * the distance column (twice), the norm, and the X row (twice, plus the
+     * f32 conversion for f16/bf16). */
+    size_t per_row_x = 4 + 4 * c->d * (conv ? 3 : 2);
+    size_t cq = c->nq;
+    for (;;) {
+        size_t fixed = cq * slices * c->k * HEAP_ENTRY_BYTES + cq * 4 + cq * c->d * 4 * 2;
+        size_t t_min = c->n < 1024 ? c->n : 1024;
+        if (fixed + t_min * (per_row_x + 8 * cq) <= bound || cq == 1)
+            break;
+        cq = (cq + 1) / 2;
+    }
+    size_t fixed = cq * slices * c->k * HEAP_ENTRY_BYTES + cq * 4 + cq * c->d * 4 * 2;
+    size_t tile = 0;
+    if (fixed < bound)
+        tile = (bound - fixed) / (per_row_x + 8 * cq);
+    if (tile > cap / (cq * 4))
+        tile = cap / (cq * 4);
+    if (conv && tile > cap / (c->d * 4))
+        tile = cap / (c->d * 4);
+    if (cfg->tile && (size_t)cfg->tile < tile)
+        tile = (size_t)cfg->tile;
+    if (tile > c->n)
+        tile = c->n;
+    if ((c->n > 0 && tile == 0) || cq * slices * c->k * HEAP_ENTRY_BYTES > cap)
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                         "l2_topk: max_temp_bytes = %zu cannot hold one query's %zu x %zu "
+                         "candidates and a distance tile",
+                         bound, slices, c->k);
+    if (slices > tile && tile > 0)
+        slices = tile;
+
+    cl_mem hk = NULL, hi = NULL, qn = NULL, xn = NULL, cm = NULL, xf = NULL;
+    oclf_status st;
+    if ((st = oclf_temp_buffer(ctx, cq * slices * c->k * 4, &hk)) ||
+        (st = oclf_temp_buffer(ctx, cq * slices * c->k * 8, &hi)) ||
+        (st = oclf_temp_buffer(ctx, c->nq * 4, &qn)) ||
+        (st = oclf_temp_buffer(ctx, cq * tile * 4, &cm)) ||
+        (!c->has_xn && (st = oclf_temp_buffer(ctx, tile * 4, &xn))) ||
+        (conv && (st = oclf_temp_buffer(ctx, tile * c->d * 4, &xf))))
+        goto done;
+    cl_uint d = (cl_uint)c->d, k = (cl_uint)c->k;
+    {
+        cl_ulong qo = c->q.offset, qs = c->q.stride, rows = c->nq;
+        oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo), OCLF_ARG(qs), OCLF_ARG(rows),
+                        OCLF_ARG(d), OCLF_ARG(qn)};
+        if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, 6,
+                                             oclf_round_up(c->nq, 64), 64)))
+            goto done;
+    }
+    for (size_t q0 = 0; q0 < c->nq; q0 += cq) {
+        const size_t qc = c->nq - q0 < cq ? c->nq - q0 : cq;
+        cl_uint ns = tile ? (cl_uint)slices : 0;
+        for (size_t t0 = 0; t0 < c->n; t0 += tile) {
+            const size_t tc = c->n - t0 < tile ? c->n - t0 : tile;
+            cl_ulong xo = c->x.offset, xs = c->x.stride, r0 = t0, rows = tc;
+            if (conv) {
+                oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
+                                OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xf)};
+                if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, 7,
+                                            oclf_round_up(tc * c->d, 64), 64)))
+                    goto done;
+            }
+            if (!c->has_xn) {
+                oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
+                                OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xn)};
+                if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, 7,
+                                            oclf_round_up(tc, 64), 64)))
+                    goto done;
+            }
+            if ((st = gemm_launch(ch, qc, tc, c->d, c->q.mem, c->q.offset + q0 * c->q.stride,
+                                  c->q.stride, conv ? xf : c->x.mem,
+                                  conv ? 0 : c->x.offset + t0 * c->x.stride,
+                                  conv ? c->d : c->x.stride, cm)))
+                goto done;
+            cl_ulong cols = tc, ct0 = t0, nqc = qc, per = (tc + slices - 1) / slices;
+            cl_ulong xno = c->has_xn ? c->xn.offset + t0 : 0;
+            cl_uint first = t0 == 0;
+            cl_mem xnm = c->has_xn ? c->xn.mem : xn;
+            cl_ulong qno = q0; /* the query norms of this chunk */
+            oclf_arg a[] = {OCLF_ARG(cm),  OCLF_ARG(cols), OCLF_ARG(qn), OCLF_ARG(qno), OCLF_ARG(xnm),
+                            OCLF_ARG(xno), OCLF_ARG(ct0),  OCLF_ARG(nqc),   OCLF_ARG(ns),
+                            OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
+                            OCLF_ARG(hi)};
+            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 14,
+                                        oclf_round_up(qc * slices, 8), 8)))
+                goto done;
+        }
+        if ((st = merge_launch(ch, prog, hk, hi, c, q0, qc, ns)))
+            goto done;
+    }
+done:;
+    cl_mem all[] = {hk, hi, qn, xn, cm, xf};
+    for (int i = 0; i < 6; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]); /* freed by OpenCL once the launches finish */
+    return st;
+}
+
+void oclf_l2_topk_options_init(oclf_l2_topk_options *options)
+{
+    if (options)
+        memset(options, 0, sizeof *options);
+}
+
+oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x_dtype, size_t nq,
+                         size_t n, size_t d, size_t k, oclf_buf q, oclf_buf x, oclf_buf dist,
+                         oclf_buf idx, const oclf_l2_topk_options *options,
+                         const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
+                         cl_event *event)
+{
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "l2_topk: ctx is NULL");
+    if (event)
+        *event = NULL;
+    oclf_status st;
+    l2_call c;
+    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
+        (st = oclf_check_dtype(ctx, x_dtype)) ||
+        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, options, &c)))
+        return st;
+
+    const int exact = options && options->precision == OCLF_L2_EXACT;
+    if (exact && choice && choice->path == OCLF_PATH_UNFUSED)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "l2_topk: precision EXACT needs the direct formula, which only the fused "
+                         "path computes");
+    int64_t formula_asked = -1;
+    if (choice)
+        oclf_params_get(&choice->params, "FORMULA", &formula_asked);
+    if (exact && formula_asked == 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "l2_topk: precision EXACT excludes FORMULA = 1 (the expansion)");
+
+    oclf_shape shape = {{nq, n, d, k}};
+    oclf_resolved r;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, x_dtype, &shape, choice, &r)))
+        return st;
+    if (exact) {
+        /* The precision option narrows whatever dispatch chose. */
+        if (r.path != OCLF_PATH_FUSED) {
+            oclf_choice fc;
+            memset(&fc, 0, sizeof fc);
+            if (choice)
+                fc = *choice;
+            fc.path = OCLF_PATH_FUSED;
+            if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, x_dtype, &shape, &fc, &r)))
+                return st;
+        }
+        oclf_params_set(&r.params, "FORMULA", 0);
+    }
+    l2_cfg cfg;
+    if ((st = l2_config(ctx, r.path, &r.params, &cfg)))
+        return st;
+    if (nq == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    /* The unfused path uses the norm and merge kernels of the program that
+     * the fused heuristic builds for many queries, so both paths share one
+     * build. */
+    l2_cfg pc = cfg;
+    if (r.path == OCLF_PATH_UNFUSED) {
+        oclf_shape many = {{100, n, d, k}};
+        oclf_params hp = {0};
+        oclf_l2topk_heuristic(ctx, x_dtype, &many, OCLF_PATH_FUSED, &hp);
+        if ((st = l2_config(ctx, OCLF_PATH_FUSED, &hp, &pc)))
+            return st;
+    }
+    char opts[200];
+    snprintf(opts, sizeof opts,
+             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d",
+             (int)x_dtype, pc.formula, pc.qb, pc.rb, pc.vec);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "l2topk.cl", opts, &prog)))
+        return st;
+
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    st = r.path == OCLF_PATH_FUSED ? run_fused(ctx, &ch, prog, &c, &cfg)
+                                   : run_unfused(ctx, &ch, prog, &c, &cfg);
+    if (st != OCLF_SUCCESS) {
+        oclf_chain_end(&ch, NULL);
+        return st;
+    }
+    oclf_chain_end(&ch, event);
+    return OCLF_SUCCESS;
+}

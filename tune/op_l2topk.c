@@ -1,0 +1,205 @@
+/* Descriptor of l2_topk for the benchmark and the tuner. */
+#include "opdesc.h"
+
+#include "ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct l2_inst {
+    oclf_dtype dtype;
+    size_t nq, n, d, k;
+    float *hq;
+    void *hx;
+    cl_mem q, x, dist, idx;
+} l2_inst;
+
+static void l2_destroy(void *p)
+{
+    l2_inst *in = p;
+    if (!in)
+        return;
+    cl_mem mems[4] = {in->q, in->x, in->dist, in->idx};
+    for (int i = 0; i < 4; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    free(in->hq), free(in->hx);
+    free(in);
+}
+
+/* Shape: nq x N x D x k. */
+static void *l2_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err,
+                       size_t errlen)
+{
+    l2_inst *in = calloc(1, sizeof *in);
+    if (!in) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    in->dtype = dt;
+    in->nq = s->d[0];
+    in->n = s->d[1];
+    in->d = s->d[2];
+    in->k = s->d[3];
+    const size_t es = oclf_dtype_size(dt);
+    in->hq = malloc(in->nq * in->d * 4 + 4);
+    in->hx = malloc(in->n * in->d * es + 4);
+    if (!in->hq || !in->hx) {
+        snprintf(err, errlen, "out of host memory for a %zu x %zu database", in->n, in->d);
+        l2_destroy(in);
+        return NULL;
+    }
+    op_fill_random(OCLF_F32, in->hq, in->nq * in->d, -1.0f, 1.0f, 11);
+    op_fill_random(dt, in->hx, in->n * in->d, -1.0f, 1.0f, 12);
+    if (!(in->q = op_upload(env, in->hq, in->nq * in->d * 4, err, errlen)) ||
+        !(in->x = op_upload(env, in->hx, in->n * in->d * es, err, errlen)) ||
+        !(in->dist = op_upload(env, NULL, in->nq * in->k * 4, err, errlen)) ||
+        !(in->idx = op_upload(env, NULL, in->nq * in->k * 8, err, errlen))) {
+        l2_destroy(in);
+        return NULL;
+    }
+    return in;
+}
+
+static oclf_status l2_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
+{
+    l2_inst *in = p;
+    oclf_buf q = {in->q, 0, 0}, x = {in->x, 0, 0}, d = {in->dist, 0, 0}, i = {in->idx, 0, 0};
+    return oclf_l2_topk(env->ctx, env->queue, in->dtype, in->nq, in->n, in->d, in->k, q, x, d, i,
+                        NULL, ch, 0, NULL, ev);
+}
+
+/* The first and the last query against the reference (all queries would
+ * cost nq x N x D in fp64 on the host): each returned distance within the
+ * expansion's rounding error of the reference's at that rank, and each
+ * returned row really at its distance. */
+static int l2_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+{
+    l2_inst *in = p;
+    oclf_status st = l2_run(env, in, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    if (in->nq == 0)
+        return 1;
+    float *gd = malloc(in->nq * in->k * 4 + 4);
+    int64_t *gi = malloc(in->nq * in->k * 8 + 8);
+    double *rd = malloc(in->k * sizeof *rd + 8), *all = malloc(in->n * sizeof *all + 8);
+    int64_t *ri = malloc(in->k * 8 + 8);
+    int ok = gd && gi && rd && all && ri && op_download(env, in->dist, gd, in->nq * in->k * 4) == 0 &&
+             op_download(env, in->idx, gi, in->nq * in->k * 8) == 0;
+    if (!ok)
+        snprintf(msg, len, "cannot read the result back");
+    size_t qs[2] = {0, in->nq - 1};
+    for (int t = 0; t < 2 && ok; t++) {
+        const size_t qi = qs[t];
+        const float *q = in->hq + qi * in->d;
+        oclf_ref_l2_topk(in->dtype, 1, in->n, in->d, in->k, q, in->d, in->hx, in->d, rd, ri);
+        oclf_ref_l2_dists(in->dtype, in->n, in->d, q, in->hx, in->d, all);
+        double qq = 0, xmax = 0;
+        for (size_t j = 0; j < in->d; j++)
+            qq += (double)q[j] * q[j];
+        xmax = (double)in->d; /* |x|^2 <= D for values in [-1, 1] */
+        const double tol = 4e-6 * (qq + xmax) + 1e-5;
+        for (size_t j = 0; j < in->k && ok; j++) {
+            const float g = gd[qi * in->k + j];
+            const int64_t id = gi[qi * in->k + j];
+            if (ri[j] < 0) {
+                ok = id == -1;
+            } else {
+                ok = fabs(g - rd[j]) <= tol + 1e-5 * rd[j] && id >= 0 && (size_t)id < in->n &&
+                     fabs(all[id] - g) <= tol + 1e-5 * all[id];
+            }
+            if (!ok)
+                snprintf(msg, len, "query %zu rank %zu: (%g, %lld), reference (%g, %lld)", qi, j,
+                         (double)g, (long long)id, rd[j], (long long)ri[j]);
+        }
+    }
+    free(gd), free(gi), free(rd), free(all), free(ri);
+    return ok;
+}
+
+/* The database read once dominates; queries in and results out besides. */
+static double l2_bytes(const op_shape *s, oclf_dtype dt)
+{
+    return (double)s->d[1] * (double)s->d[2] * (double)oclf_dtype_size(dt) +
+           (double)s->d[0] * (double)s->d[2] * 4 + (double)s->d[0] * (double)s->d[3] * 12;
+}
+
+static double l2_flops(const op_shape *s)
+{
+    return 2.0 * (double)s->d[0] * (double)s->d[1] * (double)s->d[2];
+}
+
+/* Fused: register blocks, vector widths, group sizes and both formulas.
+ * Unfused: slices and GEMM tile widths. */
+static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
+                    oclf_params *out, int max)
+{
+    (void)dt;
+    int n = 0;
+    if (path == OCLF_PATH_UNFUSED) {
+        static const int64_t slices[] = {0, 2, 8}, tiles[] = {0, 16384, 65536};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++) {
+                oclf_params p;
+                memset(&p, 0, sizeof p);
+                oclf_params_set(&p, "SLICES", slices[a]);
+                oclf_params_set(&p, "TILE", tiles[b]);
+                op_space_add(out, &n, max, &p);
+            }
+        return n;
+    }
+    size_t max_wgs = 1;
+    cl_ulong local_mem = 0;
+    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
+    const uint64_t nq = s->d[0] ? s->d[0] : 1;
+    static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
+    static const int nrbs[] = {4, 8, 16, 32};
+    for (int formula = 1; formula >= 0; formula--)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 4; b++)
+                for (int c = 0; c < 3; c++)
+                    for (int e = 0; e < 4; e++) {
+                        const uint64_t qb = (uint64_t)qbs[a];
+                        if (qb > nq && qb > 1)
+                            continue;
+                        uint64_t qg = nq < 32 ? nq : 32;
+                        qg = (qg + qb - 1) / qb * qb;
+                        const uint64_t wgs = qg / qb * (uint64_t)nrbs[e];
+                        const uint64_t tr = (uint64_t)nrbs[e] * (uint64_t)rbs[b];
+                        if (wgs > max_wgs || wgs < qg || (qg * tr + tr + qg) * 4 > local_mem)
+                            continue;
+                        oclf_params p;
+                        memset(&p, 0, sizeof p);
+                        oclf_params_set(&p, "FORMULA", formula);
+                        oclf_params_set(&p, "QB", (int64_t)qb);
+                        oclf_params_set(&p, "RB", rbs[b]);
+                        oclf_params_set(&p, "VEC", vecs[c]);
+                        oclf_params_set(&p, "QG", (int64_t)qg);
+                        oclf_params_set(&p, "WGS", (int64_t)wgs);
+                        op_space_add(out, &n, max, &p);
+                    }
+    return n;
+}
+
+const op_desc op_l2_topk = {
+    .name = "l2_topk",
+    .shape_help = "NQxNxDxK (queries x database rows x dimension x k)",
+    .ndims = 4,
+    .dim_names = {"nq", "n", "d", "k"},
+    .bench_shapes = "1x1000000x768x10,16x1000000x768x10,100x1000000x768x10,1024x100000x128x100",
+    .tune_shapes = "1x1000000x768x10,100x1000000x768x10,1024x100000x128x100",
+    .has_unfused = 1,
+    .create = l2_create,
+    .run = l2_run,
+    .verify = l2_verify,
+    .min_bytes = l2_bytes,
+    .flops = l2_flops,
+    .destroy = l2_destroy,
+    .space = l2_space,
+};
