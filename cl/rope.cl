@@ -7,9 +7,10 @@
  * Every kernel works on (token, head) items: OCLF_LAYOUT 0 gives one item
  * to each work-item (no barriers: what a CPU wants), OCLF_LAYOUT 1 a
  * work-group per item with the head's vectors spread over its work-items
- * and the sum of squares reduced through local memory (ROW_LANES, FOR_ROWS,
- * FOR_VEC_IN and ROW_REDUCE of common.h, with the item in the place of the
- * row).
+ * and the sum of squares reduced through local memory (ROW_LANES, FOR_VEC_IN
+ * and ROW_REDUCE of common.h, with the item in the place of the row). Each
+ * item is straight-line code whose early returns are uniform within a
+ * work-group, so no barrier sits inside a loop or behind a divergent branch.
  *
  * The rotation style (NeoX or GPT-J) and the position width are run-time
  * arguments tested outside the loops, so one program serves all of them;
@@ -104,6 +105,11 @@ typedef float8 hfloatv;
 #endif
 
 /* ---- one item: the token's cache row, or skip the token ----------------- */
+#if OCLF_LAYOUT == 0
+#define ITEM_ID get_global_id(0)
+#else
+#define ITEM_ID get_group_id(0)
+#endif
 /* Position of token t; the int64 view is taken only when pos64 is set. */
 #define ITEM_POSITION(t)                                                       \
     (pos64 ? ((global const long *)pos)[po + (t)] : (long)pos[po + (t)])
@@ -179,21 +185,22 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
 {
     const uint nh = nq + nk;
     ROW_LANES;
-    FOR_ROWS(row, tokens * nh, 1) {
-        const ulong t = row / nh;
-        const uint h = (uint)(row % nh);
-        const long p = ITEM_POSITION(t);
-        if (p < 0 || (ulong)p >= max_pos)
-            continue;
-        global stor_t *hp =
-            h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
-        global const cstor_t *cr = cache + co + (ulong)p * cs;
+    const ulong row = ITEM_ID;
+    if (row >= tokens * nh)
+        return;
+    const ulong t = row / nh;
+    const uint h = (uint)(row % nh);
+    const long p = ITEM_POSITION(t);
+    if (p < 0 || (ulong)p >= max_pos)
+        return;
+    global stor_t *hp =
+        h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
+    global const cstor_t *cr = cache + co + (ulong)p * cs;
 #define LOAD_V(i) LDV(hp, (i))
 #define LOAD_S(i) LD(hp, (i))
-        ROTATE_HEAD(hp, cr, LOAD_V, LOAD_S);
+    ROTATE_HEAD(hp, cr, LOAD_V, LOAD_S);
 #undef LOAD_V
 #undef LOAD_S
-    }
 }
 
 /* Per-head RMSNorm of the nq Q and nk K heads of a packed qkv, in place:
@@ -207,28 +214,29 @@ kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk
     local float scratch[OCLF_WGS];
     const uint nh = nq + nk;
     ROW_LANES;
-    FOR_ROWS(row, tokens * nh, 1) {
-        const ulong t = row / nh;
-        const uint h = (uint)(row % nh);
-        const long p = ITEM_POSITION(t);
-        if (p < 0 || (ulong)p >= max_pos)
-            continue;
-        global stor_t *hp = x + xo + t * ts + (ulong)h * hd;
-        global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0);
-        float r;
-        HEAD_RSTD(hp, r);
-        FOR_VEC_IN(i, 0, hd) {
-            floatv v = LDV(hp, i) * r;
-            if (wp)
-                v *= LDV(wp, i);
-            STV(hp, i, v);
-        }
-        FOR_TAIL_IN(i, 0, hd) {
-            float v = LD(hp, i) * r;
-            if (wp)
-                v *= LD(wp, i);
-            ST(hp, i, v);
-        }
+    const ulong row = ITEM_ID;
+    if (row >= tokens * nh)
+        return;
+    const ulong t = row / nh;
+    const uint h = (uint)(row % nh);
+    const long p = ITEM_POSITION(t);
+    if (p < 0 || (ulong)p >= max_pos)
+        return;
+    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;
+    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0);
+    float r;
+    HEAD_RSTD(hp, r);
+    FOR_VEC_IN(i, 0, hd) {
+        floatv v = LDV(hp, i) * r;
+        if (wp)
+            v *= LDV(wp, i);
+        STV(hp, i, v);
+    }
+    FOR_TAIL_IN(i, 0, hd) {
+        float v = LD(hp, i) * r;
+        if (wp)
+            v *= LD(wp, i);
+        ST(hp, i, v);
     }
 }
 
@@ -244,34 +252,35 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
     local float scratch[OCLF_WGS];
     const uint nh = nq + nk;
     ROW_LANES;
-    FOR_ROWS(row, tokens * nh, 1) {
-        const ulong t = row / nh;
-        const uint h = (uint)(row % nh);
-        const long p = ITEM_POSITION(t);
-        if (p < 0 || (ulong)p >= max_pos)
-            continue;
-        global stor_t *hp = x + xo + t * ts + (ulong)h * hd;
-        global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0);
-        global const cstor_t *cr = cache + co + (ulong)p * cs;
-        float r;
-        HEAD_RSTD(hp, r);
+    const ulong row = ITEM_ID;
+    if (row >= tokens * nh)
+        return;
+    const ulong t = row / nh;
+    const uint h = (uint)(row % nh);
+    const long p = ITEM_POSITION(t);
+    if (p < 0 || (ulong)p >= max_pos)
+        return;
+    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;
+    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0);
+    global const cstor_t *cr = cache + co + (ulong)p * cs;
+    float r;
+    HEAD_RSTD(hp, r);
 #if OCLF_LAYOUT == 1
-        /* The rotation writes elements other work-items read for the sum of
-         * squares; the reduction's barriers fence local memory only. */
-        barrier(CLK_GLOBAL_MEM_FENCE);
+    /* The rotation writes elements other work-items read for the sum of
+     * squares; the reduction's barriers fence local memory only. */
+    barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
-        /* The same products as head_rms_norm: (v * r) * w. Without a weight
-         * the loads come from the head itself and are replaced by 1: both
-         * sides of the choice are safe to evaluate, so it needs no branch in
-         * the loops and the rotation is compiled once. */
-        global const stor_t *ws = wp ? wp : hp;
-        const int has_w = wp != 0;
+    /* The same products as head_rms_norm: (v * r) * w. Without a weight
+     * the loads come from the head itself and are replaced by 1: both
+     * sides of the choice are safe to evaluate, so it needs no branch in
+     * the loops and the rotation is compiled once. */
+    global const stor_t *ws = wp ? wp : hp;
+    const int has_w = wp != 0;
 #define NORM_V(i) (LDV(hp, (i)) * r * (has_w ? LDV(ws, (i)) : VSPLAT(1.0f)))
 #define NORM_S(i) (LD(hp, (i)) * r * (has_w ? LD(ws, (i)) : 1.0f))
-        ROTATE_HEAD(hp, cr, NORM_V, NORM_S);
-        FOR_VEC_IN(i, rot, hd) STV(hp, i, NORM_V(i));
-        FOR_TAIL_IN(i, rot, hd) ST(hp, i, NORM_S(i));
+    ROTATE_HEAD(hp, cr, NORM_V, NORM_S);
+    FOR_VEC_IN(i, rot, hd) STV(hp, i, NORM_V(i));
+    FOR_TAIL_IN(i, rot, hd) ST(hp, i, NORM_S(i));
 #undef NORM_V
 #undef NORM_S
-    }
 }
