@@ -114,8 +114,26 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #define LDV(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
 #define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
 #elif OCLF_DTYPE == 1
-#define LDV(p, i) OCLF_CAT(vload_half, OCLF_VEC)(0, (p) + (i))
-#define STV(p, i, v) OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)((v), 0, (p) + (i))
+/* The bits move through a ushortN with plain vloadN/vstoreN, and only the
+ * conversion goes through vload_halfN/vstore_halfN, on a private vector
+ * that is naturally aligned. Some compilers give vload_halfN on a global
+ * pointer the alignment of a halfN (an aligned 16- or 32-byte move that
+ * faults at an odd element offset); vloadN of ushort has no such
+ * assumption, and the private copy costs nothing once registers hold it. */
+typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
+inline floatv oclf_ldv_half(global const half *p)
+{
+    ushortv h = OCLF_CAT(vload, OCLF_VEC)(0, (global const ushort *)p);
+    return OCLF_CAT(vload_half, OCLF_VEC)(0, (private const half *)&h);
+}
+inline void oclf_stv_half(global half *p, floatv v)
+{
+    ushortv h;
+    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (private half *)&h);
+    OCLF_CAT(vstore, OCLF_VEC)(h, 0, (global ushort *)p);
+}
+#define LDV(p, i) oclf_ldv_half((p) + (i))
+#define STV(p, i, v) oclf_stv_half((p) + (i), (v))
 #else
 typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
 typedef OCLF_CAT(uint, OCLF_VEC) uintv;
@@ -196,6 +214,12 @@ inline floatv oclf_round_halfv(floatv v)
 /* Whole vectors of this work-item's share, then the scalar tail. */
 #define FOR_VEC(i, n) for (uint i = lane * OCLF_VEC; i + OCLF_VEC <= (n); i += nlanes * OCLF_VEC)
 #define FOR_TAIL(i, n) for (uint i = ((n) / OCLF_VEC) * OCLF_VEC + lane; i < (n); i += nlanes)
+/* The same over [a, b): ops that split a row into parts (a chunk of a row
+ * per work-item, the rotated and the plain dims of a head). */
+#define FOR_VEC_IN(i, a, b)                                                    \
+    for (uint i = (a) + lane * OCLF_VEC; i + OCLF_VEC <= (b); i += nlanes * OCLF_VEC)
+#define FOR_TAIL_IN(i, a, b)                                                   \
+    for (uint i = (a) + ((b) - (a)) / OCLF_VEC * OCLF_VEC + lane; i < (b); i += nlanes)
 
 /* ---- work-group reductions --------------------------------------------- */
 /* Sum of one float per work-item across the work-group; every work-item gets

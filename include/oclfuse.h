@@ -267,6 +267,133 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
                                          const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
+/* Activation-and-multiply (SPEC §3): the gated MLP's elementwise step.       */
+
+typedef enum oclf_act {
+    /* x / (1 + exp(-x)) */
+    OCLF_ACT_SILU = 0,
+    /* exact GELU: 0.5 x (1 + erf(x / sqrt(2))) */
+    OCLF_ACT_GELU = 1,
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    OCLF_ACT_GELU_TANH = 2,
+    /* vLLM's fatrelu: x if x > threshold, else 0 */
+    OCLF_ACT_FATRELU = 3,
+    /* gpt-oss / vLLM swigluoai_and_mul, on an INTERLEAVED row: for output i
+     * the gate is g = in[2i] and the up projection u = in[2i+1];
+     * g' = min(g, limit) (no lower clamp), u' = clamp(u, -limit, limit),
+     * out = (u' + 1) * g' * sigmoid(alpha * g'). The clamps let NaN through
+     * (written as comparisons, like vLLM's), so a NaN input gives NaN. */
+    OCLF_ACT_SWIGLU_OAI = 4,
+    OCLF_ACT_COUNT_ = 5
+} oclf_act;
+
+typedef struct oclf_activation {
+    oclf_act kind;
+    /* 0: out = act(x) * y (vLLM's silu_and_mul and friends);
+     * 1: out = x * act(y) (vLLM's mul_and_silu). Not allowed with
+     * SWIGLU_OAI, whose roles come from the interleaving. */
+    int act_on_second;
+    float threshold;   /* FATRELU; ignored otherwise */
+    float alpha;       /* SWIGLU_OAI (gpt-oss uses 1.702); ignored otherwise */
+    float limit;       /* SWIGLU_OAI (gpt-oss uses 7.0), >= 0; ignored otherwise */
+} oclf_activation;
+
+/* out[t, i] = act(x) * y for t < rows, i < d, where x = in[t, i] and
+ * y = in[t, d + i] (SWIGLU_OAI: the interleaved pairs above). `in` is
+ * rows x 2d with row stride in.stride (0: 2d), `out` rows x d with row stride
+ * out.stride (0: d); both of `dtype`. Computed in fp32, rounded once.
+ * `out` must not overlap `in` (the call would read what it already wrote).
+ * The unfused path runs an activation kernel into an fp32 temporary
+ * [rows, d] and a multiply kernel, so both paths round once.
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `act`, d == 0, a stride
+ * below the row width, a buffer smaller than the rows described, overlapping
+ * in/out, an unknown activation, act_on_second with SWIGLU_OAI, a threshold,
+ * alpha or limit that is not finite (limit < 0); OCLF_UNSUPPORTED for an
+ * unknown dtype or d >= 2^31. */
+OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
+                                      oclf_dtype dtype, const oclf_activation *act, size_t rows,
+                                      size_t d, oclf_buf in, oclf_buf out,
+                                      const oclf_choice *choice, cl_uint num_events,
+                                      const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
+/* Rotary embedding and fused QK-norm + RoPE (SPEC §4).                       */
+
+typedef enum oclf_rope_style {
+    OCLF_ROPE_NEOX = 0, /* pairs (j, j + R/2): rotate-half, Llama/NeoX */
+    OCLF_ROPE_GPTJ = 1  /* pairs (2j, 2j + 1): interleaved, GPT-J */
+} oclf_rope_style;
+
+typedef enum oclf_index_type { OCLF_INT32 = 0, OCLF_INT64 = 1 } oclf_index_type;
+
+/* Everything the rotation needs besides the heads. For each pair (x, y) of
+ * dims j < R/2 of a head of token t, with p = positions[t], c = cache[p, j]
+ * and s = cache[p, R/2 + j]: x' = x c - y s, y' = y c + x s. Dims >= R are
+ * not rotated (partial rotary).
+ * A token whose position lies outside [0, max_pos) is left entirely
+ * unchanged (its heads are neither rotated nor, in oclf_qk_norm_rope,
+ * normalized) and the cache is never read outside its rows; with the
+ * context's `validate` option the call instead reads the positions first
+ * (blocking, after the wait list) and fails with OCLF_INVALID_ARGUMENT
+ * naming the first bad token. */
+typedef struct oclf_rope {
+    oclf_rope_style style;
+    size_t head_dim;           /* hd: elements per head */
+    size_t rot_dim;            /* R: even, 2 <= R <= hd */
+    oclf_buf positions;        /* `tokens` indices of pos_type; stride ignored */
+    oclf_index_type pos_type;
+    /* [max_pos, R] of cache_dtype (which may differ from the heads' dtype):
+     * row p = [cos(p f_0) .. cos(p f_{R/2-1}) | sin(p f_0) .. sin(p f_{R/2-1})].
+     * cos_sin.stride is the row stride (0: R). */
+    oclf_buf cos_sin;
+    oclf_dtype cache_dtype;
+    size_t max_pos;
+} oclf_rope;
+
+/* A set of heads: token t, head h starts at element
+ * buf.offset + t * buf.stride + h * head_stride. */
+typedef struct oclf_heads {
+    oclf_buf buf;       /* buf.stride: between tokens; 0: count * head_stride */
+    size_t count;       /* heads per token */
+    size_t head_stride; /* between heads of a token, >= head_dim; 0: head_dim */
+} oclf_heads;
+
+/* Rotates q (and k when not NULL) in place, `tokens` tokens of `dtype`.
+ * q and k may live in one buffer (vLLM passes views of a packed qkv) as long
+ * as no element belongs to both; positions and the cache must not overlap
+ * them. Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `rope`, a head
+ * count of 0, head_dim 0, an odd rot_dim, rot_dim 0 or > head_dim, max_pos 0,
+ * a head stride below head_dim, a token stride below the heads' extent, a
+ * buffer (heads, positions, cache) smaller than described, overlapping
+ * operands, a position out of range under `validate`; OCLF_UNSUPPORTED for an
+ * unknown dtype, cache dtype or position type. */
+OCLF_API oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue,
+                                           oclf_dtype dtype, size_t tokens,
+                                           const oclf_rope *rope, oclf_heads q,
+                                           const oclf_heads *k, const oclf_choice *choice,
+                                           cl_uint num_events, const cl_event *wait_list,
+                                           cl_event *event);
+
+/* Fused per-head RMSNorm + RoPE, in place on a packed qkv of `dtype`: token t
+ * holds nq Q heads, then nk K heads, then nv V heads, each rope->head_dim
+ * elements, at qkv.offset + t * qkv.stride (0: (nq + nk + nv) * head_dim).
+ * Every Q head becomes rope(h * rsqrt(mean(h^2) + eps) * q_weight) and every
+ * K head the same with k_weight (weights: head_dim elements of `dtype`, NULL
+ * for 1); the normalized values stay in fp32 for the rotation and are rounded
+ * once. V heads are not touched. The unfused path (per-head RMSNorm kernel,
+ * then the rotary_embedding kernel) rounds the normalized heads to storage
+ * in between, as separate calls would, so it agrees within the SPEC
+ * tolerances rather than bit for bit in f16/bf16.
+ * Statuses: those of oclf_rotary_embedding, plus eps < 0 or not finite and a
+ * weight that overlaps qkv; nq == 0 is invalid, nk and nv may be 0. */
+OCLF_API oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue,
+                                       oclf_dtype dtype, size_t tokens, const oclf_rope *rope,
+                                       oclf_buf qkv, size_t nq, size_t nk, size_t nv,
+                                       const oclf_buf *q_weight, const oclf_buf *k_weight,
+                                       float eps, const oclf_choice *choice, cl_uint num_events,
+                                       const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
 /* L2 distance + top-k (SPEC §5): exact nearest-neighbour search.            */
 
 /* Which distance formulas a call may use.

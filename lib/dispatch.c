@@ -25,6 +25,13 @@ static const oclf_op_info op_info[OCLF_OP_COUNT_] = {
                             oclf_norm_validate},
     [OCLF_OP_ADD_LAYER_NORM] = {"add_layer_norm", 2, {"rows", "cols"}, oclf_norm_heuristic,
                                 oclf_norm_validate},
+    [OCLF_OP_ACT_AND_MUL] = {"act_and_mul", 2, {"rows", "d"}, oclf_act_heuristic,
+                             oclf_act_validate},
+    [OCLF_OP_ROTARY_EMBEDDING] = {"rotary_embedding", 4,
+                                  {"tokens", "heads", "head_dim", "rot_dim"},
+                                  oclf_rope_heuristic, oclf_rope_validate},
+    [OCLF_OP_QK_NORM_ROPE] = {"qk_norm_rope", 4, {"tokens", "heads", "head_dim", "rot_dim"},
+                              oclf_rope_heuristic, oclf_rope_validate},
     [OCLF_OP_L2_TOPK] = {"l2_topk", 4, {"nq", "n", "d", "k"}, oclf_l2topk_heuristic,
                          oclf_l2topk_validate},
 };

@@ -153,6 +153,9 @@ typedef enum oclf_op {
     OCLF_OP_ADD_RMS_NORM,
     OCLF_OP_LAYER_NORM,
     OCLF_OP_ADD_LAYER_NORM,
+    OCLF_OP_ACT_AND_MUL,
+    OCLF_OP_ROTARY_EMBEDDING,
+    OCLF_OP_QK_NORM_ROPE,
     OCLF_OP_L2_TOPK,
     OCLF_OP_COUNT_
 } oclf_op;
@@ -201,6 +204,20 @@ OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf
 OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
                                      const oclf_shape *shape, oclf_path path, oclf_params *out);
 OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep);
+
+/* Hooks of act_and_mul (ops/act.c); shape: rows, d. */
+OCLF_HIDDEN void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                    const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                          const oclf_shape *shape, const oclf_resolved *r,
+                                          int deep);
+/* Hooks of rotary_embedding and qk_norm_rope (ops/rope.c); shape: tokens,
+ * heads rotated per token, head_dim, rot_dim. */
+OCLF_HIDDEN void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                            const oclf_shape *shape, const oclf_resolved *r,
                                            int deep);
 
@@ -261,11 +278,24 @@ OCLF_HIDDEN oclf_status oclf_check_2d(const oclf_context *ctx, const char *what,
                                       size_t rows, size_t cols, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
+/* 1 when two operands that share a cl_mem and a row stride can never share
+ * an element: within each period of `stride` elements, a's `a_cols` and
+ * b's `b_cols` never meet (column blocks of one packed tensor, such as the
+ * q and k views of a qkv buffer, overlap as byte ranges but not as
+ * elements). 0 when this cannot be shown; callers then use oclf_overlap. */
+OCLF_HIDDEN int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
+                                   size_t b_cols);
 /* 1 when the two are exactly the same elements. */
 OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
 OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue,
                                          cl_uint num_events, const cl_event *wait_list);
 
+/* Deep validation: CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a
+ * kernel's register or local-memory use can lower its own limit, which only
+ * the built kernel reports. OCLF_OUT_OF_RESOURCES when `wgs` exceeds the
+ * limit of any of the n kernels. */
+OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
+                                              const char *const *names, int n, size_t wgs);
 /* Reads an integer parameter, checking it is present and within [lo, hi]. */
 OCLF_HIDDEN oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name,
                                    int64_t lo, int64_t hi, int64_t *out);

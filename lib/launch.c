@@ -69,6 +69,20 @@ int oclf_overlap(const oclf_operand *a, const oclf_operand *b)
     return a->mem == b->mem && a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
 }
 
+int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
+                       size_t b_cols)
+{
+    if (a->mem != b->mem)
+        return 1;
+    const size_t s = a->stride;
+    if (s != b->stride || s == 0 || a_cols > s || b_cols > s)
+        return 0;
+    /* Place a's block at [0, a_cols) of the period; b's starts at delta. */
+    const size_t delta = b->offset >= a->offset ? (b->offset - a->offset) % s
+                                                : (s - (a->offset - b->offset) % s) % s;
+    return delta >= a_cols && delta + b_cols <= s;
+}
+
 int oclf_same_range(const oclf_operand *a, const oclf_operand *b)
 {
     return a->mem == b->mem && a->offset == b->offset && a->stride == b->stride;
@@ -183,6 +197,28 @@ oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out)
     if (!*out || err != CL_SUCCESS) {
         *out = NULL;
         return oclf_fail_cl(ctx, err, "clCreateBuffer(temporary)");
+    }
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog, const char *const *names,
+                                  int n, size_t wgs)
+{
+    for (int i = 0; i < n; i++) {
+        cl_kernel k;
+        oclf_status st = oclf_kernel_get(ctx, prog, names[i], &k);
+        if (st != OCLF_SUCCESS)
+            return st;
+        size_t kwgs = 0;
+        cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                              sizeof kwgs, &kwgs, NULL);
+        oclf_kernel_put(prog, names[i], k);
+        if (err != CL_SUCCESS)
+            return oclf_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
+        if (wgs > kwgs)
+            return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                             "WGS = %zu exceeds kernel %s's CL_KERNEL_WORK_GROUP_SIZE %zu", wgs,
+                             names[i], kwgs);
     }
     return OCLF_SUCCESS;
 }

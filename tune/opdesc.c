@@ -11,10 +11,13 @@
 #include <string.h>
 #include <time.h>
 
-extern const op_desc op_rms_norm, op_add_rms_norm, op_layer_norm, op_add_layer_norm, op_l2_topk;
+extern const op_desc op_rms_norm, op_add_rms_norm, op_layer_norm, op_add_layer_norm;
+extern const op_desc op_act_and_mul, op_rotary_embedding, op_qk_norm_rope, op_l2_topk;
 
 const op_desc *const op_table[] = {
-    &op_rms_norm, &op_add_rms_norm, &op_layer_norm, &op_add_layer_norm, &op_l2_topk, NULL,
+    &op_rms_norm,    &op_add_rms_norm,     &op_layer_norm,   &op_add_layer_norm,
+    &op_act_and_mul, &op_rotary_embedding, &op_qk_norm_rope, &op_l2_topk,
+    NULL,
 };
 
 const op_desc *op_find(const char *name)

@@ -159,22 +159,7 @@ oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
         return st;
     const char *names[3];
     int n = path_kernels(op_kind(op), r->path, names);
-    for (int i = 0; i < n; i++) {
-        cl_kernel k;
-        if ((st = oclf_kernel_get(ctx, prog, names[i], &k)))
-            return st;
-        size_t kwgs = 0;
-        cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                              sizeof kwgs, &kwgs, NULL);
-        oclf_kernel_put(prog, names[i], k);
-        if (err != CL_SUCCESS)
-            return oclf_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
-        if ((size_t)cfg.wgs > kwgs)
-            return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
-                             "WGS = %d exceeds kernel %s's CL_KERNEL_WORK_GROUP_SIZE %zu",
-                             cfg.wgs, names[i], kwgs);
-    }
-    return OCLF_SUCCESS;
+    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
 }
 
 /* One call of any of the four, after the public wrappers. `x` is the input

@@ -48,6 +48,33 @@ void oclf_ref_layer_norm(oclf_dtype dtype, size_t rows, size_t cols, const void 
 void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *in, size_t is,
                        void *res, size_t rs);
 
+/* ---- activation-and-multiply (SPEC §3) --------------------------------- */
+/* in: rows x 2d of dtype, row stride is; out: rows x d packed doubles. */
+void oclf_ref_act_and_mul(oclf_dtype dtype, const oclf_activation *act, size_t rows, size_t d,
+                          const void *in, size_t is, double *out);
+
+/* ---- rotary embedding (SPEC §4) ----------------------------------------- */
+/* Host view of oclf_rope: positions widened to int64. */
+typedef struct oclf_ref_rope {
+    int gptj;
+    size_t hd, rot;
+    const int64_t *pos;
+    const void *cache; /* [max_pos, rot] of cdtype, row stride cs */
+    oclf_dtype cdtype;
+    size_t cs, max_pos;
+} oclf_ref_rope;
+
+/* Rotates `nh` heads of `tokens` tokens (head h of token t at
+ * t * ts + h * hs of x) into y: [tokens, nh, hd] packed doubles. Tokens with
+ * a position outside [0, max_pos) are copied unchanged. */
+void oclf_ref_rotary(oclf_dtype dtype, size_t tokens, size_t nh, const void *x, size_t ts,
+                     size_t hs, const oclf_ref_rope *r, double *y);
+/* Per-head RMSNorm of the nq Q and nk K heads (weights qw, kw of hd or
+ * NULL), then the rotation, all in fp64; V heads copied. y: [tokens,
+ * (nq + nk + nv) * hd] packed doubles. */
+void oclf_ref_qk_norm_rope(oclf_dtype dtype, size_t tokens, size_t nq, size_t nk, size_t nv,
+                           const void *qkv, size_t ts, const void *qw, const void *kw, float eps,
+                           const oclf_ref_rope *r, double *y);
 /* ---- L2 distance + top-k (SPEC §5) --------------------------------------- */
 /* Exact k nearest rows of x (n rows of d in dtype, row stride xs) for each
  * of nq f32 queries (row stride qs): squared distances in fp64 from the

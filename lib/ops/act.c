@@ -1,0 +1,240 @@
+/*
+ * Activation-and-multiply (SPEC §3): oclf_act_and_mul.
+ *
+ *   fused: act_and_mul          unfused: act_rows -> mul_rows (fp32 temporary)
+ *
+ * Parameters: LAYOUT (0 a chunk of a row per work-item, 1 work-group per
+ * row), WGS (work-group size, a power of two), VEC (vector width 1..16).
+ */
+#include "../internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A work-item's chunk is never shorter than this many outputs: below it the
+ * per-work-item setup starts to show against the streaming. */
+#define MIN_CHUNK 2048
+
+typedef struct act_cfg {
+    int layout, wgs, vec;
+} act_cfg;
+
+void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                        oclf_path path, oclf_params *out)
+{
+    (void)path;
+    const oclf_device_info *d = &ctx->info;
+    const uint64_t cols = shape->dim[1];
+    if (d->type & CL_DEVICE_TYPE_CPU) {
+        /* As for the norms: a CPU work-group is a loop over work-items, so a
+         * work-item streaming its own (part of a) row with 16-wide vector
+         * loads runs at close to copy bandwidth, with nothing to reduce. */
+        oclf_params_set(out, "LAYOUT", 0);
+        oclf_params_set(out, "WGS", 4);
+        oclf_params_set(out, "VEC", 16);
+        return;
+    }
+    /* GPUs: a work-group per row, 16-byte loads, enough work-items to cover
+     * the row in a few passes. */
+    int vec = dtype == OCLF_F32 ? 4 : 8;
+    uint64_t want = (cols + (uint64_t)vec - 1) / (uint64_t)vec;
+    size_t wgs = 64;
+    while (wgs < want && wgs < 256)
+        wgs *= 2;
+    while (wgs > d->max_wgs && wgs > 1)
+        wgs /= 2;
+    oclf_params_set(out, "LAYOUT", 1);
+    oclf_params_set(out, "WGS", (int64_t)wgs);
+    oclf_params_set(out, "VEC", vec);
+}
+
+static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act_cfg *cfg)
+{
+    int64_t layout, wgs, vec;
+    oclf_status st;
+    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
+        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
+        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
+        return st;
+    if (wgs & (wgs - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
+                         (long long)wgs);
+    if (vec & (vec - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
+    cfg->layout = (int)layout;
+    cfg->wgs = (int)wgs;
+    cfg->vec = (int)vec;
+    return OCLF_SUCCESS;
+}
+
+static void act_options(char *buf, size_t len, oclf_dtype dtype, const act_cfg *cfg)
+{
+    snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
+             (int)dtype, cfg->layout, cfg->wgs, cfg->vec);
+}
+
+oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                              const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    (void)op;
+    (void)shape;
+    act_cfg cfg;
+    oclf_status st = act_config(ctx, &r->params, &cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    char opts[160];
+    act_options(opts, sizeof opts, dtype, &cfg);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
+        return st;
+    static const char *const fused[] = {"act_and_mul"}, *const unfused[] = {"act_rows", "mul_rows"};
+    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
+                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
+}
+
+static oclf_status check_activation(oclf_context *ctx, const oclf_activation *a)
+{
+    const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
+    if (!a)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: act is NULL", op);
+    if ((unsigned)a->kind >= OCLF_ACT_COUNT_)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown activation %d", op,
+                         (int)a->kind);
+    if (a->act_on_second != 0 && a->act_on_second != 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: act_on_second must be 0 or 1", op);
+    if (a->kind == OCLF_ACT_SWIGLU_OAI) {
+        if (a->act_on_second)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: act_on_second does not apply to the interleaved SWIGLU_OAI", op);
+        if (!isfinite(a->alpha))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: SWIGLU_OAI alpha is not finite", op);
+        if (!isfinite(a->limit) || a->limit < 0.0f)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: SWIGLU_OAI limit must be finite and >= 0", op);
+    }
+    if (a->kind == OCLF_ACT_FATRELU && !isfinite(a->threshold))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: FATRELU threshold is not finite", op);
+    return OCLF_SUCCESS;
+}
+
+/* Chunking for LAYOUT 0: split rows only when there are fewer of them than
+ * work-items to keep every compute unit streaming (a few per unit). */
+static void act_split(const oclf_context *ctx, const act_cfg *cfg, size_t rows, size_t d,
+                      cl_uint *chunk, cl_uint *nsplit)
+{
+    size_t parts = 1;
+    if (cfg->layout == 0) {
+        const size_t want = (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4 *
+                            (size_t)cfg->wgs;
+        if (rows < want) {
+            parts = (want + rows - 1) / rows;
+            size_t most = (d + MIN_CHUNK - 1) / MIN_CHUNK;
+            if (parts > most)
+                parts = most;
+            if (parts < 1)
+                parts = 1;
+        }
+    }
+    size_t c = (d + parts - 1) / parts;
+    c = oclf_round_up(c, (size_t)cfg->vec); /* chunks start on a vector boundary */
+    *chunk = (cl_uint)c;
+    *nsplit = (cl_uint)((d + c - 1) / c);
+}
+
+oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                             const oclf_activation *act, size_t rows, size_t d, oclf_buf in,
+                             oclf_buf out, const oclf_choice *choice, cl_uint num_events,
+                             const cl_event *wait_list, cl_event *event)
+{
+    const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    if (event)
+        *event = NULL;
+    oclf_status st;
+    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
+        (st = oclf_check_dtype(ctx, dtype)) || (st = check_activation(ctx, act)))
+        return st;
+    if (d == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: d is 0", op);
+    /* Kernels index the 2d-wide input row with 32-bit element indices. */
+    if (d > (size_t)INT_MAX - 64)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: d = %zu is not below 2^31", op, d);
+    const size_t el = oclf_dtype_size(dtype);
+    oclf_operand oi, oo;
+    char what[64];
+    snprintf(what, sizeof what, "%s: in", op);
+    if ((st = oclf_check_2d(ctx, what, in, rows, 2 * d, el, &oi)))
+        return st;
+    snprintf(what, sizeof what, "%s: out", op);
+    if ((st = oclf_check_2d(ctx, what, out, rows, d, el, &oo)))
+        return st;
+    if (oclf_overlap(&oi, &oo))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: out overlaps in", op);
+
+    oclf_shape shape = {{rows, d, 0, 0}};
+    oclf_resolved r;
+    act_cfg cfg = {0, 1, 1};
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, dtype, &shape, choice, &r)) ||
+        (st = act_config(ctx, &r.params, &cfg)))
+        return st;
+    if (rows == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    cl_uint chunk, nsplit;
+    act_split(ctx, &cfg, rows, d, &chunk, &nsplit);
+    const size_t local = (size_t)cfg.wgs;
+    if (rows > SIZE_MAX / local / nsplit)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op, rows);
+    const size_t global =
+        cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * local;
+
+    char opts[160];
+    act_options(opts, sizeof opts, dtype, &cfg);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
+        return st;
+
+    cl_ulong io = oi.offset, is = oi.stride, oof = oo.offset, os = oo.stride, nrows = rows;
+    cl_uint dd = (cl_uint)d, kind = (cl_uint)act->kind, second = (cl_uint)act->act_on_second;
+    float p0 = act->kind == OCLF_ACT_FATRELU ? act->threshold : act->alpha;
+    float p1 = act->limit;
+
+    if (r.path == OCLF_PATH_FUSED) {
+        oclf_arg a[] = {OCLF_ARG(oi.mem), OCLF_ARG(io),    OCLF_ARG(is),     OCLF_ARG(oo.mem),
+                        OCLF_ARG(oof),    OCLF_ARG(os),    OCLF_ARG(nrows),  OCLF_ARG(dd),
+                        OCLF_ARG(kind),   OCLF_ARG(second), OCLF_ARG(p0),    OCLF_ARG(p1),
+                        OCLF_ARG(chunk),  OCLF_ARG(nsplit)};
+        return oclf_enqueue(ctx, queue, prog, "act_and_mul", a, 14, global, local, num_events,
+                            wait_list, event);
+    }
+
+    /* Unfused: the activation into an fp32 temporary (so the result is still
+     * rounded once), then the multiply. */
+    if (rows > SIZE_MAX / d / sizeof(float))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporary of %zu x %zu floats", op, rows, d);
+    cl_mem tmp = NULL;
+    if ((st = oclf_temp_buffer(ctx, rows * d * sizeof(float), &tmp)))
+        return st;
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    {
+        oclf_arg a[] = {OCLF_ARG(oi.mem), OCLF_ARG(io),   OCLF_ARG(is),     OCLF_ARG(tmp),
+                        OCLF_ARG(nrows),  OCLF_ARG(dd),   OCLF_ARG(kind),   OCLF_ARG(second),
+                        OCLF_ARG(p0),     OCLF_ARG(p1),   OCLF_ARG(chunk),  OCLF_ARG(nsplit)};
+        st = oclf_chain_launch(&ch, prog, "act_rows", a, 12, global, local);
+    }
+    if (st == OCLF_SUCCESS) {
+        oclf_arg a[] = {OCLF_ARG(oi.mem), OCLF_ARG(io),     OCLF_ARG(is),    OCLF_ARG(tmp),
+                        OCLF_ARG(oo.mem), OCLF_ARG(oof),    OCLF_ARG(os),    OCLF_ARG(nrows),
+                        OCLF_ARG(dd),     OCLF_ARG(kind),   OCLF_ARG(second), OCLF_ARG(p0),
+                        OCLF_ARG(p1),     OCLF_ARG(chunk),  OCLF_ARG(nsplit)};
+        st = oclf_chain_launch(&ch, prog, "mul_rows", a, 15, global, local);
+    }
+    clReleaseMemObject(tmp); /* freed by OpenCL once the launches finish */
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}

@@ -1,0 +1,435 @@
+/*
+ * Rotary embedding family (SPEC §4): rotary_embedding and qk_norm_rope.
+ *
+ *   rotary_embedding  one kernel (rotary_embedding); it has no unfused form
+ *   qk_norm_rope      fused: qk_norm_rope
+ *                     unfused: head_rms_norm -> rotary_embedding
+ *
+ * Parameters: LAYOUT (0 a (token, head) item per work-item, 1 a work-group
+ * per item), WGS (work-group size, a power of two), VEC (vector width
+ * 1..16).
+ */
+#include "../internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rope_cfg {
+    int layout, wgs, vec;
+} rope_cfg;
+
+/* shape: tokens, heads rotated per token, head_dim, rot_dim */
+void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                         oclf_path path, oclf_params *out)
+{
+    (void)path;
+    const oclf_device_info *d = &ctx->info;
+    const uint64_t hd = shape->dim[2];
+    if (d->type & CL_DEVICE_TYPE_CPU) {
+        /* A head per work-item, no barrier, 16-wide vectors (see the norm
+         * heuristic). A head is small (hd <= 512), so a work-group gathers
+         * many of them: a CPU pays a fixed cost per work-group that 4 heads
+         * of 512 bytes would not cover. */
+        oclf_params_set(out, "LAYOUT", 0);
+        oclf_params_set(out, "WGS", 64);
+        oclf_params_set(out, "VEC", 16);
+        return;
+    }
+    /* GPUs: a work-group per head, 16-byte loads, one vector per work-item
+     * when the head allows. */
+    int vec = dtype == OCLF_F32 ? 4 : 8;
+    uint64_t want = (hd + (uint64_t)vec - 1) / (uint64_t)vec;
+    size_t wgs = 32;
+    while (wgs < want && wgs < 256)
+        wgs *= 2;
+    while (wgs > d->max_wgs && wgs > 1)
+        wgs /= 2;
+    oclf_params_set(out, "LAYOUT", 1);
+    oclf_params_set(out, "WGS", (int64_t)wgs);
+    oclf_params_set(out, "VEC", vec);
+}
+
+static oclf_status rope_config(const oclf_context *ctx, const oclf_params *p, rope_cfg *cfg)
+{
+    int64_t layout, wgs, vec;
+    oclf_status st;
+    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
+        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
+        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
+        return st;
+    if (wgs & (wgs - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
+                         (long long)wgs);
+    if (vec & (vec - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
+    cfg->layout = (int)layout;
+    cfg->wgs = (int)wgs;
+    cfg->vec = (int)vec;
+    return OCLF_SUCCESS;
+}
+
+static void rope_options(char *buf, size_t len, oclf_dtype dtype, oclf_dtype cdtype,
+                         const rope_cfg *cfg)
+{
+    snprintf(buf, len,
+             "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
+             (int)dtype, (int)cdtype, cfg->layout, cfg->wgs, cfg->vec);
+}
+
+/* The deep check builds the program with a cache of the heads' dtype (the
+ * usual case); the cache type changes loads, not the work-group limit. */
+oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    (void)shape;
+    rope_cfg cfg;
+    oclf_status st = rope_config(ctx, &r->params, &cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    char opts[192];
+    rope_options(opts, sizeof opts, dtype, dtype, &cfg);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "rope.cl", opts, &prog)))
+        return st;
+    static const char *const rot[] = {"rotary_embedding"}, *const fused[] = {"qk_norm_rope"};
+    static const char *const unfused[] = {"head_rms_norm", "rotary_embedding"};
+    if (op == OCLF_OP_ROTARY_EMBEDDING)
+        return oclf_check_kernel_wgs(ctx, prog, rot, 1, (size_t)cfg.wgs);
+    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
+                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
+}
+
+/* The checked rope description. */
+typedef struct rope_operands {
+    oclf_operand pos, cache;
+    size_t psize; /* bytes per position */
+} rope_operands;
+
+static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
+                              const oclf_rope *rope, rope_operands *o)
+{
+    oclf_status st;
+    if (!rope)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: rope is NULL", op);
+    if (oclf_dtype_size(rope->cache_dtype) == 0)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "%s: unsupported cache dtype %d (expected f32, f16 or bf16)", op,
+                         (int)rope->cache_dtype);
+    if (rope->pos_type != OCLF_INT32 && rope->pos_type != OCLF_INT64)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "%s: unsupported position type %d (expected int32 or int64)", op,
+                         (int)rope->pos_type);
+    if (rope->style != OCLF_ROPE_NEOX && rope->style != OCLF_ROPE_GPTJ)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown rotary style %d", op,
+                         (int)rope->style);
+    if (rope->head_dim == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head_dim is 0", op);
+    /* Kernels index a head with 32-bit element indices. */
+    if (rope->head_dim > (size_t)INT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: head_dim %zu is not below 2^31", op,
+                         rope->head_dim);
+    if (rope->rot_dim == 0 || rope->rot_dim % 2 || rope->rot_dim > rope->head_dim)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: rot_dim %zu must be even, non-zero and at most head_dim %zu", op,
+                         rope->rot_dim, rope->head_dim);
+    if (rope->max_pos == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: max_pos is 0", op);
+    memset(o, 0, sizeof *o);
+    o->psize = rope->pos_type == OCLF_INT64 ? 8 : 4;
+    char what[64];
+    oclf_buf pb = rope->positions;
+    pb.stride = 0; /* a vector */
+    snprintf(what, sizeof what, "%s: positions", op);
+    if ((st = oclf_check_2d(ctx, what, pb, tokens ? 1 : 0, tokens, o->psize, &o->pos)))
+        return st;
+    snprintf(what, sizeof what, "%s: cos_sin", op);
+    return oclf_check_2d(ctx, what, rope->cos_sin, rope->max_pos, rope->rot_dim,
+                         oclf_dtype_size(rope->cache_dtype), &o->cache);
+}
+
+/* A head set checked as a tokens x extent operand (extent: from the first
+ * head's start to the last head's end). */
+static oclf_status check_heads(oclf_context *ctx, const char *what, oclf_heads h, size_t tokens,
+                               size_t hd, size_t el, oclf_operand *out, size_t *extent)
+{
+    if (h.count == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head count is 0", what);
+    if (h.count > UINT_MAX / 2)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu heads per token", what, h.count);
+    const size_t hs = h.head_stride ? h.head_stride : hd;
+    if (hs < hd)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head stride %zu is less than head_dim %zu",
+                         what, hs, hd);
+    size_t ext, packed;
+    if (__builtin_mul_overflow(h.count - 1, hs, &ext) || __builtin_add_overflow(ext, hd, &ext) ||
+        __builtin_mul_overflow(h.count, hs, &packed))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu heads of stride %zu overflow", what,
+                         h.count, hs);
+    oclf_buf b = h.buf;
+    if (!b.stride)
+        b.stride = packed;
+    *extent = ext;
+    return oclf_check_2d(ctx, what, b, tokens, ext, el, out);
+}
+
+/* With ctx->validate: reads the positions (after the caller's wait list)
+ * and names the first token outside [0, max_pos). */
+static oclf_status validate_positions(oclf_context *ctx, const char *op, cl_command_queue queue,
+                                      size_t tokens, const oclf_rope *rope,
+                                      const rope_operands *o, cl_uint num_events,
+                                      const cl_event *wait_list)
+{
+    if (!ctx->validate || tokens == 0)
+        return OCLF_SUCCESS;
+    void *host = malloc(tokens * o->psize);
+    if (!host)
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", op);
+    cl_int err = clEnqueueReadBuffer(queue, rope->positions.mem, CL_TRUE, o->pos.lo,
+                                     tokens * o->psize, host, num_events, wait_list, NULL);
+    if (err != CL_SUCCESS) {
+        free(host);
+        return oclf_fail_cl(ctx, err, "reading positions to validate them");
+    }
+    oclf_status st = OCLF_SUCCESS;
+    for (size_t t = 0; t < tokens; t++) {
+        int64_t p = o->psize == 8 ? ((const int64_t *)host)[t] : ((const int32_t *)host)[t];
+        if (p < 0 || (uint64_t)p >= rope->max_pos) {
+            st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                           "%s: position %lld of token %zu is outside [0, max_pos = %zu)", op,
+                           (long long)p, t, rope->max_pos);
+            break;
+        }
+    }
+    free(host);
+    return st;
+}
+
+/* Kernel arguments both rope kernels share, in their order. */
+typedef struct rope_args {
+    cl_mem pos;
+    cl_ulong po;
+    cl_uint pos64;
+    cl_mem cache;
+    cl_ulong co, cs, max_pos, tokens;
+    cl_uint hd, rot, neox;
+} rope_args;
+
+static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, size_t tokens)
+{
+    rope_args a;
+    a.pos = rope->positions.mem;
+    a.po = rope->positions.offset;
+    a.pos64 = rope->pos_type == OCLF_INT64;
+    a.cache = o->cache.mem;
+    a.co = o->cache.offset;
+    a.cs = o->cache.stride;
+    a.max_pos = rope->max_pos;
+    a.tokens = tokens;
+    a.hd = (cl_uint)rope->head_dim;
+    a.rot = (cl_uint)rope->rot_dim;
+    a.neox = rope->style == OCLF_ROPE_NEOX;
+    return a;
+}
+
+/* Resolves the parameters, builds the program, sizes the launch. */
+static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype, size_t tokens,
+                                size_t heads, const oclf_rope *rope, const oclf_choice *choice,
+                                oclf_resolved *r, oclf_program **prog, size_t *global,
+                                size_t *local)
+{
+    oclf_shape shape = {{tokens, heads, rope->head_dim, rope->rot_dim}};
+    rope_cfg cfg = {0, 1, 1};
+    oclf_status st;
+    if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, r)) ||
+        (st = rope_config(ctx, &r->params, &cfg)))
+        return st;
+    *local = (size_t)cfg.wgs;
+    if (heads != 0 && tokens > SIZE_MAX / heads / *local)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range",
+                         oclf_op_name(op), tokens);
+    *global = cfg.layout == 0 ? oclf_round_up(tokens * heads, *local) : tokens * heads * *local;
+    char opts[192];
+    rope_options(opts, sizeof opts, dtype, rope->cache_dtype, &cfg);
+    return oclf_program_get(ctx, "rope.cl", opts, prog);
+}
+
+/* The q and k views rotary_embedding works on. */
+typedef struct rotary_views {
+    cl_mem q, k; /* k may be NULL (nk 0) */
+    cl_ulong qo, qts, qhs, ko, kts, khs;
+    cl_uint nq, nk;
+} rotary_views;
+
+/* rotary_embedding's arguments, shared with the unfused qk_norm_rope. */
+static void rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_args *ra)
+{
+    unsigned n = 0;
+    a[n++] = OCLF_ARG(v->q), a[n++] = OCLF_ARG(v->qo), a[n++] = OCLF_ARG(v->qts);
+    a[n++] = OCLF_ARG(v->qhs), a[n++] = OCLF_ARG(v->nq);
+    a[n++] = OCLF_ARG(v->k), a[n++] = OCLF_ARG(v->ko), a[n++] = OCLF_ARG(v->kts);
+    a[n++] = OCLF_ARG(v->khs), a[n++] = OCLF_ARG(v->nk);
+    a[n++] = OCLF_ARG(ra->pos), a[n++] = OCLF_ARG(ra->po), a[n++] = OCLF_ARG(ra->pos64);
+    a[n++] = OCLF_ARG(ra->cache), a[n++] = OCLF_ARG(ra->co), a[n++] = OCLF_ARG(ra->cs);
+    a[n++] = OCLF_ARG(ra->max_pos), a[n++] = OCLF_ARG(ra->tokens), a[n++] = OCLF_ARG(ra->hd);
+    a[n++] = OCLF_ARG(ra->rot), a[n++] = OCLF_ARG(ra->neox);
+}
+#define ROTARY_NARGS 21
+
+oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                  size_t tokens, const oclf_rope *rope, oclf_heads q,
+                                  const oclf_heads *k, const oclf_choice *choice,
+                                  cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+    const char *op = oclf_op_name(OCLF_OP_ROTARY_EMBEDDING);
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    if (event)
+        *event = NULL;
+    oclf_status st;
+    rope_operands ro;
+    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
+        (st = oclf_check_dtype(ctx, dtype)) || (st = check_rope(ctx, op, tokens, rope, &ro)))
+        return st;
+    const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
+    oclf_operand oq, ok;
+    memset(&ok, 0, sizeof ok);
+    size_t qext = 0, kext = 0;
+    char what[64];
+    snprintf(what, sizeof what, "%s: q", op);
+    if ((st = check_heads(ctx, what, q, tokens, hd, el, &oq, &qext)))
+        return st;
+    if (k) {
+        snprintf(what, sizeof what, "%s: k", op);
+        if ((st = check_heads(ctx, what, *k, tokens, hd, el, &ok, &kext)))
+            return st;
+        if (oclf_overlap(&oq, &ok) && !oclf_rows_disjoint(&oq, qext, &ok, kext))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: q and k overlap", op);
+    }
+    const oclf_operand *written[2] = {&oq, &ok};
+    for (int i = 0; i < (k ? 2 : 1); i++)
+        if (oclf_overlap(&ro.pos, written[i]) || oclf_overlap(&ro.cache, written[i]))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: positions or cos_sin overlaps %s", op, i ? "k" : "q");
+
+    const size_t heads = q.count + (k ? k->count : 0);
+    oclf_resolved r;
+    oclf_program *prog = NULL;
+    size_t global = 0, local = 1;
+    if ((st = rope_prepare(ctx, OCLF_OP_ROTARY_EMBEDDING, dtype, tokens, heads, rope, choice, &r,
+                           &prog, &global, &local)) ||
+        (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
+        return st;
+    if (tokens == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    rope_args ra = make_rope_args(rope, &ro, tokens);
+    rotary_views v;
+    v.q = oq.mem, v.qo = oq.offset, v.qts = oq.stride;
+    v.qhs = q.head_stride ? q.head_stride : hd, v.nq = (cl_uint)q.count;
+    v.k = k ? ok.mem : NULL, v.ko = ok.offset, v.kts = ok.stride;
+    v.khs = k && k->head_stride ? k->head_stride : hd, v.nk = k ? (cl_uint)k->count : 0;
+    oclf_arg a[ROTARY_NARGS];
+    rotary_arglist(a, &v, &ra);
+    return oclf_enqueue(ctx, queue, prog, "rotary_embedding", a, ROTARY_NARGS, global, local,
+                        num_events, wait_list, event);
+}
+
+oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                              size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
+                              size_t nk, size_t nv, const oclf_buf *q_weight,
+                              const oclf_buf *k_weight, float eps, const oclf_choice *choice,
+                              cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+    const char *op = oclf_op_name(OCLF_OP_QK_NORM_ROPE);
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    if (event)
+        *event = NULL;
+    oclf_status st;
+    rope_operands ro;
+    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
+        (st = oclf_check_dtype(ctx, dtype)) || (st = check_rope(ctx, op, tokens, rope, &ro)))
+        return st;
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
+    if (nq == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: nq is 0", op);
+    const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
+    size_t heads, width;
+    if (__builtin_add_overflow(nq, nk, &heads) || heads > UINT_MAX / 2 ||
+        __builtin_add_overflow(heads, nv, &width) || __builtin_mul_overflow(width, hd, &width))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu + %zu + %zu heads of %zu overflow",
+                         op, nq, nk, nv, hd);
+    oclf_operand ox, oqw, okw;
+    memset(&oqw, 0, sizeof oqw);
+    memset(&okw, 0, sizeof okw);
+    char what[64];
+    snprintf(what, sizeof what, "%s: qkv", op);
+    if ((st = oclf_check_2d(ctx, what, qkv, tokens, width, el, &ox)))
+        return st;
+    snprintf(what, sizeof what, "%s: q_weight", op);
+    if (q_weight && (st = oclf_check_2d(ctx, what, *q_weight, 1, hd, el, &oqw)))
+        return st;
+    snprintf(what, sizeof what, "%s: k_weight", op);
+    if (k_weight && (st = oclf_check_2d(ctx, what, *k_weight, 1, hd, el, &okw)))
+        return st;
+    if (oclf_overlap(&oqw, &ox) || oclf_overlap(&okw, &ox))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: a weight overlaps qkv", op);
+    if (oclf_overlap(&ro.pos, &ox) || oclf_overlap(&ro.cache, &ox))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: positions or cos_sin overlaps qkv", op);
+
+    oclf_resolved r;
+    oclf_program *prog = NULL;
+    size_t global = 0, local = 1;
+    if ((st = rope_prepare(ctx, OCLF_OP_QK_NORM_ROPE, dtype, tokens, heads, rope, choice, &r,
+                           &prog, &global, &local)) ||
+        (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
+        return st;
+    if (tokens == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    rope_args ra = make_rope_args(rope, &ro, tokens);
+    cl_ulong xo = ox.offset, ts = ox.stride;
+    cl_uint nq32 = (cl_uint)nq, nk32 = (cl_uint)nk;
+    cl_mem qwm = q_weight ? q_weight->mem : NULL, kwm = k_weight ? k_weight->mem : NULL;
+    cl_ulong qwo = q_weight ? q_weight->offset : 0, kwo = k_weight ? k_weight->offset : 0;
+
+    if (r.path == OCLF_PATH_FUSED) {
+        oclf_arg a[] = {OCLF_ARG(ox.mem),    OCLF_ARG(xo),     OCLF_ARG(ts),     OCLF_ARG(nq32),
+                        OCLF_ARG(nk32),      OCLF_ARG(qwm),    OCLF_ARG(qwo),    OCLF_ARG(kwm),
+                        OCLF_ARG(kwo),       OCLF_ARG(eps),    OCLF_ARG(ra.pos), OCLF_ARG(ra.po),
+                        OCLF_ARG(ra.pos64),  OCLF_ARG(ra.cache), OCLF_ARG(ra.co), OCLF_ARG(ra.cs),
+                        OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens), OCLF_ARG(ra.hd),
+                        OCLF_ARG(ra.rot),    OCLF_ARG(ra.neox)};
+        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, 21, global, local, num_events,
+                            wait_list, event);
+    }
+
+    /* Unfused: the norm in place (rounded to storage, as a separate call
+     * would leave it), then the public rotary kernel over the q and k views
+     * of the same rows. */
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    {
+        oclf_arg a[] = {OCLF_ARG(ox.mem),  OCLF_ARG(xo),     OCLF_ARG(ts),       OCLF_ARG(nq32),
+                        OCLF_ARG(nk32),    OCLF_ARG(qwm),    OCLF_ARG(qwo),      OCLF_ARG(kwm),
+                        OCLF_ARG(kwo),     OCLF_ARG(eps),    OCLF_ARG(ra.pos),   OCLF_ARG(ra.po),
+                        OCLF_ARG(ra.pos64), OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens),
+                        OCLF_ARG(ra.hd)};
+        st = oclf_chain_launch(&ch, prog, "head_rms_norm", a, 16, global, local);
+    }
+    if (st == OCLF_SUCCESS) {
+        rotary_views v;
+        v.q = ox.mem, v.qo = xo, v.qts = ts, v.qhs = hd, v.nq = nq32;
+        v.k = nk ? ox.mem : NULL, v.ko = xo + nq * hd, v.kts = ts, v.khs = hd, v.nk = nk32;
+        oclf_arg a[ROTARY_NARGS];
+        rotary_arglist(a, &v, &ra);
+        st = oclf_chain_launch(&ch, prog, "rotary_embedding", a, ROTARY_NARGS, global, local);
+    }
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}

@@ -1,0 +1,618 @@
+/*
+ * Rotary embedding and fused QK-norm + RoPE against the CPU reference:
+ * every dtype, NeoX and GPT-J pairs, partial rotary, the head sizes of the
+ * issue (64, 80, 120, 128, 256) with R = hd, hd/2, hd/4 and 96 of 128, GQA
+ * and MHA, int32 and int64 positions, an f32 cache under f16 heads, strided
+ * tokens and heads, q and k as views of one qkv buffer, 0/1/many tokens,
+ * positions out of range (left alone, or rejected under validation), both
+ * kernel structures, fused == unfused, and the bad arguments.
+ *
+ * Every check covers the whole buffer: computed elements against the
+ * reference within tolerance, every other element (V heads, dims >= R of a
+ * rotary head, padding, tokens with a bad position) bit for bit unchanged.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+
+/* ---- the rotation's inputs ---------------------------------------------- */
+
+typedef struct rope_in {
+    oclf_rope rope;    /* what the library gets */
+    oclf_ref_rope ref; /* what the reference gets */
+    int64_t *pos;
+    void *cache;
+    cl_mem mpos, mcache;
+} rope_in;
+
+/* A cache [max_pos, R] (row stride R + cpad, element offset coff) in cdt
+ * and `tokens` positions in [0, max_pos), every 4th one out of range when
+ * `bad` (below 0, at max_pos, far above). */
+static rope_in make_rope(oclf_dtype cdt, size_t tokens, size_t hd, size_t R, int gptj, int pos64,
+                         int bad)
+{
+    rope_in r;
+    memset(&r, 0, sizeof r);
+    const size_t max_pos = 61, cpad = 3, coff = 1, cs = R + cpad;
+    const size_t ces = oclf_dtype_size(cdt);
+    r.cache = calloc(coff + max_pos * cs + 1, ces);
+    for (size_t p = 0; p < max_pos; p++)
+        for (size_t j = 0; j < R / 2; j++) {
+            double f = pow(10000.0, -2.0 * (double)j / (double)R);
+            oclf_ref_set(cdt, r.cache, coff + p * cs + j, (float)cos((double)p * f));
+            oclf_ref_set(cdt, r.cache, coff + p * cs + R / 2 + j, (float)sin((double)p * f));
+        }
+    r.pos = malloc((tokens + 1) * sizeof *r.pos);
+    const int64_t bads[] = {-1, (int64_t)max_pos, (int64_t)1 << 40};
+    for (size_t t = 0; t < tokens; t++) {
+        r.pos[t] = (int64_t)(th_uniform(0.0f, 1.0f) * (float)max_pos) % (int64_t)max_pos;
+        if (bad && t % 4 == 1)
+            r.pos[t] = pos64 ? bads[(t / 4) % 3] : bads[(t / 4) % 2];
+    }
+    /* positions start one element into their buffer */
+    const size_t psz = pos64 ? 8 : 4;
+    char *hp = calloc(tokens + 1, psz);
+    for (size_t t = 0; t < tokens; t++) {
+        if (pos64)
+            memcpy(hp + (t + 1) * 8, &r.pos[t], 8);
+        else {
+            int32_t v = (int32_t)r.pos[t];
+            memcpy(hp + (t + 1) * 4, &v, 4);
+        }
+    }
+    r.mpos = th_upload(hp, (tokens + 1) * psz);
+    free(hp);
+    r.mcache = th_upload(r.cache, (coff + max_pos * cs + 1) * ces);
+    r.rope.style = gptj ? OCLF_ROPE_GPTJ : OCLF_ROPE_NEOX;
+    r.rope.head_dim = hd;
+    r.rope.rot_dim = R;
+    r.rope.positions = (oclf_buf){r.mpos, 1, 0};
+    r.rope.pos_type = pos64 ? OCLF_INT64 : OCLF_INT32;
+    r.rope.cos_sin = (oclf_buf){r.mcache, coff, cs};
+    r.rope.cache_dtype = cdt;
+    r.rope.max_pos = max_pos;
+    r.ref.gptj = gptj;
+    r.ref.hd = hd;
+    r.ref.rot = R;
+    r.ref.pos = r.pos;
+    r.ref.cache = (char *)r.cache + coff * ces;
+    r.ref.cdtype = cdt;
+    r.ref.cs = cs;
+    r.ref.max_pos = max_pos;
+    return r;
+}
+
+static void free_rope(rope_in *r)
+{
+    clReleaseMemObject(r->mpos), clReleaseMemObject(r->mcache);
+    free(r->pos), free(r->cache);
+}
+
+static int pos_ok(const rope_in *r, size_t t)
+{
+    return r->pos[t] >= 0 && (uint64_t)r->pos[t] < r->rope.max_pos;
+}
+
+/* got vs want over n elements: where computed[i], within tolerance of
+ * want[i]; elsewhere bit-identical to before. */
+static void check_buffer(const char *what, oclf_dtype dt, const void *got, const void *before,
+                         const double *want, const unsigned char *computed, size_t n)
+{
+    double atol, rtol;
+    oclf_ref_tolerance(dt, &atol, &rtol);
+    const size_t es = oclf_dtype_size(dt);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ok;
+        if (computed[i]) {
+            double g = oclf_ref_get(dt, got, i);
+            ok = fabs(g - want[i]) <= atol + rtol * fabs(want[i]);
+        } else {
+            ok = memcmp((const char *)got + i * es, (const char *)before + i * es, es) == 0;
+        }
+        if (!ok && bad++ == 0)
+            first = i;
+    }
+    ck_assert_msg(bad == 0,
+                  "%s: %zu elements wrong, first at %zu (%s: got %g, want %g, before %g)", what,
+                  bad, first, computed[first] ? "computed" : "must be unchanged",
+                  (double)oclf_ref_get(dt, got, first), want[first],
+                  (double)oclf_ref_get(dt, before, first));
+}
+
+static oclf_choice path_choice(oclf_path path)
+{
+    oclf_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.path = path;
+    return ch;
+}
+
+/* ---- qk_norm_rope -------------------------------------------------------- */
+
+typedef struct qk_case {
+    oclf_dtype dt, cdt;
+    int gptj, pos64, bad;
+    size_t tokens, nq, nk, nv, hd, rot;
+    size_t pad;     /* extra elements per token */
+    int weights;
+    const oclf_choice *choice;
+} qk_case;
+
+/* Runs one case and checks the whole buffer; returns it as stored. */
+static void *run_qk(const qk_case *c)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = c->dt;
+    const size_t es = oclf_dtype_size(dt), hd = c->hd, nh = c->nq + c->nk + c->nv;
+    const size_t ts = nh * hd + c->pad, off = 2, n = off + c->tokens * ts + 1;
+    th_seed(c->tokens * 977 + hd * 31 + c->rot * 7 + (size_t)c->gptj + c->nq);
+    rope_in r = make_rope(c->cdt, c->tokens, hd, c->rot, c->gptj, c->pos64, c->bad);
+    void *x = th_random(dt, n, -2.0f, 2.0f);
+    /* Weights up to 1 keep normalized values below 2 or so, where one
+     * bf16 rounding between the unfused kernels stays inside the SPEC
+     * tolerance. */
+    void *qw = th_random(dt, hd, 0.5f, 1.0f), *kw = th_random(dt, hd, 0.5f, 1.0f);
+    cl_mem mx = th_upload(x, n * es), mqw = th_upload(qw, hd * es), mkw = th_upload(kw, hd * es);
+    oclf_buf bx = {mx, off, ts}, bqw = {mqw, 0, 0}, bkw = {mkw, 0, 0};
+    cl_event ev = NULL;
+    TH_OK(oclf_qk_norm_rope(e->ctx, e->queue, dt, c->tokens, &r.rope, bx, c->nq, c->nk, c->nv,
+                            c->weights ? &bqw : NULL, c->weights ? &bkw : NULL, 1e-6f, c->choice,
+                            0, NULL, &ev));
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+    void *got = malloc(n * es);
+    th_download(mx, got, n * es);
+
+    double *ref = malloc((c->tokens * nh * hd + 1) * sizeof *ref);
+    oclf_ref_qk_norm_rope(dt, c->tokens, c->nq, c->nk, c->nv, (char *)x + off * es, ts,
+                          c->weights ? qw : NULL, c->weights ? kw : NULL, 1e-6f, &r.ref, ref);
+    double *want = calloc(n, sizeof *want);
+    unsigned char *computed = calloc(n, 1);
+    for (size_t t = 0; t < c->tokens; t++)
+        for (size_t i = 0; i < (c->nq + c->nk) * hd; i++) {
+            want[off + t * ts + i] = ref[t * nh * hd + i];
+            computed[off + t * ts + i] = pos_ok(&r, t);
+        }
+    char what[160];
+    snprintf(what, sizeof what, "qk_norm_rope %s/%s %s T%zu %zu+%zu+%zu hd%zu R%zu pos%d path%d",
+             oclf_dtype_name(dt), oclf_dtype_name(c->cdt), c->gptj ? "gptj" : "neox", c->tokens,
+             c->nq, c->nk, c->nv, hd, c->rot, c->pos64 ? 64 : 32,
+             c->choice ? (int)c->choice->path : 0);
+    check_buffer(what, dt, got, x, want, computed, n);
+
+    free(ref), free(want), free(computed);
+    free(x), free(qw), free(kw);
+    clReleaseMemObject(mx), clReleaseMemObject(mqw), clReleaseMemObject(mkw);
+    free_rope(&r);
+    return got;
+}
+
+static void qk_fused_vs_unfused(qk_case c)
+{
+    oclf_choice f = path_choice(OCLF_PATH_FUSED), u = path_choice(OCLF_PATH_UNFUSED);
+    if (c.choice)
+        f.params = u.params = c.choice->params;
+    c.choice = &f;
+    void *gf = run_qk(&c);
+    c.choice = &u;
+    void *gu = run_qk(&c);
+    const size_t n = 2 + c.tokens * ((c.nq + c.nk + c.nv) * c.hd + c.pad) + 1;
+    double *as_ref = malloc(n * sizeof *as_ref);
+    for (size_t i = 0; i < n; i++)
+        as_ref[i] = oclf_ref_get(c.dt, gu, i);
+    size_t bad = oclf_ref_compare(c.dt, gf, n, as_ref, 1, n, NULL, NULL);
+    ck_assert_msg(bad == 0, "qk_norm_rope %s hd %zu R %zu: fused and unfused differ in %zu",
+                  oclf_dtype_name(c.dt), c.hd, c.rot, bad);
+    free(as_ref), free(gf), free(gu);
+}
+
+/* dtype x style (loop index), default parameters: every head size and
+ * rotary split of the issue, GQA and MHA, 0/1/5 tokens. */
+START_TEST(test_qk_matrix)
+{
+    const oclf_dtype dt = dtypes[_i / 2];
+    const int gptj = _i % 2;
+    static const size_t hds[] = {64, 80, 120, 128, 256};
+    static const size_t heads[2][3] = {{32, 8, 8}, {3, 3, 3}};
+    for (size_t hi = 0; hi < 5; hi++) {
+        const size_t hd = hds[hi];
+        size_t rots[4] = {hd, hd / 2, hd / 4, 0};
+        if (hd == 128)
+            rots[3] = 96;
+        for (size_t ri = 0; ri < 4 && rots[ri]; ri++) {
+            if (rots[ri] % 2)
+                continue;
+            for (size_t g = 0; g < 2; g++) {
+                /* many tokens with MHA, one with the 48 heads of GQA */
+                qk_case c = {dt, dt, gptj, (int)(hi % 2), 0, g ? 5 : 1,
+                             heads[g][0], heads[g][1], heads[g][2], hd, rots[ri],
+                             (hi % 2) ? 7 : 0, ri != 1, NULL};
+                qk_fused_vs_unfused(c);
+            }
+        }
+    }
+    qk_case z = {dt, dt, gptj, 0, 0, 0, 32, 8, 8, 128, 128, 0, 1, NULL};
+    qk_fused_vs_unfused(z);
+}
+END_TEST
+
+/* ---- rotary_embedding ---------------------------------------------------- */
+
+typedef struct rot_case {
+    oclf_dtype dt, cdt;
+    int gptj, pos64, bad;
+    size_t tokens, nq, nk, hd, rot;
+    int views;    /* 1: q and k are views of one qkv buffer (plus V heads) */
+    size_t hpad;  /* separate buffers: extra elements between heads */
+    int with_k;
+    const oclf_choice *choice;
+} rot_case;
+
+static void run_rot(const rot_case *c)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = c->dt;
+    const size_t es = oclf_dtype_size(dt), hd = c->hd;
+    th_seed(c->tokens * 131 + hd * 17 + c->rot + (size_t)c->views);
+    rope_in r = make_rope(c->cdt, c->tokens, hd, c->rot, c->gptj, c->pos64, c->bad);
+    /* q (and k) geometry */
+    const size_t hs = c->views ? hd : hd + c->hpad;
+    const size_t nv = c->views ? 2 : 0;
+    const size_t qts = c->views ? (c->nq + c->nk + nv) * hd + 3 : c->nq * hs + 5;
+    const size_t kts = c->views ? qts : c->nk * hs + 1;
+    const size_t qoff = 1, koff = c->views ? qoff + c->nq * hd : 2;
+    const size_t nqb = qoff + c->tokens * qts + 1, nkb = koff + c->tokens * kts + 1;
+    void *hq = th_random(dt, nqb, -2.0f, 2.0f);
+    void *hk = th_random(dt, nkb, -2.0f, 2.0f);
+    cl_mem mq = th_upload(hq, nqb * es), mk = c->views ? mq : th_upload(hk, nkb * es);
+    if (c->views)
+        clRetainMemObject(mq);
+    oclf_heads q = {{mq, qoff, qts}, c->nq, c->views ? 0 : hs};
+    oclf_heads k = {{mk, koff, kts}, c->nk, c->views ? 0 : hs};
+    cl_event ev = NULL;
+    TH_OK(oclf_rotary_embedding(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
+                                c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+
+    char what[160];
+    snprintf(what, sizeof what, "rotary %s/%s %s T%zu nq%zu nk%zu hd%zu R%zu views%d k%d",
+             oclf_dtype_name(dt), oclf_dtype_name(c->cdt), c->gptj ? "gptj" : "neox", c->tokens,
+             c->nq, c->nk, hd, c->rot, c->views, c->with_k);
+    /* Expected buffers: the inputs, with the rotated dims of valid tokens
+     * replaced by the reference. */
+    const int nsets = c->with_k ? 2 : 1;
+    void *gq = malloc(nqb * es), *gk = malloc(nkb * es);
+    th_download(mq, gq, nqb * es);
+    if (!c->views)
+        th_download(mk, gk, nkb * es);
+    void *bufs_before[2] = {hq, c->views ? hq : hk};
+    void *bufs_got[2] = {gq, c->views ? gq : gk};
+    const size_t nbuf[2] = {nqb, c->views ? nqb : nkb};
+    double *want[2] = {calloc(nqb, sizeof(double)), calloc(nkb > nqb ? nkb : nqb, sizeof(double))};
+    unsigned char *computed[2] = {calloc(nqb, 1), calloc(nkb > nqb ? nkb : nqb, 1)};
+    for (int s = 0; s < nsets; s++) {
+        const size_t nh = s ? c->nk : c->nq, ts = s ? kts : qts, o = s ? koff : qoff;
+        const int b = c->views ? 0 : s; /* which buffer */
+        double *ref = malloc((c->tokens * nh * hd + 1) * sizeof *ref);
+        oclf_ref_rotary(dt, c->tokens, nh, (char *)bufs_before[b] + o * es, ts, hs, &r.ref, ref);
+        for (size_t t = 0; t < c->tokens; t++)
+            for (size_t h = 0; h < nh; h++)
+                for (size_t i = 0; i < c->rot; i++) {
+                    const size_t at = o + t * ts + h * hs + i;
+                    want[b][at] = ref[(t * nh + h) * hd + i];
+                    computed[b][at] = pos_ok(&r, t);
+                }
+        free(ref);
+    }
+    check_buffer(what, dt, bufs_got[0], bufs_before[0], want[0], computed[0], nbuf[0]);
+    if (!c->views)
+        check_buffer(what, dt, bufs_got[1], bufs_before[1], want[1], computed[1], nbuf[1]);
+    for (int s = 0; s < 2; s++)
+        free(want[s]), free(computed[s]);
+    free(gq), free(gk), free(hq), free(hk);
+    clReleaseMemObject(mq), clReleaseMemObject(mk);
+    free_rope(&r);
+}
+
+/* dtype x style (loop index): q and k as views of a qkv buffer and as
+ * separate buffers with padded heads, q alone, partial rotary, odd hd. */
+START_TEST(test_rotary)
+{
+    const oclf_dtype dt = dtypes[_i / 2];
+    const int gptj = _i % 2;
+    static const size_t shapes[][3] = {{128, 128, 0}, {128, 96, 0}, {80, 20, 0}, {120, 60, 0},
+                                       {256, 64, 0},  {37, 18, 0}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const size_t hd = shapes[si][0], R = shapes[si][1];
+        rot_case v = {dt, dt, gptj, (int)(si % 2), 0, 5, 8, 2, hd, R, 1, 0, 1, NULL};
+        run_rot(&v);
+        rot_case s = {dt, dt, gptj, (int)(si % 2 == 0), 0, 3, 4, 2, hd, R, 0, 3, 1, NULL};
+        run_rot(&s);
+        s.with_k = 0;
+        s.tokens = 1;
+        run_rot(&s);
+    }
+    rot_case z = {dt, dt, gptj, 0, 0, 0, 8, 2, 64, 64, 1, 0, 1, NULL};
+    run_rot(&z);
+}
+END_TEST
+
+/* f32 cache under f16 heads (the cache dtype differs from q/k's). */
+START_TEST(test_mixed_cache)
+{
+    for (int gptj = 0; gptj < 2; gptj++) {
+        rot_case v = {OCLF_F16, OCLF_F32, gptj, 1, 0, 5, 8, 2, 128, 96, 1, 0, 1, NULL};
+        run_rot(&v);
+        qk_case c = {OCLF_F16, OCLF_F32, gptj, 0, 0, 5, 4, 2, 2, 80, 40, 3, 1, NULL};
+        qk_fused_vs_unfused(c);
+    }
+}
+END_TEST
+
+/* The other kernel structure and vector widths 1, 2, 4, 8, on both ops. */
+START_TEST(test_structures)
+{
+    const int d = _i / 2, gptj = _i % 2;
+    static const int configs[3][2][3] = {
+        {{1, 64, 4}, {0, 4, 1}},
+        {{1, 32, 8}, {0, 0, 0}},
+        {{0, 8, 2}, {0, 0, 0}},
+    };
+    for (int k = 0; k < 2 && configs[d][k][1]; k++) {
+        oclf_choice ch = path_choice(OCLF_PATH_AUTO);
+        oclf_params_set(&ch.params, "LAYOUT", configs[d][k][0]);
+        oclf_params_set(&ch.params, "WGS", configs[d][k][1]);
+        oclf_params_set(&ch.params, "VEC", configs[d][k][2]);
+        static const size_t shapes[][2] = {{64, 64}, {80, 20}, {128, 96}, {120, 120}, {256, 128}};
+        for (size_t si = 0; si < 5; si++) {
+            qk_case c = {dtypes[d], dtypes[d], gptj, (int)(si % 2), 0, 3, 4, 2, 1,
+                         shapes[si][0], shapes[si][1], si, (int)(si != 2), &ch};
+            qk_fused_vs_unfused(c);
+            rot_case r = {dtypes[d], dtypes[d], gptj, 0, 0, 3, 4, 2, shapes[si][0],
+                          shapes[si][1], (int)(si % 2), 1, 1, &ch};
+            run_rot(&r);
+        }
+    }
+}
+END_TEST
+
+/* Positions outside [0, max_pos): those tokens are left unchanged (the
+ * checks above require it bit for bit), on every path and structure. */
+START_TEST(test_bad_positions)
+{
+    const oclf_dtype dt = dtypes[_i];
+    for (int pos64 = 0; pos64 < 2; pos64++) {
+        qk_case c = {dt, dt, pos64, pos64, 1, 9, 4, 2, 2, 64, 64, 0, 1, NULL};
+        qk_fused_vs_unfused(c);
+        oclf_choice ch = path_choice(OCLF_PATH_FUSED);
+        oclf_params_set(&ch.params, "LAYOUT", 1);
+        oclf_params_set(&ch.params, "WGS", 32);
+        oclf_params_set(&ch.params, "VEC", 8);
+        if (dt == OCLF_F16) { /* the one structure built for f16 above */
+            c.choice = &ch;
+            void *g = run_qk(&c);
+            free(g);
+        }
+        rot_case r = {dt, dt, !pos64, pos64, 1, 9, 4, 2, 128, 64, 1, 0, 1, NULL};
+        run_rot(&r);
+    }
+}
+END_TEST
+
+/* With validation on, the first bad token is named and nothing runs. */
+START_TEST(test_validate)
+{
+    th_env *e = th_get();
+    oclf_context_options opt;
+    oclf_context_options_init(&opt);
+    opt.validate = 1;
+    oclf_context *vctx = NULL;
+    TH_OK(oclf_context_create(e->cl, e->device, &opt, &vctx));
+    for (int pos64 = 0; pos64 < 2; pos64++) {
+        rope_in r = make_rope(OCLF_F32, 6, 64, 64, 0, pos64, 1); /* token 1 is bad */
+        const size_t n = 6 * 3 * 64;
+        void *x = th_random(OCLF_F32, n, -1, 1);
+        cl_mem m = th_upload(x, n * 4);
+        oclf_buf b = {m, 0, 0};
+        oclf_status st = oclf_qk_norm_rope(vctx, e->queue, OCLF_F32, 6, &r.rope, b, 1, 1, 1, NULL,
+                                           NULL, 1e-6f, NULL, 0, NULL, NULL);
+        ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(oclf_last_error(vctx), "token 1 ") != NULL, "message: %s",
+                      oclf_last_error(vctx));
+        oclf_heads q = {b, 3, 0};
+        st = oclf_rotary_embedding(vctx, e->queue, OCLF_F32, 6, &r.rope, q, NULL, NULL, 0, NULL,
+                                   NULL);
+        ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(oclf_last_error(vctx), "token 1 "));
+        void *got = malloc(n * 4);
+        th_download(m, got, n * 4);
+        ck_assert_msg(memcmp(got, x, n * 4) == 0, "a rejected call wrote qkv");
+        /* the same call on the good tokens alone goes through */
+        TH_OK(oclf_qk_norm_rope(vctx, e->queue, OCLF_F32, 1, &r.rope, b, 1, 1, 1, NULL, NULL,
+                                1e-6f, NULL, 0, NULL, NULL));
+        clFinish(e->queue);
+        free(got), free(x);
+        clReleaseMemObject(m);
+        free_rope(&r);
+    }
+    oclf_context_destroy(vctx);
+}
+END_TEST
+
+/* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
+
+typedef struct bad_env {
+    cl_mem qkv, other;
+    void *hqkv, *hother;
+    size_t n;
+} bad_env;
+
+static void bad_check_untouched(bad_env *b)
+{
+    void *got = malloc(b->n * 4);
+    clFinish(th_get()->queue);
+    th_download(b->qkv, got, b->n * 4);
+    ck_assert_msg(memcmp(got, b->hqkv, b->n * 4) == 0, "a failing call wrote qkv");
+    th_download(b->other, got, b->n * 4);
+    ck_assert_msg(memcmp(got, b->hother, b->n * 4) == 0, "a failing call wrote the k buffer");
+    free(got);
+}
+
+#define EXPECT(call, status, word)                                                          \
+    do {                                                                                    \
+        oclf_status st_ = (call);                                                           \
+        ck_assert_msg(st_ == (status), "%s: got %s, expected %s", #call,                    \
+                      oclf_status_string(st_), oclf_status_string(status));                 \
+        const char *msg_ = oclf_last_error(e->ctx);                                         \
+        ck_assert_msg(strstr(msg_, (word)) != NULL, "%s: error '%s' does not mention '%s'", \
+                      #call, msg_, (word));                                                 \
+        bad_check_untouched(&bb);                                                           \
+    } while (0)
+
+START_TEST(test_bad_arguments)
+{
+    th_env *e = th_get();
+    const size_t T = 4, hd = 16, nq = 2, nk = 1, nv = 1;
+    bad_env bb;
+    bb.n = T * (nq + nk + nv) * hd;
+    bb.hqkv = th_random(OCLF_F32, bb.n, -1, 1);
+    bb.hother = th_random(OCLF_F32, bb.n, -1, 1);
+    bb.qkv = th_upload(bb.hqkv, bb.n * 4);
+    bb.other = th_upload(bb.hother, bb.n * 4);
+    rope_in r = make_rope(OCLF_F32, T, hd, hd, 0, 0, 0);
+    cl_mem small = th_upload(bb.hqkv, 16);
+    cl_command_queue q = e->queue;
+    oclf_buf X = {bb.qkv, 0, 0}, S = {small, 0, 0};
+    const oclf_rope *R = &r.rope;
+    oclf_rope a;
+    oclf_buf W = {bb.other, 0, 0};
+
+#define QK(ctx_, dt_, rope_, buf_, nq_, nk_, nv_, qw_, eps_)                                 \
+    oclf_qk_norm_rope(ctx_, q, dt_, T, rope_, buf_, nq_, nk_, nv_, qw_, NULL, eps_, NULL, 0, \
+                      NULL, NULL)
+    ck_assert_int_eq(QK(NULL, OCLF_F32, R, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));
+    EXPECT(oclf_qk_norm_rope(e->ctx, NULL, OCLF_F32, T, R, X, nq, nk, nv, NULL, NULL, 1e-6f, NULL,
+                             0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "queue");
+    EXPECT(QK(e->ctx, OCLF_F32, NULL, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "rope is NULL");
+    EXPECT(QK(e->ctx, OCLF_F32, R, ((oclf_buf){NULL, 0, 0}), nq, nk, nv, NULL, 1e-6f),
+           OCLF_INVALID_ARGUMENT, "qkv");
+    /* head counts that do not fit the row: a token stride below 4 heads */
+    EXPECT(QK(e->ctx, OCLF_F32, R, ((oclf_buf){bb.qkv, 0, 3 * hd}), nq, nk, nv, NULL, 1e-6f),
+           OCLF_INVALID_ARGUMENT, "stride");
+    /* more heads than the buffer holds */
+    EXPECT(QK(e->ctx, OCLF_F32, R, X, nq, nk, nv + 1, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "do not fit");
+    EXPECT(QK(e->ctx, OCLF_F32, R, X, 0, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "nq is 0");
+    EXPECT(QK(e->ctx, OCLF_F32, R, X, nq, nk, nv, NULL, -1.0f), OCLF_INVALID_ARGUMENT, "eps");
+    EXPECT(QK(e->ctx, OCLF_F32, R, X, nq, nk, nv, &S, 1e-6f), OCLF_INVALID_ARGUMENT, "q_weight");
+    EXPECT(QK(e->ctx, OCLF_F32, R, X, nq, nk, nv, &X, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "weight overlaps");
+    a = *R, a.rot_dim = hd - 1;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "rot_dim");
+    a = *R, a.rot_dim = hd + 2;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "rot_dim");
+    a = *R, a.rot_dim = 0;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "rot_dim");
+    a = *R, a.head_dim = 0;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "head_dim is 0");
+    a = *R, a.max_pos = 0;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "max_pos");
+    a = *R, a.positions.mem = NULL;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "positions");
+    a = *R, a.positions = S, a.pos_type = OCLF_INT64; /* 16 bytes for 4 int64 */
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "positions");
+    a = *R, a.cos_sin.mem = NULL;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "cos_sin");
+    a = *R, a.max_pos = 1000; /* a cache smaller than max_pos rows */
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "cos_sin");
+    a = *R, a.cos_sin = (oclf_buf){bb.qkv, 0, 0}, a.max_pos = 2;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT,
+           "cos_sin overlaps");
+    EXPECT(QK(e->ctx, (oclf_dtype)7, R, X, nq, nk, nv, NULL, 1e-6f), OCLF_UNSUPPORTED, "dtype");
+    a = *R, a.cache_dtype = (oclf_dtype)7;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_UNSUPPORTED, "cache dtype");
+    a = *R, a.pos_type = (oclf_index_type)5;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_UNSUPPORTED,
+           "position type");
+    a = *R, a.style = (oclf_rope_style)4;
+    EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "style");
+    oclf_choice ch = path_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "VEC", 32);
+    EXPECT(oclf_qk_norm_rope(e->ctx, q, OCLF_F32, T, R, X, nq, nk, nv, NULL, NULL, 1e-6f, &ch, 0,
+                             NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "VEC");
+    (void)W;
+
+    /* rotary_embedding: heads in two buffers */
+    oclf_heads Q = {{bb.qkv, 0, 0}, 4, 0}, K = {{bb.other, 0, 0}, 4, 0};
+#define ROT(q_, k_) \
+    oclf_rotary_embedding(e->ctx, q, OCLF_F32, T, R, q_, k_, NULL, 0, NULL, NULL)
+    oclf_heads h = Q;
+    h.count = 0;
+    EXPECT(ROT(h, &K), OCLF_INVALID_ARGUMENT, "head count is 0");
+    h = K, h.count = 0;
+    EXPECT(ROT(Q, &h), OCLF_INVALID_ARGUMENT, "head count is 0");
+    h = Q, h.head_stride = hd - 1;
+    EXPECT(ROT(h, &K), OCLF_INVALID_ARGUMENT, "head stride");
+    h = Q, h.buf.stride = 3 * hd; /* 4 heads do not fit a 3-head token */
+    EXPECT(ROT(h, &K), OCLF_INVALID_ARGUMENT, "stride");
+    h = K, h.count = 5;
+    EXPECT(ROT(Q, &h), OCLF_INVALID_ARGUMENT, "do not fit");
+    h = Q, h.buf.mem = NULL;
+    EXPECT(ROT(h, &K), OCLF_INVALID_ARGUMENT, "q");
+    /* k one head into q's buffer, inside q's heads */
+    h = Q, h.buf.offset = hd, h.count = 2, h.buf.stride = 4 * hd;
+    oclf_heads h2 = Q;
+    h2.count = 2, h2.buf.stride = 4 * hd;
+    EXPECT(ROT(h2, &h), OCLF_INVALID_ARGUMENT, "q and k overlap");
+    /* (disjoint column blocks of one buffer are accepted: test_rotary's
+     * qkv views) */
+    a = *R, a.cos_sin = (oclf_buf){bb.other, 0, 0}, a.max_pos = 2;
+    EXPECT(oclf_rotary_embedding(e->ctx, q, OCLF_F32, T, &a, Q, &K, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "overlaps k");
+    EXPECT(oclf_rotary_embedding(e->ctx, q, (oclf_dtype)3, T, R, Q, &K, NULL, 0, NULL, NULL),
+           OCLF_UNSUPPORTED, "dtype");
+    bad_check_untouched(&bb);
+#undef QK
+#undef ROT
+    clReleaseMemObject(bb.qkv), clReleaseMemObject(bb.other), clReleaseMemObject(small);
+    free(bb.hqkv), free(bb.hother);
+    free_rope(&r);
+}
+END_TEST
+
+static Suite *rope_suite(void)
+{
+    Suite *s = suite_create("rope");
+    TCase *t = tcase_create("reference");
+    tcase_set_timeout(t, 0);
+    tcase_add_loop_test(t, test_qk_matrix, 0, 6);
+    tcase_add_loop_test(t, test_rotary, 0, 6);
+    tcase_add_test(t, test_mixed_cache);
+    tcase_add_loop_test(t, test_structures, 0, 6);
+    tcase_add_loop_test(t, test_bad_positions, 0, 3);
+    tcase_add_test(t, test_validate);
+    suite_add_tcase(s, t);
+    TCase *b = tcase_create("arguments");
+    tcase_add_test(b, test_bad_arguments);
+    suite_add_tcase(s, b);
+    return s;
+}
+
+int main(void) { return th_run_suite(rope_suite()); }

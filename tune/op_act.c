@@ -1,0 +1,145 @@
+/* Descriptor of act_and_mul (SiLU-and-multiply) for the benchmark and the tuner. */
+#include "opdesc.h"
+
+#include "ref.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct act_inst {
+    oclf_dtype dtype;
+    size_t rows, d;
+    oclf_activation act;
+    void *hin;
+    double *want; /* reference, computed on first verify */
+    cl_mem in, out;
+} act_inst;
+
+static void act_destroy(void *p)
+{
+    act_inst *a = p;
+    if (!a)
+        return;
+    if (a->in)
+        clReleaseMemObject(a->in);
+    if (a->out)
+        clReleaseMemObject(a->out);
+    free(a->hin), free(a->want);
+    free(a);
+}
+
+static void *act_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err,
+                        size_t errlen)
+{
+    act_inst *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    a->dtype = dt;
+    a->rows = s->d[0];
+    a->d = s->d[1];
+    a->act.kind = OCLF_ACT_SILU;
+    const size_t es = oclf_dtype_size(dt), n = a->rows * 2 * a->d;
+    if (!(a->hin = malloc(n * es + 1))) {
+        snprintf(err, errlen, "out of host memory for %zu x %zu", a->rows, 2 * a->d);
+        act_destroy(a);
+        return NULL;
+    }
+    op_fill_random(dt, a->hin, n, -4.0f, 4.0f, 1);
+    if (!(a->in = op_upload(env, a->hin, n * es, err, errlen)) ||
+        !(a->out = op_upload(env, NULL, n / 2 * es, err, errlen))) {
+        act_destroy(a);
+        return NULL;
+    }
+    return a;
+}
+
+static oclf_status act_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
+{
+    act_inst *a = p;
+    return oclf_act_and_mul(env->ctx, env->queue, a->dtype, &a->act, a->rows, a->d,
+                            (oclf_buf){a->in, 0, 0}, (oclf_buf){a->out, 0, 0}, ch, 0, NULL, ev);
+}
+
+static int act_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+{
+    act_inst *a = p;
+    const size_t es = oclf_dtype_size(a->dtype), n = a->rows * a->d;
+    oclf_status st = act_run(env, a, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    if (!a->want && (a->want = malloc((n + 1) * sizeof *a->want)) != NULL)
+        oclf_ref_act_and_mul(a->dtype, &a->act, a->rows, a->d, a->hin, 2 * a->d, a->want);
+    void *got = malloc(n * es + 1);
+    int ok = 0;
+    if (got && a->want && op_download(env, a->out, got, n * es) == 0) {
+        size_t first = 0;
+        double maxerr = 0;
+        size_t bad = oclf_ref_compare(a->dtype, got, a->d, a->want, a->rows, a->d, &first, &maxerr);
+        ok = bad == 0;
+        if (!ok)
+            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
+                     first, maxerr);
+    } else {
+        snprintf(msg, len, "cannot read the result back");
+    }
+    free(got);
+    return ok;
+}
+
+/* rows x 2d read, rows x d written */
+static double act_bytes(const op_shape *s, oclf_dtype dt)
+{
+    return 3.0 * (double)s->d[0] * (double)s->d[1] * (double)oclf_dtype_size(dt);
+}
+
+static int act_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
+                     oclf_params *out, int max)
+{
+    (void)dt;
+    (void)path;
+    size_t max_wgs = 1;
+    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    const uint64_t d = s->d[1];
+    int n = 0;
+    static const int vecs[] = {1, 2, 4, 8, 16};
+    for (int layout = 0; layout <= 1; layout++)
+        for (size_t wgs = 1; wgs <= max_wgs && wgs <= 1024; wgs *= 2) {
+            if ((layout == 0 && wgs > 64) || (layout == 1 && wgs < 16))
+                continue;
+            for (int v = 0; v < 5; v++) {
+                if ((uint64_t)vecs[v] > d ||
+                    (layout == 1 && (uint64_t)wgs * (uint64_t)vecs[v] > d * 2))
+                    continue;
+                oclf_params p;
+                memset(&p, 0, sizeof p);
+                oclf_params_set(&p, "LAYOUT", layout);
+                oclf_params_set(&p, "WGS", (int64_t)wgs);
+                oclf_params_set(&p, "VEC", vecs[v]);
+                op_space_add(out, &n, max, &p);
+            }
+        }
+    return n;
+}
+
+const op_desc op_act_and_mul = {
+    .name = "act_and_mul",
+    .shape_help = "ROWSxD (rows x output width; input rows are 2D wide), SiLU",
+    .ndims = 2,
+    .dim_names = {"rows", "d"},
+    .bench_shapes = "4096x4096,1x13824,7x5125",
+    .tune_shapes = "4096x4096,256x13824,1x13824",
+    .llm_shapes = "1x11008,32x11008,512x14336,1x13824,2048x13824",
+    .has_unfused = 1,
+    .create = act_create,
+    .run = act_run,
+    .verify = act_verify,
+    .min_bytes = act_bytes,
+    .flops = NULL,
+    .destroy = act_destroy,
+    .space = act_space,
+};
