@@ -134,6 +134,7 @@ const op_desc op_act_and_mul = {
     .bench_shapes = "4096x4096,1x13824,7x5125",
     .tune_shapes = "4096x4096,256x13824,1x13824",
     .llm_shapes = "1x11008,32x11008,512x14336,1x13824,2048x13824",
+    .test_shape = "7x769",
     .has_unfused = 1,
     .create = act_create,
     .run = act_run,

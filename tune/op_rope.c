@@ -213,6 +213,7 @@ static int rope_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
         .tune_shapes = "4096x32x8x8x128x128,256x32x8x8x128x128,1x32x8x8x128x128",           \
         .llm_shapes = "1x32x8x8x128x128,32x32x8x8x128x128,512x32x8x8x128x128,"              \
                       "2048x64x8x8x128x128,512x16x16x16x256x64",                            \
+        .test_shape = "5x4x2x2x80x48",                                                      \
         .has_unfused = UNFUSED,                                                             \
         .create = sym##_create,                                                             \
         .run = rope_run,                                                                    \
