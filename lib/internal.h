@@ -296,6 +296,21 @@ OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_que
  * limit of any of the n kernels. */
 OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
                                               const char *const *names, int n, size_t wgs);
+/* The row structure every row-wise kernel shares (cl/common.h): LAYOUT (0 a
+ * row per work-item, 1 a work-group per row), WGS (a power of two up to the
+ * device limit) and VEC (1, 2, 4, 8 or 16). */
+typedef struct oclf_row_cfg {
+    int layout, wgs, vec;
+} oclf_row_cfg;
+OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_params *p,
+                                        oclf_row_cfg *cfg);
+/* Default row structure for rows of `width` elements: on a CPU a row per
+ * work-item, cpu_wgs of them per group, 16-wide vectors; on a GPU a
+ * work-group per row of gpu_min_wgs..256 work-items covering the row with
+ * 16-byte vectors. Writes LAYOUT, WGS and VEC; returns the WGS chosen. */
+OCLF_HIDDEN size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
+                                      size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out);
+
 /* Reads an integer parameter, checking it is present and within [lo, hi]. */
 OCLF_HIDDEN oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name,
                                    int64_t lo, int64_t hi, int64_t *out);

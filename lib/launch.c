@@ -102,6 +102,54 @@ oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char
     return OCLF_SUCCESS;
 }
 
+oclf_status oclf_row_config(const oclf_context *ctx, const oclf_params *p, oclf_row_cfg *cfg)
+{
+    int64_t layout, wgs, vec;
+    oclf_status st;
+    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
+        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
+        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
+        return st;
+    if (wgs & (wgs - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter WGS = %lld is not a power of two", (long long)wgs);
+    if (vec & (vec - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
+    cfg->layout = (int)layout;
+    cfg->wgs = (int)wgs;
+    cfg->vec = (int)vec;
+    return OCLF_SUCCESS;
+}
+
+size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
+                          size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out)
+{
+    const oclf_device_info *d = &ctx->info;
+    if (d->type & CL_DEVICE_TYPE_CPU) {
+        /* A CPU work-group is a loop over work-items: one row each with wide
+         * vectors and no barrier streams at close to copy bandwidth, while a
+         * local-memory tree reduction splits the kernel into regions. */
+        oclf_params_set(out, "LAYOUT", 0);
+        oclf_params_set(out, "WGS", (int64_t)cpu_wgs);
+        oclf_params_set(out, "VEC", 16);
+        return cpu_wgs;
+    }
+    /* GPUs: consecutive work-items on consecutive 16-byte vectors, enough of
+     * them to cover the row in a few passes. */
+    const int vec = dtype == OCLF_F32 ? 4 : 8;
+    const uint64_t want = (width + (uint64_t)vec - 1) / (uint64_t)vec;
+    size_t wgs = gpu_min_wgs;
+    while (wgs < want && wgs < 256)
+        wgs *= 2;
+    while (wgs > d->max_wgs && wgs > 1)
+        wgs /= 2;
+    oclf_params_set(out, "LAYOUT", 1);
+    oclf_params_set(out, "WGS", (int64_t)wgs);
+    oclf_params_set(out, "VEC", vec);
+    return wgs;
+}
+
 oclf_status oclf_enqueue(oclf_context *ctx, cl_command_queue queue, oclf_program *prog,
                          const char *name, const oclf_arg *args, unsigned nargs, size_t global,
                          size_t local, cl_uint num_events, const cl_event *wait_list,

@@ -17,57 +17,14 @@
  * per-work-item setup starts to show against the streaming. */
 #define MIN_CHUNK 2048
 
-typedef struct act_cfg {
-    int layout, wgs, vec;
-} act_cfg;
+typedef oclf_row_cfg act_cfg;
 
 void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                         oclf_path path, oclf_params *out)
 {
     (void)path;
-    const oclf_device_info *d = &ctx->info;
-    const uint64_t cols = shape->dim[1];
-    if (d->type & CL_DEVICE_TYPE_CPU) {
-        /* As for the norms: a CPU work-group is a loop over work-items, so a
-         * work-item streaming its own (part of a) row with 16-wide vector
-         * loads runs at close to copy bandwidth, with nothing to reduce. */
-        oclf_params_set(out, "LAYOUT", 0);
-        oclf_params_set(out, "WGS", 4);
-        oclf_params_set(out, "VEC", 16);
-        return;
-    }
-    /* GPUs: a work-group per row, 16-byte loads, enough work-items to cover
-     * the row in a few passes. */
-    int vec = dtype == OCLF_F32 ? 4 : 8;
-    uint64_t want = (cols + (uint64_t)vec - 1) / (uint64_t)vec;
-    size_t wgs = 64;
-    while (wgs < want && wgs < 256)
-        wgs *= 2;
-    while (wgs > d->max_wgs && wgs > 1)
-        wgs /= 2;
-    oclf_params_set(out, "LAYOUT", 1);
-    oclf_params_set(out, "WGS", (int64_t)wgs);
-    oclf_params_set(out, "VEC", vec);
-}
-
-static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act_cfg *cfg)
-{
-    int64_t layout, wgs, vec;
-    oclf_status st;
-    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
-        return st;
-    if (wgs & (wgs - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
-                         (long long)wgs);
-    if (vec & (vec - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
-    cfg->layout = (int)layout;
-    cfg->wgs = (int)wgs;
-    cfg->vec = (int)vec;
-    return OCLF_SUCCESS;
+    /* Nothing to reduce: each work-item streams its own (part of a) row. */
+    oclf_row_heuristic(ctx, dtype, shape->dim[1], 4, 64, out);
 }
 
 static void act_options(char *buf, size_t len, oclf_dtype dtype, const act_cfg *cfg)
@@ -82,7 +39,7 @@ oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     (void)op;
     (void)shape;
     act_cfg cfg;
-    oclf_status st = act_config(ctx, &r->params, &cfg);
+    oclf_status st = oclf_row_config(ctx, &r->params, &cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
     char opts[160];
@@ -179,7 +136,7 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     oclf_resolved r;
     act_cfg cfg = {0, 1, 1};
     if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, dtype, &shape, choice, &r)) ||
-        (st = act_config(ctx, &r.params, &cfg)))
+        (st = oclf_row_config(ctx, &r.params, &cfg)))
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);

@@ -30,32 +30,11 @@ void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
     (void)path;
     const oclf_device_info *d = &ctx->info;
     const uint64_t cols = shape->dim[1];
-    if (d->type & CL_DEVICE_TYPE_CPU) {
-        /* A CPU work-group is a loop over work-items: one row each with wide
-         * vectors and no barrier streams at close to copy bandwidth, while a
-         * local-memory tree reduction splits the kernel into regions. A few
-         * rows per group keep both cores busy down to small batches. */
-        oclf_params_set(out, "LAYOUT", 0);
-        oclf_params_set(out, "WGS", 4);
-        oclf_params_set(out, "VEC", 16);
-        oclf_params_set(out, "STAGE", 0);
-        oclf_params_set(out, "ROWS", 1);
-        return;
-    }
-    /* GPUs: a work-group per row, consecutive work-items on consecutive
-     * vectors; 16 bytes per load; enough work-items to cover the row once. */
-    int vec = dtype == OCLF_F32 ? 4 : 8;
-    uint64_t want = (cols + (uint64_t)vec - 1) / (uint64_t)vec;
-    size_t wgs = 64;
-    while (wgs < want && wgs < 256)
-        wgs *= 2;
-    while (wgs > d->max_wgs && wgs > 1)
-        wgs /= 2;
-    /* row + weight + bias, with room left for other work-groups */
-    int stage = !d->local_is_global && (3 * cols + wgs) * 4 <= d->local_mem / 2;
-    oclf_params_set(out, "LAYOUT", 1);
-    oclf_params_set(out, "WGS", (int64_t)wgs);
-    oclf_params_set(out, "VEC", vec);
+    /* CPUs: a few rows per group keep both cores busy down to small batches. */
+    const size_t wgs = oclf_row_heuristic(ctx, dtype, cols, 4, 64, out);
+    /* GPUs stage row + weight + bias when that leaves room for other groups. */
+    const int stage = !(d->type & CL_DEVICE_TYPE_CPU) && !d->local_is_global &&
+                      (3 * cols + wgs) * 4 <= d->local_mem / 2;
     oclf_params_set(out, "STAGE", stage);
     oclf_params_set(out, "ROWS", 1);
 }
@@ -66,20 +45,14 @@ static size_t stage_bytes(size_t cols, int nvectors) { return cols * (1 + (size_
 static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, size_t cols,
                                int nvectors, norm_cfg *cfg)
 {
-    int64_t layout, wgs, vec, stage, rpg;
+    oclf_row_cfg row;
+    int64_t stage, rpg;
     oclf_status st;
-    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)) ||
-        (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)) ||
+    if ((st = oclf_row_config(ctx, p, &row)) || (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)) ||
         (st = oclf_param(ctx, p, "ROWS", 1, 1024, &rpg)))
         return st;
-    if (wgs & (wgs - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
-                         (long long)wgs);
-    if (vec & (vec - 1) || vec == 32)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
+    const int layout = row.layout;
+    const int64_t wgs = row.wgs;
     if (stage && layout != 1)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
     if (rpg > 1 && layout != 1)
@@ -89,9 +62,9 @@ static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, si
                          "STAGE = 1: a row of %zu floats and its weights do not fit %llu bytes of "
                          "local memory",
                          cols, (unsigned long long)ctx->info.local_mem);
-    cfg->layout = (int)layout;
-    cfg->wgs = (int)wgs;
-    cfg->vec = (int)vec;
+    cfg->layout = row.layout;
+    cfg->wgs = row.wgs;
+    cfg->vec = row.vec;
     cfg->stage = (int)stage;
     cfg->rows_per_group = (int)rpg;
     return OCLF_SUCCESS;

@@ -17,59 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct rope_cfg {
-    int layout, wgs, vec;
-} rope_cfg;
+typedef oclf_row_cfg rope_cfg;
 
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
 void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
 {
     (void)path;
-    const oclf_device_info *d = &ctx->info;
-    const uint64_t hd = shape->dim[2];
-    if (d->type & CL_DEVICE_TYPE_CPU) {
-        /* A head per work-item, no barrier, 16-wide vectors (see the norm
-         * heuristic). A head is small (hd <= 512), so a work-group gathers
-         * many of them: a CPU pays a fixed cost per work-group that 4 heads
-         * of 512 bytes would not cover. */
-        oclf_params_set(out, "LAYOUT", 0);
-        oclf_params_set(out, "WGS", 64);
-        oclf_params_set(out, "VEC", 16);
-        return;
-    }
-    /* GPUs: a work-group per head, 16-byte loads, one vector per work-item
-     * when the head allows. */
-    int vec = dtype == OCLF_F32 ? 4 : 8;
-    uint64_t want = (hd + (uint64_t)vec - 1) / (uint64_t)vec;
-    size_t wgs = 32;
-    while (wgs < want && wgs < 256)
-        wgs *= 2;
-    while (wgs > d->max_wgs && wgs > 1)
-        wgs /= 2;
-    oclf_params_set(out, "LAYOUT", 1);
-    oclf_params_set(out, "WGS", (int64_t)wgs);
-    oclf_params_set(out, "VEC", vec);
-}
-
-static oclf_status rope_config(const oclf_context *ctx, const oclf_params *p, rope_cfg *cfg)
-{
-    int64_t layout, wgs, vec;
-    oclf_status st;
-    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
-        return st;
-    if (wgs & (wgs - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter WGS = %lld is not a power of two",
-                         (long long)wgs);
-    if (vec & (vec - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
-    cfg->layout = (int)layout;
-    cfg->wgs = (int)wgs;
-    cfg->vec = (int)vec;
-    return OCLF_SUCCESS;
+    /* A head per work-item (CPU) or per work-group (GPU). A head is small
+     * (hd <= 512), so a CPU work-group gathers many of them: a CPU pays a
+     * fixed cost per work-group that 4 heads of 512 bytes would not cover. */
+    oclf_row_heuristic(ctx, dtype, shape->dim[2], 64, 32, out);
 }
 
 static void rope_options(char *buf, size_t len, oclf_dtype dtype, oclf_dtype cdtype,
@@ -87,7 +45,7 @@ oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
 {
     (void)shape;
     rope_cfg cfg;
-    oclf_status st = rope_config(ctx, &r->params, &cfg);
+    oclf_status st = oclf_row_config(ctx, &r->params, &cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
     char opts[192];
@@ -245,7 +203,7 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     rope_cfg cfg = {0, 1, 1};
     oclf_status st;
     if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, r)) ||
-        (st = rope_config(ctx, &r->params, &cfg)))
+        (st = oclf_row_config(ctx, &r->params, &cfg)))
         return st;
     *local = (size_t)cfg.wgs;
     if (heads != 0 && tokens > SIZE_MAX / heads / *local)
