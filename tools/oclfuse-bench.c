@@ -31,22 +31,6 @@ static void usage(FILE *f)
                 op_table[i]->bench_shapes);
 }
 
-/* Is `name` in the comma-separated list (NULL: everything)? */
-static int listed(const char *list, const char *name)
-{
-    if (!list)
-        return 1;
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0)
-            return 1;
-        p += len + (end ? 1 : 0);
-    }
-    return 0;
-}
-
 typedef struct row {
     double time_ns[3]; /* by oclf_path; <0: not run */
 } row;
@@ -56,11 +40,6 @@ static const char *path_names[3] = {"auto", "fused", "unfused"};
 /* Rounds in which the paths of one shape take turns. */
 #define ROUNDS 5
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv)
 {
@@ -136,11 +115,11 @@ int main(int argc, char **argv)
     int first = 1, failures = 0;
     for (int oi = 0; op_table[oi]; oi++) {
         const op_desc *op = op_table[oi];
-        if (!listed(ops, op->name))
+        if (!op_listed(ops, op->name))
             continue;
         for (int d = 0; d < OCLF_DTYPE_COUNT_; d++) {
             const oclf_dtype dt = (oclf_dtype)d;
-            if (!listed(dtypes, oclf_dtype_name(dt)))
+            if (!op_listed(dtypes, oclf_dtype_name(dt)))
                 continue;
             const char *list = shapes ? shapes : op->bench_shapes;
             for (const char *p = list; *p;) {
@@ -166,7 +145,7 @@ int main(int argc, char **argv)
                 row r = {{-1, -1, -1}};
                 int live[3] = {0, 0, 0};
                 for (int pi = 0; pi < 3; pi++) {
-                    if (!listed(paths, path_names[pi]) ||
+                    if (!op_listed(paths, path_names[pi]) ||
                         (pi == OCLF_PATH_UNFUSED && !op->has_unfused))
                         continue;
                     oclf_choice ch;
@@ -204,8 +183,7 @@ int main(int argc, char **argv)
                 for (int pi = 0; pi < 3; pi++) {
                     if (!live[pi])
                         continue;
-                    qsort(rounds[pi], ROUNDS, sizeof rounds[pi][0], cmp_double);
-                    r.time_ns[pi] = rounds[pi][ROUNDS / 2];
+                    r.time_ns[pi] = op_median(rounds[pi], ROUNDS);
                 }
                 const double bytes = op->min_bytes(&shape, dt);
                 if (json) {

@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int i = 0; op_table[i]; i++) {
         const op_desc *op = op_table[i];
-        if (ops && !strstr(ops, op->name))
+        if (!op_listed(ops, op->name))
             continue;
         op_shape s;
         if (!op_parse_shape(op, shape, &s)) {

@@ -75,21 +75,6 @@ static void usage(FILE *f)
             "  --quiet              only errors and the closing table\n");
 }
 
-static int listed(const char *list, const char *name)
-{
-    if (!list)
-        return 1;
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0)
-            return 1;
-        p += len + (end ? 1 : 0);
-    }
-    return 0;
-}
-
 /* ---- --list ------------------------------------------------------------------*/
 
 static int list_devices(void)
@@ -406,12 +391,6 @@ static const cand *pick(const cand *c, int n, oclf_path path)
     return best;
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* A winner other than the default is timed again against the default,
  * alternating, over several rounds: a single measurement on a busy machine
  * (or of a shape that runs in microseconds) can crown noise. The default is
@@ -428,9 +407,7 @@ static const cand *confirm(tuner *t, const op_desc *op, void *inst, const cand *
         if (tw[i] < 0 || td[i] < 0)
             return def;
     }
-    qsort(tw, ROUNDS, sizeof *tw, cmp_dbl);
-    qsort(td, ROUNDS, sizeof *td, cmp_dbl);
-    return tw[ROUNDS / 2] * (1 + TIE) < td[ROUNDS / 2] ? win : def;
+    return op_median(tw, ROUNDS) * (1 + TIE) < op_median(td, ROUNDS) ? win : def;
 }
 
 /* Measures one candidate (or takes it from the journal). */
@@ -798,11 +775,11 @@ int main(int argc, char **argv)
     int nj = 0, rc = 0;
     for (int oi = 0; op_table[oi]; oi++) {
         const op_desc *op = op_table[oi];
-        if (!listed(ops, op->name))
+        if (!op_listed(ops, op->name))
             continue;
         char *list = shape_list(op, shapes);
         for (int d = 0; d < OCLF_DTYPE_COUNT_ && list; d++) {
-            if (!listed(dtypes, oclf_dtype_name((oclf_dtype)d)))
+            if (!op_listed(dtypes, oclf_dtype_name((oclf_dtype)d)))
                 continue;
             for (char *p = list; *p;) {
                 size_t len = strcspn(p, ",");

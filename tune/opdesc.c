@@ -149,6 +149,21 @@ void op_env_close(op_env *env)
     memset(env, 0, sizeof *env);
 }
 
+int op_listed(const char *list, const char *name)
+{
+    if (!list)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
 static double now_ns(void)
 {
     struct timespec ts;
@@ -160,6 +175,12 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+double op_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
@@ -188,8 +209,7 @@ double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_c
         }
         t[n++] = now_ns() - t0;
     }
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    double med = op_median(t, n);
     free(t);
     return med;
 }

@@ -93,6 +93,11 @@ double op_copy_gbps(const op_env *env);
 double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
                   double min_seconds, int min_reps);
 
+/* Is `name` in the comma-separated list (NULL: everything)? */
+int op_listed(const char *list, const char *name);
+/* Sorts v[0..n) and returns its median. */
+double op_median(double *v, int n);
+
 /* Helpers for descriptors. */
 void op_fill_random(oclf_dtype dtype, void *host, size_t n, float lo, float hi, uint64_t seed);
 cl_mem op_upload(const op_env *env, const void *host, size_t bytes, char *err, size_t errlen);
