@@ -106,6 +106,14 @@ void th_download(cl_mem mem, void *host, size_t bytes)
                                              NULL, NULL), CL_SUCCESS);
 }
 
+oclf_choice th_choice(oclf_path path)
+{
+    oclf_choice ch;
+    memset(&ch, 0, sizeof ch);
+    ch.path = path;
+    return ch;
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

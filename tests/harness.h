@@ -50,4 +50,21 @@ int th_run_suite(Suite *s);
                       oclf_last_error(th_get()->ctx));                               \
     } while (0)
 
+/* { path, no parameters }: the choice most tests pass. */
+oclf_choice th_choice(oclf_path path);
+
+/* A call that must be rejected: the status, a message on this thread that
+ * mentions `word`, then `untouched` (a statement that checks the buffers
+ * the call could have written are as they were). */
+#define TH_EXPECT_FAIL(call, status, word, untouched)                                      \
+    do {                                                                                    \
+        oclf_status st_ = (call);                                                           \
+        ck_assert_msg(st_ == (status), "%s: got %s, expected %s", #call,                    \
+                      oclf_status_string(st_), oclf_status_string(status));                 \
+        const char *msg_ = oclf_last_error(th_get()->ctx);                                  \
+        ck_assert_msg(strstr(msg_, (word)) != NULL, "%s: error '%s' does not mention '%s'", \
+                      #call, msg_, (word));                                                 \
+        untouched;                                                                          \
+    } while (0)
+
 #endif

@@ -95,18 +95,10 @@ static void *run_case(const act_case *c)
     return packed;
 }
 
-static oclf_choice path_choice(oclf_path path)
-{
-    oclf_choice ch;
-    memset(&ch, 0, sizeof ch);
-    ch.path = path;
-    return ch;
-}
-
 /* Fused and unfused agree with each other (and each with the reference). */
 static void fused_vs_unfused(act_case c)
 {
-    oclf_choice f = path_choice(OCLF_PATH_FUSED), u = path_choice(OCLF_PATH_UNFUSED);
+    oclf_choice f = th_choice(OCLF_PATH_FUSED), u = th_choice(OCLF_PATH_UNFUSED);
     if (c.choice)
         f.params = u.params = c.choice->params;
     c.choice = &f;
@@ -162,7 +154,7 @@ START_TEST(test_structures)
         {{0, 4, 2}, {0, 0, 0}},
     };
     for (int k = 0; k < 2 && configs[d][k][1]; k++) {
-        oclf_choice ch = path_choice(OCLF_PATH_AUTO);
+        oclf_choice ch = th_choice(OCLF_PATH_AUTO);
         oclf_params_set(&ch.params, "LAYOUT", configs[d][k][0]);
         oclf_params_set(&ch.params, "WGS", configs[d][k][1]);
         oclf_params_set(&ch.params, "VEC", configs[d][k][2]);
@@ -197,7 +189,7 @@ START_TEST(test_special_values)
         const float *src = v == OCLF_ACT_SWIGLU_OAI ? inter : in;
         for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
             cl_mem mi = th_upload(src, sizeof in), mo = th_alloc(d * 4);
-            oclf_choice ch = path_choice((oclf_path)p);
+            oclf_choice ch = th_choice((oclf_path)p);
             TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, 1, d,
                                    (oclf_buf){mi, 0, 0}, (oclf_buf){mo, 0, 0}, &ch, 0, NULL,
                                    NULL));
@@ -239,16 +231,7 @@ static void bad_check_untouched(bad_env *b)
     free(got);
 }
 
-#define EXPECT(call, status, word)                                                          \
-    do {                                                                                    \
-        oclf_status st_ = (call);                                                           \
-        ck_assert_msg(st_ == (status), "%s: got %s, expected %s", #call,                    \
-                      oclf_status_string(st_), oclf_status_string(status));                 \
-        const char *msg_ = oclf_last_error(e->ctx);                                         \
-        ck_assert_msg(strstr(msg_, (word)) != NULL, "%s: error '%s' does not mention '%s'", \
-                      #call, msg_, (word));                                                 \
-        bad_check_untouched(&bb);                                                           \
-    } while (0)
+#define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 
 START_TEST(test_bad_arguments)
 {
@@ -311,18 +294,18 @@ START_TEST(test_bad_arguments)
            OCLF_UNSUPPORTED, "dtype");
     EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, NULL, 1, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "num_events");
-    oclf_choice ch = path_choice((oclf_path)9);
+    oclf_choice ch = th_choice((oclf_path)9);
     EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "path");
-    ch = path_choice(OCLF_PATH_FUSED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "WGS", 48);
     EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "WGS");
-    ch = path_choice(OCLF_PATH_FUSED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 3);
     EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
-    ch = path_choice(OCLF_PATH_UNFUSED);
+    ch = th_choice(OCLF_PATH_UNFUSED);
     oclf_params_set(&ch.params, "LAYOUT", 2);
     EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "LAYOUT");

@@ -157,18 +157,10 @@ static void free_result(norm_result *r)
     free(r->residual);
 }
 
-static oclf_choice path_choice(oclf_path path)
-{
-    oclf_choice ch;
-    memset(&ch, 0, sizeof ch);
-    ch.path = path;
-    return ch;
-}
-
 /* Fused and unfused agree with each other (and each with the reference). */
 static void fused_vs_unfused(norm_case c)
 {
-    oclf_choice f = path_choice(OCLF_PATH_FUSED), u = path_choice(OCLF_PATH_UNFUSED);
+    oclf_choice f = th_choice(OCLF_PATH_FUSED), u = th_choice(OCLF_PATH_UNFUSED);
     if (c.choice)
         f.params = u.params = c.choice->params;
     c.choice = &f;
@@ -229,7 +221,7 @@ START_TEST(test_structures)
     static const size_t rs_full[] = {1, 7, 83}, rs_quick[] = {1, 3, 5};
     const size_t *ws = quick() ? ws_quick : ws_full, *rs = quick() ? rs_quick : rs_full;
     for (size_t k = 0; k < sizeof configs / sizeof *configs; k++) {
-        oclf_choice ch = path_choice(OCLF_PATH_AUTO);
+        oclf_choice ch = th_choice(OCLF_PATH_AUTO);
         oclf_params_set(&ch.params, "LAYOUT", configs[k][0]);
         oclf_params_set(&ch.params, "WGS", configs[k][1]);
         oclf_params_set(&ch.params, "VEC", configs[k][2]);
@@ -252,7 +244,7 @@ START_TEST(test_large_mean)
     for (int op = LN; op <= ADD_LN; op++) {
         norm_case c = {op, dt, quick() ? 3 : 17, quick() ? 515 : 4099, 0, 0, 1, 1, center, NULL};
         fused_vs_unfused(c);
-        oclf_choice ch = path_choice(OCLF_PATH_FUSED);
+        oclf_choice ch = th_choice(OCLF_PATH_FUSED);
         oclf_params_set(&ch.params, "LAYOUT", 1);
         oclf_params_set(&ch.params, "WGS", 64);
         oclf_params_set(&ch.params, "VEC", (int[]){4, 1, 8}[_i]);
@@ -335,16 +327,7 @@ static void bad_free(bad_env *b)
     free(b->ha), free(b->hb);
 }
 
-#define EXPECT(call, status, word)                                                          \
-    do {                                                                                    \
-        oclf_status st_ = (call);                                                           \
-        ck_assert_msg(st_ == (status), "%s: got %s, expected %s", #call,                    \
-                      oclf_status_string(st_), oclf_status_string(status));                 \
-        const char *msg_ = oclf_last_error(e->ctx);                                         \
-        ck_assert_msg(strstr(msg_, (word)) != NULL, "%s: error '%s' does not mention '%s'", \
-                      #call, msg_, (word));                                                 \
-        bad_check_untouched(&bb);                                                           \
-    } while (0)
+#define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 
 START_TEST(test_bad_arguments)
 {
@@ -403,23 +386,23 @@ START_TEST(test_bad_arguments)
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 1, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "num_events");
 
-    oclf_choice ch = path_choice((oclf_path)9);
+    oclf_choice ch = th_choice((oclf_path)9);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "path");
-    ch = path_choice(OCLF_PATH_FUSED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "WGS", 48);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "WGS");
-    ch = path_choice(OCLF_PATH_FUSED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 3);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
-    ch = path_choice(OCLF_PATH_FUSED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "LAYOUT", 0);
     oclf_params_set(&ch.params, "STAGE", 1);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "STAGE");
-    ch = path_choice(OCLF_PATH_FUSED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "LAYOUT", 0);
     oclf_params_set(&ch.params, "ROWS", 2);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),

@@ -124,14 +124,6 @@ static void check_buffer(const char *what, oclf_dtype dt, const void *got, const
                   (double)oclf_ref_get(dt, before, first));
 }
 
-static oclf_choice path_choice(oclf_path path)
-{
-    oclf_choice ch;
-    memset(&ch, 0, sizeof ch);
-    ch.path = path;
-    return ch;
-}
-
 /* ---- qk_norm_rope -------------------------------------------------------- */
 
 typedef struct qk_case {
@@ -195,7 +187,7 @@ static void *run_qk(const qk_case *c)
 
 static void qk_fused_vs_unfused(qk_case c)
 {
-    oclf_choice f = path_choice(OCLF_PATH_FUSED), u = path_choice(OCLF_PATH_UNFUSED);
+    oclf_choice f = th_choice(OCLF_PATH_FUSED), u = th_choice(OCLF_PATH_UNFUSED);
     if (c.choice)
         f.params = u.params = c.choice->params;
     c.choice = &f;
@@ -367,7 +359,7 @@ START_TEST(test_structures)
         {{0, 8, 2}, {0, 0, 0}},
     };
     for (int k = 0; k < 2 && configs[d][k][1]; k++) {
-        oclf_choice ch = path_choice(OCLF_PATH_AUTO);
+        oclf_choice ch = th_choice(OCLF_PATH_AUTO);
         oclf_params_set(&ch.params, "LAYOUT", configs[d][k][0]);
         oclf_params_set(&ch.params, "WGS", configs[d][k][1]);
         oclf_params_set(&ch.params, "VEC", configs[d][k][2]);
@@ -392,7 +384,7 @@ START_TEST(test_bad_positions)
     for (int pos64 = 0; pos64 < 2; pos64++) {
         qk_case c = {dt, dt, pos64, pos64, 1, 9, 4, 2, 2, 64, 64, 0, 1, NULL};
         qk_fused_vs_unfused(c);
-        oclf_choice ch = path_choice(OCLF_PATH_FUSED);
+        oclf_choice ch = th_choice(OCLF_PATH_FUSED);
         oclf_params_set(&ch.params, "LAYOUT", 1);
         oclf_params_set(&ch.params, "WGS", 32);
         oclf_params_set(&ch.params, "VEC", 8);
@@ -466,16 +458,7 @@ static void bad_check_untouched(bad_env *b)
     free(got);
 }
 
-#define EXPECT(call, status, word)                                                          \
-    do {                                                                                    \
-        oclf_status st_ = (call);                                                           \
-        ck_assert_msg(st_ == (status), "%s: got %s, expected %s", #call,                    \
-                      oclf_status_string(st_), oclf_status_string(status));                 \
-        const char *msg_ = oclf_last_error(e->ctx);                                         \
-        ck_assert_msg(strstr(msg_, (word)) != NULL, "%s: error '%s' does not mention '%s'", \
-                      #call, msg_, (word));                                                 \
-        bad_check_untouched(&bb);                                                           \
-    } while (0)
+#define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 
 START_TEST(test_bad_arguments)
 {
@@ -552,7 +535,7 @@ START_TEST(test_bad_arguments)
            "position type");
     a = *R, a.style = (oclf_rope_style)4;
     EXPECT(QK(e->ctx, OCLF_F32, &a, X, nq, nk, nv, NULL, 1e-6f), OCLF_INVALID_ARGUMENT, "style");
-    oclf_choice ch = path_choice(OCLF_PATH_FUSED);
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 32);
     EXPECT(oclf_qk_norm_rope(e->ctx, q, OCLF_F32, T, R, X, nq, nk, nv, NULL, NULL, 1e-6f, &ch, 0,
                              NULL, NULL),
