@@ -102,28 +102,7 @@ static int act_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
 {
     (void)dt;
     (void)path;
-    size_t max_wgs = 1;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
-    const uint64_t d = s->d[1];
-    int n = 0;
-    static const int vecs[] = {1, 2, 4, 8, 16};
-    for (int layout = 0; layout <= 1; layout++)
-        for (size_t wgs = 1; wgs <= max_wgs && wgs <= 1024; wgs *= 2) {
-            if ((layout == 0 && wgs > 64) || (layout == 1 && wgs < 16))
-                continue;
-            for (int v = 0; v < 5; v++) {
-                if ((uint64_t)vecs[v] > d ||
-                    (layout == 1 && (uint64_t)wgs * (uint64_t)vecs[v] > d * 2))
-                    continue;
-                oclf_params p;
-                memset(&p, 0, sizeof p);
-                oclf_params_set(&p, "LAYOUT", layout);
-                oclf_params_set(&p, "WGS", (int64_t)wgs);
-                oclf_params_set(&p, "VEC", vecs[v]);
-                op_space_add(out, &n, max, &p);
-            }
-        }
-    return n;
+    return op_row_space(env, s->d[1], 1, 64, 16, out, max);
 }
 
 const op_desc op_act_and_mul = {

@@ -164,44 +164,33 @@ static int norm_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
 {
     (void)dt;
     (void)path;
-    size_t max_wgs = 1;
     cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
     const uint64_t rows = s->d[0], cols = s->d[1];
+    /* LAYOUT 0 with no more rows per group than there are rows */
+    oclf_params *base = calloc((size_t)max, sizeof *base);
+    if (!base)
+        return 0;
+    const int nb = op_row_space(env, cols, 1, rows < 64 ? (size_t)rows : 64, 16, base, max);
     int n = 0;
-    static const int vecs[] = {1, 2, 4, 8, 16};
-    for (int layout = 0; layout <= 1; layout++) {
-        for (size_t wgs = 1; wgs <= max_wgs && wgs <= 1024; wgs *= 2) {
-            if (layout == 0 && (wgs > 64 || wgs > rows))
-                continue; /* more rows per group than rows: idle work-items */
-            if (layout == 1 && wgs < 16)
+    for (int i = 0; i < nb; i++) {
+        int64_t layout = 0, wgs = 1;
+        oclf_params_get(&base[i], "LAYOUT", &layout);
+        oclf_params_get(&base[i], "WGS", &wgs);
+        for (int stage = 0; stage <= layout; stage++) {
+            /* staged: the row, weight and bias in local memory */
+            if (stage && (3 * cols + (uint64_t)wgs) * 4 > local_mem)
                 continue;
-            for (int v = 0; v < 5; v++) {
-                const int vec = vecs[v];
-                if ((uint64_t)vec > cols)
-                    continue;
-                if (layout == 1 && (uint64_t)wgs * (uint64_t)vec > cols * 2)
-                    continue; /* most work-items would idle */
-                for (int stage = 0; stage <= layout; stage++) {
-                    /* staged: the row, weight and bias in local memory */
-                    if (stage && (3 * cols + wgs) * 4 > local_mem)
-                        continue;
-                    /* rows per group: 1, or 4 where there are rows to spare */
-                    for (int rpg = 1; rpg <= (layout && rows >= 64 ? 4 : 1); rpg *= 4) {
-                        oclf_params p;
-                        memset(&p, 0, sizeof p);
-                        oclf_params_set(&p, "LAYOUT", layout);
-                        oclf_params_set(&p, "WGS", (int64_t)wgs);
-                        oclf_params_set(&p, "VEC", vec);
-                        oclf_params_set(&p, "STAGE", stage);
-                        oclf_params_set(&p, "ROWS", rpg);
-                        op_space_add(out, &n, max, &p);
-                    }
-                }
+            /* rows per group: 1, or 4 where there are rows to spare */
+            for (int rpg = 1; rpg <= (layout && rows >= 64 ? 4 : 1); rpg *= 4) {
+                oclf_params p = base[i];
+                oclf_params_set(&p, "STAGE", stage);
+                oclf_params_set(&p, "ROWS", rpg);
+                op_space_add(out, &n, max, &p);
             }
         }
     }
+    free(base);
     return n;
 }
 

@@ -171,30 +171,8 @@ static int rope_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
 {
     (void)dt;
     (void)path;
-    size_t max_wgs = 1;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
-    const uint64_t hd = s->d[4];
-    int n = 0;
-    static const int vecs[] = {1, 2, 4, 8, 16};
-    for (int layout = 0; layout <= 1; layout++)
-        for (size_t wgs = 1; wgs <= max_wgs && wgs <= 1024; wgs *= 2) {
-            /* LAYOUT 0: many heads per group (a head is small); LAYOUT 1:
-             * no more work-items than the head has vectors, twice over */
-            if ((layout == 0 && (wgs < 4 || wgs > 256)) || (layout == 1 && wgs < 8))
-                continue;
-            for (int v = 0; v < 5; v++) {
-                if ((uint64_t)vecs[v] > hd ||
-                    (layout == 1 && (uint64_t)wgs * (uint64_t)vecs[v] > hd * 2))
-                    continue;
-                oclf_params p;
-                memset(&p, 0, sizeof p);
-                oclf_params_set(&p, "LAYOUT", layout);
-                oclf_params_set(&p, "WGS", (int64_t)wgs);
-                oclf_params_set(&p, "VEC", vecs[v]);
-                op_space_add(out, &n, max, &p);
-            }
-        }
-    return n;
+    /* LAYOUT 0: many heads per group (a head is small) */
+    return op_row_space(env, s->d[4], 4, 256, 8, out, max);
 }
 
 #define ROPE_DESC(sym, KIND, NAME, UNFUSED)                                                  \

@@ -324,6 +324,32 @@ int op_download(const op_env *env, cl_mem mem, void *host, size_t bytes)
                : -1;
 }
 
+int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,
+                 oclf_params *out, int max)
+{
+    size_t max_wgs = 1;
+    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    static const int vecs[] = {1, 2, 4, 8, 16};
+    int n = 0;
+    for (int layout = 0; layout <= 1; layout++)
+        for (size_t wgs = 1; wgs <= max_wgs && wgs <= 1024; wgs *= 2) {
+            if (layout == 0 ? (wgs < l0_min || wgs > l0_max) : wgs < l1_min)
+                continue;
+            for (int v = 0; v < 5; v++) {
+                if ((uint64_t)vecs[v] > width ||
+                    (layout == 1 && (uint64_t)wgs * (uint64_t)vecs[v] > width * 2))
+                    continue; /* most work-items would idle */
+                oclf_params p;
+                memset(&p, 0, sizeof p);
+                oclf_params_set(&p, "LAYOUT", layout);
+                oclf_params_set(&p, "WGS", (int64_t)wgs);
+                oclf_params_set(&p, "VEC", vecs[v]);
+                op_space_add(out, &n, max, &p);
+            }
+        }
+    return n;
+}
+
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p)
 {
     if (*n < max)

@@ -103,6 +103,13 @@ void op_fill_random(oclf_dtype dtype, void *host, size_t n, float lo, float hi, 
 cl_mem op_upload(const op_env *env, const void *host, size_t bytes, char *err, size_t errlen);
 int op_download(const op_env *env, cl_mem mem, void *host, size_t bytes);
 int op_rewrite(const op_env *env, cl_mem mem, const void *host, size_t bytes);
+/* The row-structure points (LAYOUT, WGS, VEC) for rows of `width` elements:
+ * LAYOUT 0 with WGS in [l0_min, l0_max] (rows, or heads, per group), LAYOUT 1
+ * with WGS from l1_min up to the device limit and no more work-items than
+ * the row has vectors, twice over; VEC 1..16 up to the width. Writes up to
+ * `max` sets and returns how many. */
+int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,
+                 oclf_params *out, int max);
 /* Adds p to out[*n] when *n < max. */
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);
 
