@@ -7,7 +7,7 @@ packages=(
   gcc pkg-config python3 meson ninja-build
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libjansson-dev check libsubunit-dev
-  oclgrind liboclgrind-dev g++ valgrind clang
+  oclgrind liboclgrind-dev g++ valgrind clang libclang-rt-dev
 )
 missing=()
 for p in "${packages[@]}"; do
