@@ -402,8 +402,8 @@ static const cand *confirm(tuner *t, const op_desc *op, void *inst, const cand *
     enum { ROUNDS = 5 };
     double tw[ROUNDS], td[ROUNDS];
     for (int i = 0; i < ROUNDS; i++) {
-        tw[i] = op_time_ns(&t->env, op, inst, &win->ch, t->min_time, 3);
-        td[i] = op_time_ns(&t->env, op, inst, &def->ch, t->min_time, 3);
+        tw[i] = op_time_ns(&t->env, op, inst, &win->ch, t->min_time, 3, i == 0);
+        td[i] = op_time_ns(&t->env, op, inst, &def->ch, t->min_time, 3, i == 0);
         if (tw[i] < 0 || td[i] < 0)
             return def;
     }
@@ -423,7 +423,7 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
             c->state = -1;
             journal_add(&t->j, c, msg);
         } else {
-            c->time_ns = op_time_ns(&t->env, op, inst, &c->ch, t->min_time, 3);
+            c->time_ns = op_time_ns(&t->env, op, inst, &c->ch, t->min_time, 3, 2);
             c->state = c->time_ns > 0 ? 1 : -1;
             journal_add(&t->j, c, c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
         }
@@ -811,6 +811,13 @@ int main(int argc, char **argv)
     result *res = calloc((size_t)(nj > 0 ? nj : 1), sizeof *res);
     static cand c[MAX_CAND];
     for (int i = 0; i < nj && !interrupted; i++) {
+        /* The budget is for the whole run: once it is spent the remaining
+         * jobs keep what dispatch already does for them (the heuristic). */
+        if (i > 0 && now_s() >= t.deadline) {
+            fprintf(stderr, "%soclfuse-tune: budget spent; %d of %d jobs not tuned\n",
+                    t.tty && !quiet ? "\n" : "", nj - i, nj);
+            break;
+        }
         result *r = &res[i];
         r->op = jobs[i].op;
         r->dtype = jobs[i].dt;

@@ -184,10 +184,10 @@ double op_median(double *v, int n)
 }
 
 double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
-                  double min_seconds, int min_reps)
+                  double min_seconds, int min_reps, int warmups)
 {
     /* Warm-up: builds programs and faults pages in. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < warmups; i++) {
         if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS)
             return -1;
     }

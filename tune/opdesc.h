@@ -88,10 +88,11 @@ void op_env_close(op_env *env);
  * the yardstick for every op's achieved bandwidth. */
 double op_copy_gbps(const op_env *env);
 
-/* Median wall time in ns of `run` with `choice`, after warm-up, repeated
- * until min_seconds have passed (at least min_reps times). <0 on error. */
+/* Median wall time in ns of `run` with `choice`, after `warmups` untimed
+ * calls, repeated until min_seconds have passed (at least min_reps times).
+ * <0 on error. */
 double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
-                  double min_seconds, int min_reps);
+                  double min_seconds, int min_reps, int warmups);
 
 /* Is `name` in the comma-separated list (NULL: everything)? */
 int op_listed(const char *list, const char *name);
