@@ -173,6 +173,24 @@ typedef float8 hfloatv;
         (out) = rsqrt(ROW_REDUCE(VSUM(q_) + tq_, scratch) / (float)hd + eps); \
     } while (0)
 
+/* The (token, head) item of a packed qkv row that a work-item (LAYOUT 0)
+ * or work-group (LAYOUT 1) handles: returns for items past the end and for
+ * tokens whose position is outside the cache; else declares t, h, p, the
+ * head `hp` and its norm weight `wp` (NULL: none). */
+#define QK_HEAD_ITEM()                                                         \
+    const uint nh = nq + nk;                                                   \
+    ROW_LANES;                                                                 \
+    const ulong row = ITEM_ID;                                                 \
+    if (row >= tokens * nh)                                                    \
+        return;                                                                \
+    const ulong t = row / nh;                                                  \
+    const uint h = (uint)(row % nh);                                           \
+    const long p = ITEM_POSITION(t);                                           \
+    if (p < 0 || (ulong)p >= max_pos)                                          \
+        return;                                                                \
+    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;                       \
+    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0)
+
 /* ---- kernels ------------------------------------------------------------ */
 
 /* q (nq heads) and k (nk heads, may be 0) rotated in place. Items are
@@ -212,18 +230,7 @@ kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk
                           ulong tokens, uint hd)
 {
     local float scratch[OCLF_WGS];
-    const uint nh = nq + nk;
-    ROW_LANES;
-    const ulong row = ITEM_ID;
-    if (row >= tokens * nh)
-        return;
-    const ulong t = row / nh;
-    const uint h = (uint)(row % nh);
-    const long p = ITEM_POSITION(t);
-    if (p < 0 || (ulong)p >= max_pos)
-        return;
-    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;
-    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0);
+    QK_HEAD_ITEM();
     float r;
     HEAD_RSTD(hp, r);
     FOR_VEC_IN(i, 0, hd) {
@@ -250,18 +257,7 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
                          ulong tokens, uint hd, uint rot, uint neox)
 {
     local float scratch[OCLF_WGS];
-    const uint nh = nq + nk;
-    ROW_LANES;
-    const ulong row = ITEM_ID;
-    if (row >= tokens * nh)
-        return;
-    const ulong t = row / nh;
-    const uint h = (uint)(row % nh);
-    const long p = ITEM_POSITION(t);
-    if (p < 0 || (ulong)p >= max_pos)
-        return;
-    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;
-    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0);
+    QK_HEAD_ITEM();
     global const cstor_t *cr = cache + co + (ulong)p * cs;
     float r;
     HEAD_RSTD(hp, r);
