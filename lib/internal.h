@@ -287,6 +287,13 @@ OCLF_HIDDEN int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const o
                                    size_t b_cols);
 /* 1 when the two are exactly the same elements. */
 OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
+/* What every entry point checks first: a context (else the message goes to
+ * oclf_last_error(NULL)), *event cleared, the queue and wait list, the
+ * dtype. `op` names the entry point in the message. */
+OCLF_HIDDEN oclf_status oclf_check_call(const oclf_context *ctx, const char *op,
+                                        cl_command_queue queue, cl_uint num_events,
+                                        const cl_event *wait_list, oclf_dtype dtype,
+                                        cl_event *event);
 OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue,
                                          cl_uint num_events, const cl_event *wait_list);
 

@@ -30,6 +30,18 @@ oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue, cl
     return OCLF_SUCCESS;
 }
 
+oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_queue queue,
+                            cl_uint num_events, const cl_event *wait_list, oclf_dtype dtype,
+                            cl_event *event)
+{
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
+    if (event)
+        *event = NULL;
+    oclf_status st = oclf_check_queue(ctx, queue, num_events, wait_list);
+    return st != OCLF_SUCCESS ? st : oclf_check_dtype(ctx, dtype);
+}
+
 oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf, size_t rows,
                           size_t cols, size_t elem, oclf_operand *out)
 {

@@ -38,32 +38,8 @@ int main(int argc, char **argv)
         *dst = v;
         i++;
     }
-    cl_platform_id plats[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
-        fprintf(stderr, "oclfuse-info: no OpenCL platform\n");
+    if (op_list_devices("oclfuse-info") != 0)
         return 1;
-    }
-    for (cl_uint p = 0; p < np; p++) {
-        char pname[256] = "";
-        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
-        printf("platform %u: %s\n", p, pname);
-        cl_device_id devs[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint d = 0; d < nd; d++) {
-            cl_int e;
-            cl_context cl = clCreateContext(NULL, 1, &devs[d], NULL, NULL, &e);
-            oclf_context *ctx = NULL;
-            if (cl)
-                oclf_context_create(cl, devs[d], NULL, &ctx);
-            printf("  device %u: %s\n", d, ctx ? oclf_context_fingerprint(ctx) : "(unavailable)");
-            oclf_context_destroy(ctx);
-            if (cl)
-                clReleaseContext(cl);
-        }
-    }
     char machine[4096];
     if (oclf_tuning_db_default_path(machine, sizeof machine) == OCLF_SUCCESS) {
         size_t n = 0;

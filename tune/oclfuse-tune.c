@@ -75,41 +75,6 @@ static void usage(FILE *f)
             "  --quiet              only errors and the closing table\n");
 }
 
-/* ---- --list ------------------------------------------------------------------*/
-
-static int list_devices(void)
-{
-    cl_platform_id plats[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
-        fprintf(stderr, "oclfuse-tune: no OpenCL platform\n");
-        return 1;
-    }
-    for (cl_uint p = 0; p < np; p++) {
-        char pname[256] = "";
-        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
-        printf("platform %u: %s\n", p, pname);
-        cl_device_id devs[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint d = 0; d < nd; d++) {
-            char dname[256] = "";
-            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
-            cl_int e;
-            cl_context cl = clCreateContext(NULL, 1, &devs[d], NULL, NULL, &e);
-            oclf_context *ctx = NULL;
-            if (cl)
-                oclf_context_create(cl, devs[d], NULL, &ctx);
-            printf("  device %u: %s\n    fingerprint: %s\n", d, dname,
-                   ctx ? oclf_context_fingerprint(ctx) : "(unavailable)");
-            oclf_context_destroy(ctx);
-            if (cl)
-                clReleaseContext(cl);
-        }
-    }
-    return 0;
-}
 
 /* ---- shapes --------------------------------------------------------------------*/
 
@@ -709,7 +674,7 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--quiet") == 0) {
             quiet = 1;
         } else if (strcmp(a, "--list") == 0) {
-            return list_devices();
+            return op_list_devices("oclfuse-tune");
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;

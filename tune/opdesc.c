@@ -164,6 +164,40 @@ int op_listed(const char *list, const char *name)
     return 0;
 }
 
+int op_list_devices(const char *tool)
+{
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+        fprintf(stderr, "%s: no OpenCL platform\n", tool);
+        return 1;
+    }
+    for (cl_uint p = 0; p < np; p++) {
+        char pname[256] = "";
+        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+        printf("platform %u: %s\n", p, pname);
+        cl_device_id devs[16];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
+            continue;
+        for (cl_uint d = 0; d < nd; d++) {
+            char dname[256] = "";
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
+            cl_int e;
+            cl_context cl = clCreateContext(NULL, 1, &devs[d], NULL, NULL, &e);
+            oclf_context *ctx = NULL;
+            if (cl)
+                oclf_context_create(cl, devs[d], NULL, &ctx);
+            printf("  device %u: %s\n    fingerprint: %s\n", d, dname,
+                   ctx ? oclf_context_fingerprint(ctx) : "(unavailable)");
+            oclf_context_destroy(ctx);
+            if (cl)
+                clReleaseContext(cl);
+        }
+    }
+    return 0;
+}
+
 static double now_ns(void)
 {
     struct timespec ts;

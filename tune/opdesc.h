@@ -83,6 +83,9 @@ int op_env_open(op_env *env, const char *platform, const char *device, char *err
 int op_env_open_opts(op_env *env, const char *platform, const char *device,
                      const oclf_context_options *options, char *err, size_t errlen);
 void op_env_close(op_env *env);
+/* Prints every platform and device with its index and fingerprint (the
+ * --list of the tools). 1 and a message naming `tool` when there is none. */
+int op_list_devices(const char *tool);
 
 /* Copy-kernel bandwidth of the device in GB/s (read + write bytes / time),
  * the yardstick for every op's achieved bandwidth. */

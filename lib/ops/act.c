@@ -107,13 +107,9 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
                              const cl_event *wait_list, cl_event *event)
 {
     const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
-    if (!ctx)
-        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
-    if (event)
-        *event = NULL;
     oclf_status st;
-    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
-        (st = oclf_check_dtype(ctx, dtype)) || (st = check_activation(ctx, act)))
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_activation(ctx, act)))
         return st;
     if (d == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: d is 0", op);

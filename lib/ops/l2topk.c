@@ -459,14 +459,9 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
                          const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
                          cl_event *event)
 {
-    if (!ctx)
-        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "l2_topk: ctx is NULL");
-    if (event)
-        *event = NULL;
     oclf_status st;
     l2_call c;
-    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
-        (st = oclf_check_dtype(ctx, x_dtype)) ||
+    if ((st = oclf_check_call(ctx, "l2_topk", queue, num_events, wait_list, x_dtype, event)) ||
         (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, options, &c)))
         return st;
 

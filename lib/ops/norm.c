@@ -205,15 +205,11 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
                             const oclf_choice *choice, cl_uint num_events,
                             const cl_event *wait_list, cl_event *event)
 {
-    if (!ctx)
-        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL",
-                         oclf_op_name(kind_op[c->kind]));
-    if (event)
-        *event = NULL;
     oclf_status st;
     norm_operands o;
-    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
-        (st = oclf_check_dtype(ctx, c->dtype)) || (st = check_args(ctx, c, &o)))
+    if ((st = oclf_check_call(ctx, oclf_op_name(kind_op[c->kind]), queue, num_events, wait_list,
+                              c->dtype, event)) ||
+        (st = check_args(ctx, c, &o)))
         return st;
 
     oclf_shape shape = {{c->rows, c->cols, 0, 0}};

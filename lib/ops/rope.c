@@ -243,14 +243,10 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
                                   cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *op = oclf_op_name(OCLF_OP_ROTARY_EMBEDDING);
-    if (!ctx)
-        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
-    if (event)
-        *event = NULL;
     oclf_status st;
     rope_operands ro;
-    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
-        (st = oclf_check_dtype(ctx, dtype)) || (st = check_rope(ctx, op, tokens, rope, &ro)))
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_rope(ctx, op, tokens, rope, &ro)))
         return st;
     const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
     oclf_operand oq, ok;
@@ -303,14 +299,10 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
                               cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *op = oclf_op_name(OCLF_OP_QK_NORM_ROPE);
-    if (!ctx)
-        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
-    if (event)
-        *event = NULL;
     oclf_status st;
     rope_operands ro;
-    if ((st = oclf_check_queue(ctx, queue, num_events, wait_list)) ||
-        (st = oclf_check_dtype(ctx, dtype)) || (st = check_rope(ctx, op, tokens, rope, &ro)))
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_rope(ctx, op, tokens, rope, &ro)))
         return st;
     if (!(eps >= 0.0f) || !isfinite(eps))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
