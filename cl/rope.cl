@@ -4,13 +4,18 @@
  * Fused kernel: qk_norm_rope. Building blocks: rotary_embedding (also the
  * public op) and head_rms_norm (the unfused norm half).
  *
- * Every kernel works on (token, head) items: OCLF_LAYOUT 0 gives one item
- * to each work-item (no barriers: what a CPU wants), OCLF_LAYOUT 1 a
- * work-group per item with the head's vectors spread over its work-items
- * and the sum of squares reduced through local memory (ROW_LANES, FOR_VEC_IN
- * and ROW_REDUCE of common.h, with the item in the place of the row). Each
- * item is straight-line code whose early returns are uniform within a
- * work-group, so no barrier sits inside a loop or behind a divergent branch.
+ * Two kernel structures, chosen at build time:
+ *   item (OCLF_STAGE 0): (token, head) items; OCLF_LAYOUT 0 gives one item
+ *     to each work-item (no barriers: what a CPU wants), OCLF_LAYOUT 1 a
+ *     work-group per item with the head's vectors spread over its
+ *     work-items and the sum of squares reduced through local memory
+ *     (ROW_LANES, FOR_VEC_IN and ROW_REDUCE of common.h, with the item in
+ *     the place of the row). Each item is straight-line code whose early
+ *     returns are uniform within a work-group, so no barrier sits inside a
+ *     loop or behind a divergent branch.
+ *   staged (OCLF_STAGE 1, LAYOUT 1): a work-group per `rpg` tokens that
+ *     visits all their heads and reads weights, cos/sin rows and heads from
+ *     global memory once each (see the comment at that section).
  *
  * The rotation style (NeoX or GPT-J) and the position width are run-time
  * arguments tested outside the loops, so one program serves all of them;
@@ -104,41 +109,33 @@ typedef float8 hfloatv;
 #define GPTJ_VEND(rot) ((rot) / OCLF_VEC * OCLF_VEC)
 #endif
 
-/* ---- one item: the token's cache row, or skip the token ----------------- */
-#if OCLF_LAYOUT == 0
-#define ITEM_ID get_global_id(0)
-#else
-#define ITEM_ID get_group_id(0)
-#endif
-/* Position of token t; the int64 view is taken only when pos64 is set. */
-#define ITEM_POSITION(t)                                                       \
-    (pos64 ? ((global const long *)pos)[po + (t)] : (long)pos[po + (t)])
-
-/* The rotation of one head `hp` (rot dims) with the cache row `cr`, on
- * values that LOADV/LOADS (vector, scalar at element index) produce, which
- * lets the fused kernel rotate normalized fp32 values that never went
- * through storage. Pairs belong to one work-item, so in-place is safe. */
-#define ROTATE_HEAD(hp, cr, LOADV, LOADS)                                      \
+/* The rotation of the first `nrot` dims of one head `hp`, on values that
+ * LOADV/LOADS (vector, scalar at element index) produce, with cos/sin from
+ * CV(n, j) (n cache elements from j as floatn) and CS(j). The loaders let
+ * the fused kernel rotate normalized fp32 values that never went through
+ * storage, and the staged kernels read the head and the cache row from
+ * local memory. Pairs belong to one work-item, so in-place is safe. */
+#define ROTATE_HEAD(hp, nrot, LOADV, LOADS, CV, CS)                            \
     do {                                                                       \
-        const uint half_ = rot / 2;                                            \
+        const uint half_ = (nrot) / 2;                                         \
         if (neox) {                                                            \
             FOR_VEC_IN(j, 0, half_) {                                          \
                 floatv x_ = LOADV(j), y_ = LOADV(j + half_);                   \
-                floatv c_ = CLOAD(OCLF_VEC, cr, j), s_ = CLOAD(OCLF_VEC, cr, half_ + j); \
+                floatv c_ = CV(OCLF_VEC, j), s_ = CV(OCLF_VEC, half_ + j);     \
                 STV(hp, j, x_ * c_ - y_ * s_);                                 \
                 STV(hp, j + half_, y_ * c_ + x_ * s_);                         \
             }                                                                  \
             FOR_TAIL_IN(j, 0, half_) {                                         \
                 float x_ = LOADS(j), y_ = LOADS(j + half_);                    \
-                float c_ = LDC(cr, j), s_ = LDC(cr, half_ + j);                \
+                float c_ = CS(j), s_ = CS(half_ + j);                          \
                 ST(hp, j, x_ * c_ - y_ * s_);                                  \
                 ST(hp, j + half_, y_ * c_ + x_ * s_);                          \
             }                                                                  \
         } else {                                                               \
-            GPTJ_VECTORS(hp, cr, LOADV);                                       \
-            for (uint j = GPTJ_VEND(rot) / 2 + lane; j < half_; j += nlanes) { \
+            GPTJ_VECTORS(hp, nrot, LOADV, CV);                                 \
+            for (uint j = GPTJ_VEND(nrot) / 2 + lane; j < half_; j += nlanes) { \
                 float x_ = LOADS(2 * j), y_ = LOADS(2 * j + 1);                \
-                float c_ = LDC(cr, j), s_ = LDC(cr, half_ + j);                \
+                float c_ = CS(j), s_ = CS(half_ + j);                          \
                 ST(hp, 2 * j, x_ * c_ - y_ * s_);                              \
                 ST(hp, 2 * j + 1, y_ * c_ + x_ * s_);                          \
             }                                                                  \
@@ -146,32 +143,68 @@ typedef float8 hfloatv;
     } while (0)
 
 #if OCLF_VEC == 1
-#define GPTJ_VECTORS(hp, cr, LOADV) (void)0
+#define GPTJ_VECTORS(hp, nrot, LOADV, CV) (void)0
 #else
-#define GPTJ_VECTORS(hp, cr, LOADV)                                            \
-    FOR_VEC_IN(i, 0, GPTJ_VEND(rot)) {                                         \
+#define GPTJ_VECTORS(hp, nrot, LOADV, CV)                                      \
+    FOR_VEC_IN(i, 0, GPTJ_VEND(nrot)) {                                        \
         floatv v_ = LOADV(i);                                                  \
-        hfloatv c_ = CLOAD(OCLF_HVEC, cr, i / 2);                              \
-        hfloatv s_ = CLOAD(OCLF_HVEC, cr, half_ + i / 2);                      \
+        hfloatv c_ = CV(OCLF_HVEC, i / 2);                                     \
+        hfloatv s_ = CV(OCLF_HVEC, half_ + i / 2);                             \
         STV(hp, i, v_ * DUP(c_) + SWAP(v_) * (DUP(s_) * ALT));                 \
     }
 #endif
 
-/* 1 / sqrt(mean(h^2) + eps) over the hd elements of head `hp`. */
-#define HEAD_RSTD(hp, out)                                                     \
+/* Cache loaders for ROTATE_HEAD: the row `cr` in global memory, in its
+ * storage type, or the staged fp32 row `lc` in local memory. */
+#define CACHE_GV(n, j) CLOAD(n, cr, j)
+#define CACHE_GS(j) LDC(cr, j)
+#define CACHE_LV(n, j) LOADF(n, lc, j)
+#define CACHE_LS(j) (lc[(j)])
+/* LOADF(n, p, i): n fp32 elements of local memory from i (n = 1: a float). */
+#define LOADF(n, p, i) OCLF_CAT(LOADF_, n)(p, i)
+#define LOADF_1(p, i) ((p)[(i)])
+#define LOADF_2(p, i) vload2(0, (p) + (i))
+#define LOADF_4(p, i) vload4(0, (p) + (i))
+#define LOADF_8(p, i) vload8(0, (p) + (i))
+#define LOADF_16(p, i) vload16(0, (p) + (i))
+
+/* 1 / sqrt(mean(h^2) + eps) over the first n of the hd elements of head
+ * `hp` (n is hd, or 0 for a skipped token in the staged kernels); with
+ * `keep` (local memory) the values are staged there on the way. */
+#define HEAD_RSTD(hp, n, keep, out)                                            \
     do {                                                                       \
         floatv q_ = VSPLAT(0.0f);                                              \
         float tq_ = 0.0f;                                                      \
-        FOR_VEC_IN(i, 0, hd) {                                                 \
+        FOR_VEC_IN(i, 0, (n)) {                                                \
             floatv v_ = LDV(hp, i);                                            \
+            if (keep)                                                          \
+                STV_F(keep, i, v_);                                            \
             q_ += v_ * v_;                                                     \
         }                                                                      \
-        FOR_TAIL_IN(i, 0, hd) {                                                \
+        FOR_TAIL_IN(i, 0, (n)) {                                               \
             float v_ = LD(hp, i);                                              \
+            if (keep)                                                          \
+                (keep)[i] = v_;                                                \
             tq_ += v_ * v_;                                                    \
         }                                                                      \
         (out) = rsqrt(ROW_REDUCE(VSUM(q_) + tq_, scratch) / (float)hd + eps); \
     } while (0)
+
+/* Position of token t; the int64 view is taken only when pos64 is set. */
+#define TOKEN_POSITION(t)                                                      \
+    (pos64 ? ((global const long *)pos)[po + (t)] : (long)pos[po + (t)])
+
+#ifndef OCLF_STAGE
+#define OCLF_STAGE 0
+#endif
+
+#if !OCLF_STAGE
+/* ---- item structure: one (token, head) per work-item or work-group -------- */
+#if OCLF_LAYOUT == 0
+#define ITEM_ID get_global_id(0)
+#else
+#define ITEM_ID get_group_id(0)
+#endif
 
 /* The (token, head) item of a packed qkv row that a work-item (LAYOUT 0)
  * or work-group (LAYOUT 1) handles: returns for items past the end and for
@@ -185,13 +218,11 @@ typedef float8 hfloatv;
         return;                                                                \
     const ulong t = row / nh;                                                  \
     const uint h = (uint)(row % nh);                                           \
-    const long p = ITEM_POSITION(t);                                           \
+    const long p = TOKEN_POSITION(t);                                          \
     if (p < 0 || (ulong)p >= max_pos)                                          \
         return;                                                                \
     global stor_t *hp = x + xo + t * ts + (ulong)h * hd;                       \
     global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0)
-
-/* ---- kernels ------------------------------------------------------------ */
 
 /* q (nq heads) and k (nk heads, may be 0) rotated in place. Items are
  * (token, head) with the q heads first. */
@@ -199,7 +230,8 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
                              global stor_t *k, ulong ko, ulong kts, ulong khs, uint nk,
                              global const int *pos, ulong po, uint pos64,
                              global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
-                             ulong tokens, uint hd, uint rot, uint neox)
+                             ulong tokens, uint hd, uint rot, uint neox, uint rpg,
+                             local float *stage)
 {
     const uint nh = nq + nk;
     ROW_LANES;
@@ -208,7 +240,7 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
         return;
     const ulong t = row / nh;
     const uint h = (uint)(row % nh);
-    const long p = ITEM_POSITION(t);
+    const long p = TOKEN_POSITION(t);
     if (p < 0 || (ulong)p >= max_pos)
         return;
     global stor_t *hp =
@@ -216,7 +248,7 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
     global const cstor_t *cr = cache + co + (ulong)p * cs;
 #define LOAD_V(i) LDV(hp, (i))
 #define LOAD_S(i) LD(hp, (i))
-    ROTATE_HEAD(hp, cr, LOAD_V, LOAD_S);
+    ROTATE_HEAD(hp, rot, LOAD_V, LOAD_S, CACHE_GV, CACHE_GS);
 #undef LOAD_V
 #undef LOAD_S
 }
@@ -227,12 +259,12 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
 kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
                           global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
                           float eps, global const int *pos, ulong po, uint pos64, ulong max_pos,
-                          ulong tokens, uint hd)
+                          ulong tokens, uint hd, uint rpg, local float *stage)
 {
     local float scratch[OCLF_WGS];
     QK_HEAD_ITEM();
     float r;
-    HEAD_RSTD(hp, r);
+    HEAD_RSTD(hp, hd, (local float *)0, r);
     FOR_VEC_IN(i, 0, hd) {
         floatv v = LDV(hp, i) * r;
         if (wp)
@@ -254,13 +286,14 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
                          global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
                          float eps, global const int *pos, ulong po, uint pos64,
                          global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
-                         ulong tokens, uint hd, uint rot, uint neox)
+                         ulong tokens, uint hd, uint rot, uint neox, uint rpg,
+                         local float *stage)
 {
     local float scratch[OCLF_WGS];
     QK_HEAD_ITEM();
     global const cstor_t *cr = cache + co + (ulong)p * cs;
     float r;
-    HEAD_RSTD(hp, r);
+    HEAD_RSTD(hp, hd, (local float *)0, r);
 #if OCLF_LAYOUT == 1
     /* The rotation writes elements other work-items read for the sum of
      * squares; the reduction's barriers fence local memory only. */
@@ -274,9 +307,187 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
     const int has_w = wp != 0;
 #define NORM_V(i) (LDV(hp, (i)) * r * (has_w ? LDV(ws, (i)) : VSPLAT(1.0f)))
 #define NORM_S(i) (LD(hp, (i)) * r * (has_w ? LD(ws, (i)) : 1.0f))
-    ROTATE_HEAD(hp, cr, NORM_V, NORM_S);
+    ROTATE_HEAD(hp, rot, NORM_V, NORM_S, CACHE_GV, CACHE_GS);
     FOR_VEC_IN(i, rot, hd) STV(hp, i, NORM_V(i));
     FOR_TAIL_IN(i, rot, hd) ST(hp, i, NORM_S(i));
 #undef NORM_V
 #undef NORM_S
 }
+
+#else
+/* ---- staged structure: a work-group per `rpg` tokens (LAYOUT 1) ----------
+ * The group visits every head of its tokens, so what heads share leaves
+ * global memory once: the norm weights once per group, a token's cos/sin
+ * row once per token, and (head_rms_norm, qk_norm_rope) each head once,
+ * kept in fp32 for the pass after its sum of squares. This is the
+ * structure that reaches the op's minimum traffic; the item structure
+ * re-reads those from caches instead.
+ *
+ * Local memory `stage`: the group's rpg positions (long), then in floats
+ * q weight [hd], k weight [hd], two cache rows [rot], two heads [hd]. The
+ * positions go first so the longs sit at the buffer's aligned start, and
+ * one staging pass reads each once. Rows and heads alternate between their two
+ * buffers, so a buffer is rewritten only after a barrier that every
+ * work-item reaches once done reading it (the next head's reduction, or
+ * the next token's staging barrier): no barrier beyond those.
+ *
+ * A token whose position is outside the cache runs its loops over 0
+ * elements rather than branching around them, so every work-item still
+ * reaches every barrier and the token is left as it was. */
+#if OCLF_LAYOUT != 1
+#error "OCLF_STAGE needs OCLF_LAYOUT 1"
+#endif
+
+#define STAGE_LAYOUT()                                                         \
+    ROW_LANES;                                                                 \
+    local long *const lpos = (local long *)stage;                              \
+    local float *const lqw = stage + 2 * rpg, *const lkw = lqw + hd;           \
+    local float *const lcs = lkw + hd, *const lhs = lcs + 2 * rot;             \
+    STAGE_POSITIONS()
+
+/* The positions of the group's tokens into lpos, visible to all after the
+ * barrier; t0_ is the group's first token. */
+#define STAGE_POSITIONS()                                                      \
+    const ulong t0_ = (ulong)get_group_id(0) * rpg;                            \
+    for (uint i = lane; i < rpg && t0_ + i < tokens; i += nlanes)              \
+        lpos[i] = TOKEN_POSITION(t0_ + i);                                     \
+    barrier(CLK_LOCAL_MEM_FENCE)
+
+/* Copies n elements of a vector (storage) into local fp32, this work-item's
+ * share; nothing when src is NULL. */
+#define STAGE_WEIGHT(src, dst, n)                                              \
+    do {                                                                       \
+        if (src) {                                                             \
+            FOR_VEC_IN(i, 0, (n)) STV_F(dst, i, LDV(src, i));                  \
+            FOR_TAIL_IN(i, 0, (n)) (dst)[i] = LD(src, i);                      \
+        }                                                                      \
+    } while (0)
+
+/* Token t of the group: whether its position is inside the cache
+ * (`in_cache`), the rotary dims its loops run over (0 when not), and its
+ * cos/sin row staged into the buffer of t's parity as `lc`. */
+#define STAGED_TOKEN(t)                                                        \
+    const long p = lpos[(t) - t0_];                                            \
+    const int in_cache = p >= 0 && (ulong)p < max_pos;                         \
+    const uint trot = in_cache ? rot : 0;                                      \
+    global const cstor_t *cr = cache + co + (in_cache ? (ulong)p : 0) * cs;    \
+    local float *const lc = lcs + (uint)((t) & 1) * rot;                      \
+    FOR_VEC_IN(i, 0, trot) STV_F(lc, i, CLOAD(OCLF_VEC, cr, i));               \
+    FOR_TAIL_IN(i, 0, trot) lc[i] = LDC(cr, i)
+
+/* Head h of the packed qkv row of token t, staged into the buffer of the
+ * group's head count `n` as `lh`, with its 1/rms as r and its staged weight
+ * as lw (NULL: none). */
+#define STAGED_QK_HEAD(t, h, n)                                                \
+    global stor_t *hp = x + xo + (t) * ts + (ulong)(h) * hd;                   \
+    local const float *const lw = (h) < nq ? (qw ? lqw : 0) : (kw ? lkw : 0);  \
+    local float *const lh = lhs + ((n) & 1) * hd;                              \
+    float r;                                                                   \
+    HEAD_RSTD(hp, thd, lh, r)
+
+kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, uint nq,
+                             global stor_t *k, ulong ko, ulong kts, ulong khs, uint nk,
+                             global const int *pos, ulong po, uint pos64,
+                             global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
+                             ulong tokens, uint hd, uint rot, uint neox, uint rpg,
+                             local float *stage)
+{
+    ROW_LANES;
+    /* positions, then only the two cache rows */
+    local long *const lpos = (local long *)stage;
+    local float *const lcs = stage + 2 * rpg;
+    STAGE_POSITIONS();
+    const uint nh = nq + nk;
+    FOR_ROWS(t, tokens, rpg) {
+        STAGED_TOKEN(t);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint h = 0; h < nh; h++) {
+            global stor_t *hp =
+                h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
+#define LOAD_V(i) LDV(hp, (i))
+#define LOAD_S(i) LD(hp, (i))
+            ROTATE_HEAD(hp, trot, LOAD_V, LOAD_S, CACHE_LV, CACHE_LS);
+#undef LOAD_V
+#undef LOAD_S
+        }
+    }
+}
+
+kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
+                          global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
+                          float eps, global const int *pos, ulong po, uint pos64, ulong max_pos,
+                          ulong tokens, uint hd, uint rpg, local float *stage)
+{
+    local float scratch[OCLF_WGS];
+    const uint rot = 0; /* no cache rows in the stage */
+    STAGE_LAYOUT();
+    if (qw)
+        qw += qwo;
+    if (kw)
+        kw += kwo;
+    STAGE_WEIGHT(qw, lqw, hd);
+    STAGE_WEIGHT(kw, lkw, hd);
+    uint n = 0;
+    FOR_ROWS(t, tokens, rpg) {
+        const long p = lpos[t - t0_];
+        const uint thd = p >= 0 && (ulong)p < max_pos ? hd : 0;
+        for (uint h = 0; h < nq + nk; h++, n++) {
+            STAGED_QK_HEAD(t, h, n);
+            FOR_VEC_IN(i, 0, thd) {
+                floatv v = LDV_F(lh, i) * r;
+                if (lw)
+                    v *= LDV_F(lw, i);
+                STV(hp, i, v);
+            }
+            FOR_TAIL_IN(i, 0, thd) {
+                float v = lh[i] * r;
+                if (lw)
+                    v *= lw[i];
+                ST(hp, i, v);
+            }
+        }
+    }
+}
+
+kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
+                         global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
+                         float eps, global const int *pos, ulong po, uint pos64,
+                         global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
+                         ulong tokens, uint hd, uint rot, uint neox, uint rpg,
+                         local float *stage)
+{
+    local float scratch[OCLF_WGS];
+    STAGE_LAYOUT();
+    if (qw)
+        qw += qwo;
+    if (kw)
+        kw += kwo;
+    STAGE_WEIGHT(qw, lqw, hd);
+    STAGE_WEIGHT(kw, lkw, hd);
+    uint n = 0;
+    FOR_ROWS(t, tokens, rpg) {
+        /* the row becomes visible to the group at the first head's
+         * reduction, before any rotation reads it */
+        STAGED_TOKEN(t);
+        const uint thd = in_cache ? hd : 0;
+        for (uint h = 0; h < nq + nk; h++, n++) {
+            STAGED_QK_HEAD(t, h, n);
+            /* The rotation writes elements of the head that other
+             * work-items read while staging it; the reduction's barriers
+             * fence local memory only. */
+            barrier(CLK_GLOBAL_MEM_FENCE);
+            /* (v * r) * w as in the item structure; without a weight the
+             * head's own values stand in and are replaced by 1 */
+            local const float *const ws = lw ? lw : lh;
+            const int has_w = lw != 0;
+#define NORM_V(i) (LDV_F(lh, (i)) * r * (has_w ? LDV_F(ws, (i)) : VSPLAT(1.0f)))
+#define NORM_S(i) (lh[(i)] * r * (has_w ? ws[(i)] : 1.0f))
+            ROTATE_HEAD(hp, trot, NORM_V, NORM_S, CACHE_LV, CACHE_LS);
+            FOR_VEC_IN(i, trot, thd) STV(hp, i, NORM_V(i));
+            FOR_TAIL_IN(i, trot, thd) ST(hp, i, NORM_S(i));
+#undef NORM_V
+#undef NORM_S
+        }
+    }
+}
+#endif

@@ -44,7 +44,12 @@ typedef struct kcase {
 
 #define NORM_CONFIGS                                                                     \
     "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=1,WGS=16,VEC=2,STAGE=0;LAYOUT=1,WGS=16,VEC=4,STAGE=1"
-#define ROPE_CONFIGS "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2;LAYOUT=0,WGS=4,VEC=1"
+#define ROPE_CONFIGS                                                                     \
+    "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2;LAYOUT=0,WGS=4,VEC=1;"                     \
+    "LAYOUT=1,WGS=8,VEC=4,STAGE=1,ROWS=2"
+/* Staged: one work-group takes the shape's 4 tokens, so the weights, each
+ * token's cos/sin row and each head leave global memory once. */
+#define ROPE_TRAFFIC "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4"
 #define NORM_TRAFFIC "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4"
 
 static const kcase cases[] = {
@@ -60,14 +65,11 @@ static const kcase cases[] = {
      "SLICES=1", "2x2048x32x4", 1, 0},
     {"act_and_mul", "5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2",
      "LAYOUT=1,WGS=16,VEC=4", "4x200", 0, 1},
-    /* tokens x nq x nk x nv x hd x R. Traffic is reported, not bounded:
-     * every head reads its token's cache row, and the fused qk_norm_rope
-     * reads a head twice (sum of squares, then the rotation; the second
-     * read is served by caches on real devices). */
-    {"rotary_embedding", "3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, "LAYOUT=1,WGS=16,VEC=4",
-     "4x2x1x1x32x32", 0, 0},
-    {"qk_norm_rope", "3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, "LAYOUT=1,WGS=16,VEC=4",
-     "4x2x1x1x32x32", 0, 0},
+    /* tokens x nq x nk x nv x hd x R */
+    {"rotary_embedding", "3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, ROPE_TRAFFIC,
+     "4x2x1x1x32x32", 0, 1},
+    {"qk_norm_rope", "3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, ROPE_TRAFFIC, "4x2x1x1x32x32",
+     0, 1},
 };
 
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};

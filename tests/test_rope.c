@@ -349,20 +349,24 @@ START_TEST(test_mixed_cache)
 }
 END_TEST
 
-/* The other kernel structure and vector widths 1, 2, 4, 8, on both ops. */
+/* The other kernel structures and vector widths 1, 2, 4, 8, on both ops:
+ * LAYOUT, WGS, VEC, STAGE, ROWS. The staged ones take 1 and 2 tokens per
+ * group over 3 tokens, so a group also ends short. */
 START_TEST(test_structures)
 {
     const int d = _i / 2, gptj = _i % 2;
-    static const int configs[3][2][3] = {
-        {{1, 64, 4}, {0, 4, 1}},
-        {{1, 32, 8}, {0, 0, 0}},
-        {{0, 8, 2}, {0, 0, 0}},
+    static const int configs[3][3][5] = {
+        {{1, 64, 4, 0, 1}, {0, 4, 1, 0, 1}, {1, 16, 4, 1, 2}},
+        {{1, 32, 8, 0, 1}, {1, 32, 2, 1, 1}, {0, 0, 0, 0, 0}},
+        {{0, 8, 2, 0, 1}, {1, 8, 8, 1, 2}, {0, 0, 0, 0, 0}},
     };
-    for (int k = 0; k < 2 && configs[d][k][1]; k++) {
+    for (int k = 0; k < 3 && configs[d][k][1]; k++) {
         oclf_choice ch = th_choice(OCLF_PATH_AUTO);
         oclf_params_set(&ch.params, "LAYOUT", configs[d][k][0]);
         oclf_params_set(&ch.params, "WGS", configs[d][k][1]);
         oclf_params_set(&ch.params, "VEC", configs[d][k][2]);
+        oclf_params_set(&ch.params, "STAGE", configs[d][k][3]);
+        oclf_params_set(&ch.params, "ROWS", configs[d][k][4]);
         static const size_t shapes[][2] = {{64, 64}, {80, 20}, {128, 96}, {120, 120}, {256, 128}};
         for (size_t si = 0; si < 5; si++) {
             qk_case c = {dtypes[d], dtypes[d], gptj, (int)(si % 2), 0, 3, 4, 2, 1,
@@ -394,6 +398,19 @@ START_TEST(test_bad_positions)
             free(g);
         }
         rot_case r = {dt, dt, !pos64, pos64, 1, 9, 4, 2, 128, 64, 1, 0, 1, NULL};
+        run_rot(&r);
+        /* Staged, 4 tokens per group: bad tokens inside groups still pass
+         * every barrier (WGS and VEC as built in test_structures). */
+        static const int built[3][2] = {{16, 4}, {32, 2}, {8, 8}};
+        oclf_choice sc = th_choice(OCLF_PATH_AUTO);
+        oclf_params_set(&sc.params, "LAYOUT", 1);
+        oclf_params_set(&sc.params, "WGS", built[_i][0]);
+        oclf_params_set(&sc.params, "VEC", built[_i][1]);
+        oclf_params_set(&sc.params, "STAGE", 1);
+        oclf_params_set(&sc.params, "ROWS", 4);
+        c.choice = &sc;
+        qk_fused_vs_unfused(c);
+        r.choice = &sc;
         run_rot(&r);
     }
 }
@@ -540,6 +557,20 @@ START_TEST(test_bad_arguments)
     EXPECT(oclf_qk_norm_rope(e->ctx, q, OCLF_F32, T, R, X, nq, nk, nv, NULL, NULL, 1e-6f, &ch, 0,
                              NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
+    /* staging needs a work-group per token group; ROWS needs staging */
+    ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 0);
+    oclf_params_set(&ch.params, "STAGE", 1);
+    EXPECT(oclf_qk_norm_rope(e->ctx, q, OCLF_F32, T, R, X, nq, nk, nv, NULL, NULL, 1e-6f, &ch, 0,
+                             NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "STAGE = 1 needs LAYOUT = 1");
+    ch = th_choice(OCLF_PATH_UNFUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 1);
+    oclf_params_set(&ch.params, "STAGE", 0);
+    oclf_params_set(&ch.params, "ROWS", 4);
+    EXPECT(oclf_qk_norm_rope(e->ctx, q, OCLF_F32, T, R, X, nq, nk, nv, NULL, NULL, 1e-6f, &ch, 0,
+                             NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "ROWS > 1 needs STAGE = 1");
     (void)W;
 
     /* rotary_embedding: heads in two buffers */

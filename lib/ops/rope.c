@@ -7,7 +7,9 @@
  *
  * Parameters: LAYOUT (0 a (token, head) item per work-item, 1 a work-group
  * per item), WGS (work-group size, a power of two), VEC (vector width
- * 1..16).
+ * 1..16), STAGE (1, with LAYOUT 1: a work-group per ROWS tokens that stages
+ * weights, cos/sin rows and heads in local memory, so each is read from
+ * global memory once), ROWS (tokens per staged work-group).
  */
 #include "../internal.h"
 
@@ -17,7 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef oclf_row_cfg rope_cfg;
+typedef struct rope_cfg {
+    oclf_row_cfg row;
+    int stage;
+    int rpg; /* tokens per work-group when staged */
+} rope_cfg;
 
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
 void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -28,14 +34,51 @@ void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
      * (hd <= 512), so a CPU work-group gathers many of them: a CPU pays a
      * fixed cost per work-group that 4 heads of 512 bytes would not cover. */
     oclf_row_heuristic(ctx, dtype, shape->dim[2], 64, 32, out);
+    /* The staged structure runs a token's heads one after another in one
+     * group; whether that beats a group per head is the tuner's call. */
+    oclf_params_set(out, "STAGE", 0);
+    oclf_params_set(out, "ROWS", 1);
+}
+
+/* Local memory of a staged launch: the group's positions, then two weight
+ * vectors, two cache rows and two heads of fp32 (cl/rope.cl, staged
+ * structure). */
+static size_t stage_bytes(size_t hd, size_t rot, size_t rpg)
+{
+    return rpg * sizeof(int64_t) + (4 * hd + 2 * rot) * sizeof(float);
+}
+
+static oclf_status rope_config(const oclf_context *ctx, const oclf_params *p, size_t hd,
+                               size_t rot, rope_cfg *cfg)
+{
+    int64_t stage, rpg;
+    oclf_status st;
+    if ((st = oclf_row_config(ctx, p, &cfg->row)) ||
+        (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)) ||
+        (st = oclf_param(ctx, p, "ROWS", 1, 1024, &rpg)))
+        return st;
+    if (stage && cfg->row.layout != 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
+    if (rpg > 1 && !stage)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter ROWS > 1 needs STAGE = 1");
+    if (stage && stage_bytes(hd, rot, (size_t)rpg) + (size_t)cfg->row.wgs * sizeof(float) >
+                     ctx->info.local_mem)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "STAGE = 1: heads of %zu and cos/sin rows of %zu floats for %lld tokens do "
+                         "not fit %llu bytes of local memory",
+                         hd, rot, (long long)rpg, (unsigned long long)ctx->info.local_mem);
+    cfg->stage = (int)stage;
+    cfg->rpg = (int)rpg;
+    return OCLF_SUCCESS;
 }
 
 static void rope_options(char *buf, size_t len, oclf_dtype dtype, oclf_dtype cdtype,
                          const rope_cfg *cfg)
 {
     snprintf(buf, len,
-             "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
-             (int)dtype, (int)cdtype, cfg->layout, cfg->wgs, cfg->vec);
+             "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d "
+             "-DOCLF_STAGE=%d",
+             (int)dtype, (int)cdtype, cfg->row.layout, cfg->row.wgs, cfg->row.vec, cfg->stage);
 }
 
 /* The deep check builds the program with a cache of the heads' dtype (the
@@ -43,9 +86,8 @@ static void rope_options(char *buf, size_t len, oclf_dtype dtype, oclf_dtype cdt
 oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                const oclf_shape *shape, const oclf_resolved *r, int deep)
 {
-    (void)shape;
     rope_cfg cfg;
-    oclf_status st = oclf_row_config(ctx, &r->params, &cfg);
+    oclf_status st = rope_config(ctx, &r->params, shape->dim[2], shape->dim[3], &cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
     char opts[192];
@@ -55,10 +97,11 @@ oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
         return st;
     static const char *const rot[] = {"rotary_embedding"}, *const fused[] = {"qk_norm_rope"};
     static const char *const unfused[] = {"head_rms_norm", "rotary_embedding"};
+    const size_t wgs = (size_t)cfg.row.wgs;
     if (op == OCLF_OP_ROTARY_EMBEDDING)
-        return oclf_check_kernel_wgs(ctx, prog, rot, 1, (size_t)cfg.wgs);
-    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
-                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
+        return oclf_check_kernel_wgs(ctx, prog, rot, 1, wgs);
+    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, wgs)
+                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, wgs);
 }
 
 /* The checked rope description. */
@@ -176,6 +219,14 @@ typedef struct rope_args {
     cl_uint hd, rot, neox;
 } rope_args;
 
+/* The launch shape rope_prepare sizes, and the two trailing arguments every
+ * rope kernel takes: tokens per staged group and the stage's size. */
+typedef struct rope_launch {
+    size_t global, local;
+    cl_uint rpg;
+    size_t stage_size;
+} rope_launch;
+
 static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, size_t tokens)
 {
     rope_args a;
@@ -196,20 +247,28 @@ static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, s
 /* Resolves the parameters, builds the program, sizes the launch. */
 static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype, size_t tokens,
                                 size_t heads, const oclf_rope *rope, const oclf_choice *choice,
-                                oclf_resolved *r, oclf_program **prog, size_t *global,
-                                size_t *local)
+                                oclf_resolved *r, oclf_program **prog, rope_launch *l)
 {
     oclf_shape shape = {{tokens, heads, rope->head_dim, rope->rot_dim}};
-    rope_cfg cfg = {0, 1, 1};
+    rope_cfg cfg;
     oclf_status st;
     if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, r)) ||
-        (st = oclf_row_config(ctx, &r->params, &cfg)))
+        (st = rope_config(ctx, &r->params, rope->head_dim, rope->rot_dim, &cfg)))
         return st;
-    *local = (size_t)cfg.wgs;
-    if (heads != 0 && tokens > SIZE_MAX / heads / *local)
+    l->local = (size_t)cfg.row.wgs;
+    if (heads != 0 && tokens > SIZE_MAX / heads / l->local)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range",
                          oclf_op_name(op), tokens);
-    *global = cfg.layout == 0 ? oclf_round_up(tokens * heads, *local) : tokens * heads * *local;
+    if (cfg.stage)
+        l->global = (tokens + (size_t)cfg.rpg - 1) / (size_t)cfg.rpg * l->local;
+    else if (cfg.row.layout == 0)
+        l->global = oclf_round_up(tokens * heads, l->local);
+    else
+        l->global = tokens * heads * l->local;
+    l->rpg = (cl_uint)cfg.rpg;
+    /* unstaged kernels ignore the stage; a local argument cannot be empty */
+    l->stage_size = cfg.stage ? stage_bytes(rope->head_dim, rope->rot_dim, (size_t)cfg.rpg)
+                              : sizeof(float);
     char opts[192];
     rope_options(opts, sizeof opts, dtype, rope->cache_dtype, &cfg);
     return oclf_program_get(ctx, "rope.cl", opts, prog);
@@ -223,7 +282,8 @@ typedef struct rotary_views {
 } rotary_views;
 
 /* rotary_embedding's arguments, shared with the unfused qk_norm_rope. */
-static void rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_args *ra)
+static void rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_args *ra,
+                           const rope_launch *l)
 {
     unsigned n = 0;
     a[n++] = OCLF_ARG(v->q), a[n++] = OCLF_ARG(v->qo), a[n++] = OCLF_ARG(v->qts);
@@ -234,8 +294,9 @@ static void rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_args *
     a[n++] = OCLF_ARG(ra->cache), a[n++] = OCLF_ARG(ra->co), a[n++] = OCLF_ARG(ra->cs);
     a[n++] = OCLF_ARG(ra->max_pos), a[n++] = OCLF_ARG(ra->tokens), a[n++] = OCLF_ARG(ra->hd);
     a[n++] = OCLF_ARG(ra->rot), a[n++] = OCLF_ARG(ra->neox);
+    a[n++] = OCLF_ARG(l->rpg), a[n++] = OCLF_ARG_LOCAL(l->stage_size);
 }
-#define ROTARY_NARGS 21
+#define ROTARY_NARGS 23
 
 oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                   size_t tokens, const oclf_rope *rope, oclf_heads q,
@@ -272,9 +333,9 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     const size_t heads = q.count + (k ? k->count : 0);
     oclf_resolved r;
     oclf_program *prog = NULL;
-    size_t global = 0, local = 1;
+    rope_launch l;
     if ((st = rope_prepare(ctx, OCLF_OP_ROTARY_EMBEDDING, dtype, tokens, heads, rope, choice, &r,
-                           &prog, &global, &local)) ||
+                           &prog, &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
         return st;
     if (tokens == 0)
@@ -287,8 +348,8 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     v.k = k ? ok.mem : NULL, v.ko = ok.offset, v.kts = ok.stride;
     v.khs = k && k->head_stride ? k->head_stride : hd, v.nk = k ? (cl_uint)k->count : 0;
     oclf_arg a[ROTARY_NARGS];
-    rotary_arglist(a, &v, &ra);
-    return oclf_enqueue(ctx, queue, prog, "rotary_embedding", a, ROTARY_NARGS, global, local,
+    rotary_arglist(a, &v, &ra, &l);
+    return oclf_enqueue(ctx, queue, prog, "rotary_embedding", a, ROTARY_NARGS, l.global, l.local,
                         num_events, wait_list, event);
 }
 
@@ -334,9 +395,9 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
 
     oclf_resolved r;
     oclf_program *prog = NULL;
-    size_t global = 0, local = 1;
+    rope_launch l;
     if ((st = rope_prepare(ctx, OCLF_OP_QK_NORM_ROPE, dtype, tokens, heads, rope, choice, &r,
-                           &prog, &global, &local)) ||
+                           &prog, &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
         return st;
     if (tokens == 0)
@@ -354,9 +415,10 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
                         OCLF_ARG(kwo),       OCLF_ARG(eps),    OCLF_ARG(ra.pos), OCLF_ARG(ra.po),
                         OCLF_ARG(ra.pos64),  OCLF_ARG(ra.cache), OCLF_ARG(ra.co), OCLF_ARG(ra.cs),
                         OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens), OCLF_ARG(ra.hd),
-                        OCLF_ARG(ra.rot),    OCLF_ARG(ra.neox)};
-        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, 21, global, local, num_events,
-                            wait_list, event);
+                        OCLF_ARG(ra.rot),    OCLF_ARG(ra.neox), OCLF_ARG(l.rpg),
+                        OCLF_ARG_LOCAL(l.stage_size)};
+        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, 23, l.global, l.local,
+                            num_events, wait_list, event);
     }
 
     /* Unfused: the norm in place (rounded to storage, as a separate call
@@ -369,16 +431,16 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
                         OCLF_ARG(nk32),    OCLF_ARG(qwm),    OCLF_ARG(qwo),      OCLF_ARG(kwm),
                         OCLF_ARG(kwo),     OCLF_ARG(eps),    OCLF_ARG(ra.pos),   OCLF_ARG(ra.po),
                         OCLF_ARG(ra.pos64), OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens),
-                        OCLF_ARG(ra.hd)};
-        st = oclf_chain_launch(&ch, prog, "head_rms_norm", a, 16, global, local);
+                        OCLF_ARG(ra.hd), OCLF_ARG(l.rpg), OCLF_ARG_LOCAL(l.stage_size)};
+        st = oclf_chain_launch(&ch, prog, "head_rms_norm", a, 18, l.global, l.local);
     }
     if (st == OCLF_SUCCESS) {
         rotary_views v;
         v.q = ox.mem, v.qo = xo, v.qts = ts, v.qhs = hd, v.nq = nq32;
         v.k = nk ? ox.mem : NULL, v.ko = xo + nq * hd, v.kts = ts, v.khs = hd, v.nk = nk32;
         oclf_arg a[ROTARY_NARGS];
-        rotary_arglist(a, &v, &ra);
-        st = oclf_chain_launch(&ch, prog, "rotary_embedding", a, ROTARY_NARGS, global, local);
+        rotary_arglist(a, &v, &ra, &l);
+        st = oclf_chain_launch(&ch, prog, "rotary_embedding", a, ROTARY_NARGS, l.global, l.local);
     }
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;
