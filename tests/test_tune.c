@@ -15,15 +15,30 @@
 
 static char dir[256], db[300], journal[320];
 
-static int tune(const char *extra)
+static int tune_op(const char *op, const char *shape, const char *extra)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "%s --ops rms_norm --dtypes f32 --shapes 3x64 --budget 6 --min-time 0.002 "
-             "--strategy exhaustive --quiet --db %s %s > %s/out.txt 2>&1",
-             getenv("OCLF_TUNE_BIN"), db, extra, dir);
+             "%s --ops %s --dtypes f32 --shapes %s --budget 6 --min-time 0.002 "
+             "--quiet --db %s %s > %s/out.txt 2>&1",
+             getenv("OCLF_TUNE_BIN"), op, shape, db, extra, dir);
     int rc = system(cmd);
     return rc;
+}
+
+static int tune(const char *extra)
+{
+    char more[256];
+    snprintf(more, sizeof more, "--strategy exhaustive %s", extra);
+    return tune_op("rms_norm", "3x64", more);
+}
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/oclf-tune-%ld", (long)getpid());
+    mkdir(dir, 0755);
+    snprintf(db, sizeof db, "%s/tuning.json", dir);
+    snprintf(journal, sizeof journal, "%s.journal", db);
 }
 
 /* Journal lines, and whether every key is unique. */
@@ -54,10 +69,7 @@ static int journal_lines(int *unique)
 START_TEST(tune_and_resume)
 {
     ck_assert_ptr_nonnull(getenv("OCLF_TUNE_BIN"));
-    snprintf(dir, sizeof dir, "/tmp/oclf-tune-%ld", (long)getpid());
-    mkdir(dir, 0755);
-    snprintf(db, sizeof db, "%s/tuning.json", dir);
-    snprintf(journal, sizeof journal, "%s.journal", db);
+    make_dir();
 
     ck_assert_int_eq(tune(""), 0);
     size_t n = 0;
@@ -108,12 +120,39 @@ START_TEST(tune_and_resume)
 }
 END_TEST
 
+/* An op whose tuner shape (the packed qkv: tokens, nq, nk, nv, head and
+ * rotary dims) is not the library's key (tokens, heads rotated, head and
+ * rotary dims): the record carries the library's key, so the library can
+ * find it. */
+START_TEST(tune_rope_record)
+{
+    ck_assert_ptr_nonnull(getenv("OCLF_TUNE_BIN"));
+    make_dir();
+    unlink(db);
+    ck_assert_int_eq(tune_op("qk_norm_rope", "2x2x1x1x32x16", ""), 0);
+    size_t n = 0;
+    ck_assert_msg(oclf_tuning_db_check(db, &n) == OCLF_SUCCESS, "%s", oclf_last_error(NULL));
+    ck_assert_int_eq(n, 1);
+    json_error_t err;
+    json_t *root = json_load_file(db, 0, &err);
+    ck_assert_ptr_nonnull(root);
+    json_t *shape = json_object_get(json_array_get(json_object_get(root, "records"), 0), "shape");
+    ck_assert_int_eq(json_object_size(shape), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(shape, "tokens")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(shape, "heads")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(shape, "head_dim")), 32);
+    ck_assert_int_eq(json_integer_value(json_object_get(shape, "rot_dim")), 16);
+    json_decref(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tune");
     TCase *tc = tcase_create("tune");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, tune_and_resume);
+    tcase_add_test(tc, tune_rope_record);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

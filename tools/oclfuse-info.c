@@ -86,10 +86,9 @@ int main(int argc, char **argv)
             continue;
         }
         uint64_t dims[OP_MAX_DIMS];
-        for (int k = 0; k < s.ndims; k++)
-            dims[k] = s.d[k];
+        const int nd = op_lib_shape(op, &s, dims, NULL);
         char text[8192];
-        if (oclf_tuning_explain(env.ctx, op->name, dt, dims, (unsigned)s.ndims, pth, text,
+        if (oclf_tuning_explain(env.ctx, op->name, dt, dims, (unsigned)nd, pth, text,
                                 sizeof text) != OCLF_SUCCESS) {
             printf("%s: %s\n", op->name, oclf_last_error(env.ctx));
             rc = 1;

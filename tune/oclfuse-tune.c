@@ -406,19 +406,18 @@ static int near_default(tuner *t, const op_desc *op, oclf_dtype dt, const op_sha
 {
     static char cache_key[128];
     static cand dflt;
-    char key[128];
-    snprintf(key, sizeof key, "%s/%d/%llu/%llu", op->name, (int)dt,
-             (unsigned long long)shape->d[0], (unsigned long long)shape->d[1]);
+    char key[128], text_shape[96];
+    op_format_shape(shape, text_shape, sizeof text_shape);
+    snprintf(key, sizeof key, "%s/%d/%s", op->name, (int)dt, text_shape);
     if (strcmp(key, cache_key) != 0) {
         snprintf(cache_key, sizeof cache_key, "%s", key);
         memset(&dflt, 0, sizeof dflt);
         dflt.ch.path = OCLF_PATH_FUSED;
         char text[2048];
         uint64_t dims[OP_MAX_DIMS];
-        for (int k = 0; k < shape->ndims; k++)
-            dims[k] = shape->d[k];
-        if (oclf_tuning_explain(t->env.ctx, op->name, dt, dims, (unsigned)shape->ndims,
-                                OCLF_PATH_FUSED, text, sizeof text) == OCLF_SUCCESS) {
+        const int nd = op_lib_shape(op, shape, dims, NULL);
+        if (oclf_tuning_explain(t->env.ctx, op->name, dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
+                                text, sizeof text) == OCLF_SUCCESS) {
             /* "uses: heuristic (...): fused NAME=V NAME=V" */
             char *p = strstr(text, ": fused");
             for (p = p ? p + 7 : NULL; p && *p == ' ';) {
@@ -569,8 +568,11 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
 static json_t *make_record(const tuner *t, const result *r, const op_shape *shape)
 {
     json_t *sh = json_object();
-    for (int k = 0; k < r->op->ndims; k++)
-        json_object_set_new(sh, r->op->dim_names[k], json_integer((json_int_t)shape->d[k]));
+    uint64_t dims[OP_MAX_DIMS];
+    const char *const *names;
+    const int nd = op_lib_shape(r->op, shape, dims, &names);
+    for (int k = 0; k < nd; k++)
+        json_object_set_new(sh, names[k], json_integer((json_int_t)dims[k]));
     /* The default is recorded as an empty parameter set: "the heuristic",
      * which keeps tracking the device if the heuristic improves. */
     const oclf_params none = {0};

@@ -166,6 +166,17 @@ static double rope_bytes(int kind, const op_shape *s, oclf_dtype dt)
     return 2 * qk + t * ((double)s->d[5] * es + 4) + (kind == QK_NORM_ROPE ? 2 * s->d[4] * es : 0);
 }
 
+/* The library keys a rope call by the heads it rotates (q and k), not by
+ * the packed row's layout. */
+static int rope_lib_shape(const op_shape *s, uint64_t *dims)
+{
+    dims[0] = s->d[0];
+    dims[1] = s->d[1] + s->d[2];
+    dims[2] = s->d[4];
+    dims[3] = s->d[5];
+    return 4;
+}
+
 static int rope_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
                       oclf_params *out, int max)
 {
@@ -225,6 +236,8 @@ static int rope_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
         .flops = NULL,                                                                      \
         .destroy = rope_destroy,                                                            \
         .space = rope_space,                                                                \
+        .lib_shape = rope_lib_shape,                                                        \
+        .lib_dim_names = {"tokens", "heads", "head_dim", "rot_dim"},                        \
     };
 
 ROPE_DESC(rotary_embedding, ROTARY, "rotary_embedding", 0)

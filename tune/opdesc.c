@@ -48,6 +48,21 @@ int op_parse_shape(const op_desc *op, const char *text, op_shape *out)
     return *p == '\0' && out->ndims == op->ndims;
 }
 
+int op_lib_shape(const op_desc *op, const op_shape *shape, uint64_t *dims,
+                 const char *const **names)
+{
+    if (op->lib_shape) {
+        if (names)
+            *names = op->lib_dim_names;
+        return op->lib_shape(shape, dims);
+    }
+    if (names)
+        *names = op->dim_names;
+    for (int k = 0; k < shape->ndims; k++)
+        dims[k] = shape->d[k];
+    return shape->ndims;
+}
+
 void op_format_shape(const op_shape *s, char *buf, size_t len)
 {
     size_t used = 0;

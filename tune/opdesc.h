@@ -65,6 +65,13 @@ typedef struct op_desc {
      * anything compiles. */
     int (*space)(const op_env *env, const op_shape *shape, oclf_dtype dtype, oclf_path path,
                  oclf_params *out, int max);
+
+    /* The shape as the library keys it (database records,
+     * oclf_tuning_explain) where that differs from the descriptor's own,
+     * which also says how to make the inputs: its dims into `dims`, and
+     * their count returned; names in lib_dim_names. NULL: the same. */
+    int (*lib_shape)(const op_shape *shape, uint64_t *dims);
+    const char *lib_dim_names[OP_MAX_DIMS];
 } op_desc;
 
 /* Every op, NULL-terminated. */
@@ -74,6 +81,10 @@ const op_desc *op_find(const char *name);
 /* "4096x4096" -> shape; 0 on a malformed string or wrong dimension count. */
 int op_parse_shape(const op_desc *op, const char *text, op_shape *out);
 void op_format_shape(const op_shape *shape, char *buf, size_t len);
+/* The library's dims of `shape` into dims (OP_MAX_DIMS), their JSON names
+ * into *names (may be NULL); returns how many. */
+int op_lib_shape(const op_desc *op, const op_shape *shape, uint64_t *dims,
+                 const char *const **names);
 int op_parse_dtype(const char *name, oclf_dtype *out);
 
 /* Opens the device: platform/device by index or name substring (NULL:
