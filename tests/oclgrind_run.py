@@ -116,9 +116,9 @@ def traffic(out):
             print(line)
     by_key = {(c["op"], c["dtype"], c["path"]): c for c in calls}
     bad = 0
-    print("Global memory traffic per call, counted by an oclgrind plugin, fused kernels")
-    print("with LAYOUT=1 STAGE=1 ROWS=4 (each row staged in local memory, weight and bias")
-    print("loaded once per work-group: every input read from global memory once).")
+    print("Global memory traffic per call, counted by an oclgrind plugin, each op with its")
+    print("traffic configuration (tests/test_kernels.c: the structure that stages in local")
+    print("memory what it would otherwise re-read, so every input leaves global memory once).")
     print(f"ratio = moved / minimum (inputs read once, outputs written once); bound {TRAFFIC_SLACK}x.")
     print(f"{'op':16} {'dtype':5} {'shape':8} {'min B':>8} {'fused B':>8} {'ratio':>6} "
           f"{'unfused B':>9} {'ratio':>6} {'unf/fus':>7}")
