@@ -194,6 +194,26 @@ typedef float8 hfloatv;
 #define TOKEN_POSITION(t)                                                      \
     (pos64 ? ((global const long *)pos)[po + (t)] : (long)pos[po + (t)])
 
+/* ---- kernel arguments ---------------------------------------------------
+ * Both structures take the same arguments (lib/ops/rope.c sets them once):
+ * the item structure ignores `rpg` (tokens per staged group) and `stage`
+ * (the staged structure's local memory). */
+#define ROTARY_ARGS                                                            \
+    global stor_t *q, ulong qo, ulong qts, ulong qhs, uint nq, global stor_t *k, ulong ko,     \
+        ulong kts, ulong khs, uint nk, global const int *pos, ulong po, uint pos64,            \
+        global const cstor_t *cache, ulong co, ulong cs, ulong max_pos, ulong tokens, uint hd, \
+        uint rot, uint neox, uint rpg, local float *stage
+#define HEAD_NORM_ARGS                                                         \
+    global stor_t *x, ulong xo, ulong ts, uint nq, uint nk, global const stor_t *qw,          \
+        ulong qwo, global const stor_t *kw, ulong kwo, float eps, global const int *pos,       \
+        ulong po, uint pos64, ulong max_pos, ulong tokens, uint hd, uint rpg,                  \
+        local float *stage
+#define QK_NORM_ROPE_ARGS                                                      \
+    global stor_t *x, ulong xo, ulong ts, uint nq, uint nk, global const stor_t *qw,          \
+        ulong qwo, global const stor_t *kw, ulong kwo, float eps, global const int *pos,       \
+        ulong po, uint pos64, global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,  \
+        ulong tokens, uint hd, uint rot, uint neox, uint rpg, local float *stage
+
 #ifndef OCLF_STAGE
 #define OCLF_STAGE 0
 #endif
@@ -226,12 +246,7 @@ typedef float8 hfloatv;
 
 /* q (nq heads) and k (nk heads, may be 0) rotated in place. Items are
  * (token, head) with the q heads first. */
-kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, uint nq,
-                             global stor_t *k, ulong ko, ulong kts, ulong khs, uint nk,
-                             global const int *pos, ulong po, uint pos64,
-                             global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
-                             ulong tokens, uint hd, uint rot, uint neox, uint rpg,
-                             local float *stage)
+kernel void rotary_embedding(ROTARY_ARGS)
 {
     const uint nh = nq + nk;
     ROW_LANES;
@@ -256,10 +271,7 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
 /* Per-head RMSNorm of the nq Q and nk K heads of a packed qkv, in place:
  * the unfused path's first kernel. Tokens with a bad position are skipped
  * here too, so both paths leave them alone. */
-kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
-                          global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
-                          float eps, global const int *pos, ulong po, uint pos64, ulong max_pos,
-                          ulong tokens, uint hd, uint rpg, local float *stage)
+kernel void head_rms_norm(HEAD_NORM_ARGS)
 {
     local float scratch[OCLF_WGS];
     QK_HEAD_ITEM();
@@ -282,12 +294,7 @@ kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk
 /* Fused: per-head RMSNorm, then the rotation of the normalized fp32 values
  * (re-read from the head and normalized again on the fly, so nothing is
  * rounded to storage in between), one store per element. */
-kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
-                         global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
-                         float eps, global const int *pos, ulong po, uint pos64,
-                         global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
-                         ulong tokens, uint hd, uint rot, uint neox, uint rpg,
-                         local float *stage)
+kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
 {
     local float scratch[OCLF_WGS];
     QK_HEAD_ITEM();
@@ -375,6 +382,19 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
     FOR_VEC_IN(i, 0, trot) STV_F(lc, i, CLOAD(OCLF_VEC, cr, i));               \
     FOR_TAIL_IN(i, 0, trot) lc[i] = LDC(cr, i)
 
+/* The per-head norm kernels' start: the stage's layout and positions, both
+ * weights staged, and `n`, the group's running head count. */
+#define STAGED_QK_PROLOGUE()                                                   \
+    local float scratch[OCLF_WGS];                                             \
+    STAGE_LAYOUT();                                                            \
+    if (qw)                                                                    \
+        qw += qwo;                                                             \
+    if (kw)                                                                    \
+        kw += kwo;                                                             \
+    STAGE_WEIGHT(qw, lqw, hd);                                                 \
+    STAGE_WEIGHT(kw, lkw, hd);                                                 \
+    uint n = 0
+
 /* Head h of the packed qkv row of token t, staged into the buffer of the
  * group's head count `n` as `lh`, with its 1/rms as r and its staged weight
  * as lw (NULL: none). */
@@ -385,12 +405,7 @@ kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
     float r;                                                                   \
     HEAD_RSTD(hp, thd, lh, r)
 
-kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, uint nq,
-                             global stor_t *k, ulong ko, ulong kts, ulong khs, uint nk,
-                             global const int *pos, ulong po, uint pos64,
-                             global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
-                             ulong tokens, uint hd, uint rot, uint neox, uint rpg,
-                             local float *stage)
+kernel void rotary_embedding(ROTARY_ARGS)
 {
     ROW_LANES;
     /* positions, then only the two cache rows */
@@ -413,21 +428,10 @@ kernel void rotary_embedding(global stor_t *q, ulong qo, ulong qts, ulong qhs, u
     }
 }
 
-kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
-                          global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
-                          float eps, global const int *pos, ulong po, uint pos64, ulong max_pos,
-                          ulong tokens, uint hd, uint rpg, local float *stage)
+kernel void head_rms_norm(HEAD_NORM_ARGS)
 {
-    local float scratch[OCLF_WGS];
     const uint rot = 0; /* no cache rows in the stage */
-    STAGE_LAYOUT();
-    if (qw)
-        qw += qwo;
-    if (kw)
-        kw += kwo;
-    STAGE_WEIGHT(qw, lqw, hd);
-    STAGE_WEIGHT(kw, lkw, hd);
-    uint n = 0;
+    STAGED_QK_PROLOGUE();
     FOR_ROWS(t, tokens, rpg) {
         const long p = lpos[t - t0_];
         const uint thd = p >= 0 && (ulong)p < max_pos ? hd : 0;
@@ -449,22 +453,9 @@ kernel void head_rms_norm(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk
     }
 }
 
-kernel void qk_norm_rope(global stor_t *x, ulong xo, ulong ts, uint nq, uint nk,
-                         global const stor_t *qw, ulong qwo, global const stor_t *kw, ulong kwo,
-                         float eps, global const int *pos, ulong po, uint pos64,
-                         global const cstor_t *cache, ulong co, ulong cs, ulong max_pos,
-                         ulong tokens, uint hd, uint rot, uint neox, uint rpg,
-                         local float *stage)
+kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
 {
-    local float scratch[OCLF_WGS];
-    STAGE_LAYOUT();
-    if (qw)
-        qw += qwo;
-    if (kw)
-        kw += kwo;
-    STAGE_WEIGHT(qw, lqw, hd);
-    STAGE_WEIGHT(kw, lkw, hd);
-    uint n = 0;
+    STAGED_QK_PROLOGUE();
     FOR_ROWS(t, tokens, rpg) {
         /* the row becomes visible to the group at the first head's
          * reduction, before any rotation reads it */

@@ -164,34 +164,14 @@ static int norm_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
 {
     (void)dt;
     (void)path;
-    cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
     const uint64_t rows = s->d[0], cols = s->d[1];
-    /* LAYOUT 0 with no more rows per group than there are rows */
-    oclf_params *base = calloc((size_t)max, sizeof *base);
-    if (!base)
-        return 0;
-    const int nb = op_row_space(env, cols, 1, rows < 64 ? (size_t)rows : 64, 16, base, max);
-    int n = 0;
-    for (int i = 0; i < nb; i++) {
-        int64_t layout = 0, wgs = 1;
-        oclf_params_get(&base[i], "LAYOUT", &layout);
-        oclf_params_get(&base[i], "WGS", &wgs);
-        for (int stage = 0; stage <= layout; stage++) {
-            /* staged: the row, weight and bias in local memory */
-            if (stage && (3 * cols + (uint64_t)wgs) * 4 > local_mem)
-                continue;
-            /* rows per group: 1, or 4 where there are rows to spare */
-            for (int rpg = 1; rpg <= (layout && rows >= 64 ? 4 : 1); rpg *= 4) {
-                oclf_params p = base[i];
-                oclf_params_set(&p, "STAGE", stage);
-                oclf_params_set(&p, "ROWS", rpg);
-                op_space_add(out, &n, max, &p);
-            }
-        }
-    }
-    free(base);
-    return n;
+    /* LAYOUT 0 with no more rows per group than there are rows; staged:
+     * the row, weight and bias in local memory */
+    const op_stage_space sp = {.width = cols, .rows = rows, .l0_min = 1,
+                               .l0_max = rows < 64 ? (size_t)rows : 64, .l1_min = 16,
+                               .stage_fixed = 3 * cols * 4, .stage_per_row = 0,
+                               .rows_need_stage = 0};
+    return op_staged_row_space(env, &sp, out, max);
 }
 
 #define NORM_DESC(sym, KIND, NAME)                                                           \

@@ -182,33 +182,13 @@ static int rope_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_
 {
     (void)dt;
     (void)path;
-    cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
-    const uint64_t tokens = s->d[0], hd = s->d[4], rot = s->d[5];
-    oclf_params *base = calloc((size_t)max, sizeof *base);
-    if (!base)
-        return 0;
-    /* LAYOUT 0: many heads per group (a head is small) */
-    const int nb = op_row_space(env, hd, 4, 256, 8, base, max);
-    int n = 0;
-    for (int i = 0; i < nb; i++) {
-        int64_t layout = 0, wgs = 1;
-        oclf_params_get(&base[i], "LAYOUT", &layout);
-        oclf_params_get(&base[i], "WGS", &wgs);
-        for (int stage = 0; stage <= layout; stage++)
-            /* staged: 1 token per group, or 4 where there are tokens to spare */
-            for (int rpg = 1; rpg <= (stage && tokens >= 64 ? 4 : 1); rpg *= 4) {
-                /* positions, weights, cache rows and heads (lib/ops/rope.c) */
-                if (stage && (uint64_t)rpg * 8 + (4 * hd + 2 * rot + (uint64_t)wgs) * 4 > local_mem)
-                    continue;
-                oclf_params p = base[i];
-                oclf_params_set(&p, "STAGE", stage);
-                oclf_params_set(&p, "ROWS", rpg);
-                op_space_add(out, &n, max, &p);
-            }
-    }
-    free(base);
-    return n;
+    /* LAYOUT 0: many heads per group (a head is small); staged: positions,
+     * weights, cache rows and heads (lib/ops/rope.c), 4 tokens per group
+     * where there are tokens to spare */
+    const op_stage_space sp = {.width = s->d[4], .rows = s->d[0], .l0_min = 4, .l0_max = 256,
+                               .l1_min = 8, .stage_fixed = (4 * s->d[4] + 2 * s->d[5]) * 4,
+                               .stage_per_row = 8, .rows_need_stage = 1};
+    return op_staged_row_space(env, &sp, out, max);
 }
 
 #define ROPE_DESC(sym, KIND, NAME, UNFUSED)                                                  \

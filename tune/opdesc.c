@@ -399,6 +399,36 @@ int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max
     return n;
 }
 
+int op_staged_row_space(const op_env *env, const op_stage_space *s, oclf_params *out, int max)
+{
+    cl_ulong local_mem = 0;
+    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
+    oclf_params *base = calloc((size_t)max, sizeof *base);
+    if (!base)
+        return 0;
+    const int nb = op_row_space(env, s->width, s->l0_min, s->l0_max, s->l1_min, base, max);
+    int n = 0;
+    for (int i = 0; i < nb; i++) {
+        int64_t layout = 0, wgs = 1;
+        oclf_params_get(&base[i], "LAYOUT", &layout);
+        oclf_params_get(&base[i], "WGS", &wgs);
+        for (int stage = 0; stage <= layout; stage++) {
+            const int many = layout && s->rows >= 64 && (stage || !s->rows_need_stage);
+            for (int rpg = 1; rpg <= (many ? 4 : 1); rpg *= 4) {
+                if (stage && s->stage_fixed + 4 * (uint64_t)wgs +
+                                     s->stage_per_row * (uint64_t)rpg > local_mem)
+                    continue;
+                oclf_params p = base[i];
+                oclf_params_set(&p, "STAGE", stage);
+                oclf_params_set(&p, "ROWS", rpg);
+                op_space_add(out, &n, max, &p);
+            }
+        }
+    }
+    free(base);
+    return n;
+}
+
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p)
 {
     if (*n < max)

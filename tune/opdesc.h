@@ -125,6 +125,17 @@ int op_rewrite(const op_env *env, cl_mem mem, const void *host, size_t bytes);
  * `max` sets and returns how many. */
 int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,
                  oclf_params *out, int max);
+/* The row-structure points of op_row_space, each with STAGE (0, and 1 for
+ * LAYOUT 1 where the stage fits local memory: stage_fixed + 4 * WGS +
+ * stage_per_row * ROWS bytes) and ROWS (1, and 4 for LAYOUT 1 where there
+ * are 64 rows or more; only when staged if rows_need_stage). */
+typedef struct op_stage_space {
+    uint64_t width, rows;
+    size_t l0_min, l0_max, l1_min; /* as op_row_space */
+    uint64_t stage_fixed, stage_per_row;
+    int rows_need_stage;
+} op_stage_space;
+int op_staged_row_space(const op_env *env, const op_stage_space *s, oclf_params *out, int max);
 /* Adds p to out[*n] when *n < max. */
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);
 
