@@ -1,7 +1,8 @@
 /*
  * Faults the library must survive: a damaged, truncated or foreign program
- * cache file, a cache folder that cannot be made, a write that fails (a full
- * disk: a 4 KiB tmpfs), and a temporary larger than the device
+ * cache file, a cache folder that cannot be made, a read-only cache folder,
+ * a write that fails (a full disk: a 4 KiB tmpfs), and a temporary larger
+ * than the device
  * can allocate. Every call still succeeds (or fails with the right status),
  * problems reach the log callback and nothing reaches stdout.
  */
@@ -204,6 +205,46 @@ START_TEST(test_unwritable_folder)
 }
 END_TEST
 
+/* A cache folder mounted read-only (a read-only bind mount: root ignores
+ * permission bits but not EROFS; elsewhere the case is skipped with a note).
+ * The programs already there are loaded; a new one is built, its write
+ * fails with a log line naming the error, and the call succeeds. */
+START_TEST(test_readonly_folder)
+{
+    char dir[64], paths[16][512];
+    populate(dir, sizeof dir, paths);
+    if (mount(dir, dir, NULL, MS_BIND, NULL) != 0) {
+        fprintf(stderr, "test_readonly_folder skipped: cannot bind-mount (%s)\n", strerror(errno));
+        rm_dir(dir);
+        return;
+    }
+    if (mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0) {
+        fprintf(stderr, "test_readonly_folder skipped: cannot remount read-only (%s)\n",
+                strerror(errno));
+        umount(dir);
+        rm_dir(dir);
+        return;
+    }
+    /* The checks come after the unmount, so a failing one leaves no mount
+     * behind (a failed check ends the test's process). */
+    logbuf lb = {{0}, 0};
+    capture_begin();
+    oclf_context *ctx = make_ctx(dir, &lb);
+    run_op(ctx, OCLF_F32);  /* from the folder */
+    run_op(ctx, OCLF_BF16); /* built; not written */
+    capture_end();
+    const oclf_context_stats st = stats(ctx);
+    oclf_context_destroy(ctx);
+    umount(dir);
+    const int files = for_each_bin(dir, paths, 16);
+    rm_dir(dir);
+    ck_assert_int_eq(st.programs_from_disk, 1);
+    ck_assert_int_eq(st.programs_compiled, 1);
+    ck_assert_msg(strstr(lb.text, strerror(EROFS)), "log: %s", lb.text);
+    ck_assert_int_eq(files, 2);
+}
+END_TEST
+
 /* A write that fails part way, as on a full disk: the cache folder is a
  * 4 KiB tmpfs (mounting needs root; elsewhere the case is skipped with a
  * note on stderr). RLIMIT_FSIZE would be the unprivileged way, but POCL
@@ -276,6 +317,7 @@ int main(void)
     tcase_add_test(t, test_truncated_file);
     tcase_add_test(t, test_foreign_file);
     tcase_add_test(t, test_unwritable_folder);
+    tcase_add_test(t, test_readonly_folder);
     tcase_add_test(t, test_disk_full);
     tcase_add_test(t, test_out_of_resources);
     suite_add_tcase(s, t);
