@@ -83,6 +83,11 @@ void oclf_ref_qk_norm_rope(oclf_dtype dtype, size_t tokens, size_t nq, size_t nk
  * nq x k packed. */
 void oclf_ref_l2_topk(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k, const float *q,
                       size_t qs, const void *x, size_t xs, double *dist, int64_t *idx);
+/* The same over the rows whose bit is set in `allowed` (bit i % 8 of byte
+ * i / 8; NULL: every row); fewer allowed rows than k leave padding. */
+void oclf_ref_l2_topk_allowed(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k,
+                              const float *q, size_t qs, const void *x, size_t xs,
+                              const uint8_t *allowed, double *dist, int64_t *idx);
 /* All n squared distances of one query, fp64. */
 void oclf_ref_l2_dists(oclf_dtype dtype, size_t n, size_t d, const float *q, const void *x,
                        size_t xs, double *out);

@@ -35,21 +35,30 @@ void oclf_ref_l2_dists(oclf_dtype dtype, size_t n, size_t d, const float *q, con
     }
 }
 
-void oclf_ref_l2_topk(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k, const float *q,
-                      size_t qs, const void *x, size_t xs, double *dist, int64_t *idx)
+void oclf_ref_l2_topk_allowed(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k,
+                              const float *q, size_t qs, const void *x, size_t xs,
+                              const uint8_t *allowed, double *dist, int64_t *idx)
 {
     double *all = malloc((n + 1) * sizeof *all);
     cand *c = malloc((n + 1) * sizeof *c);
     for (size_t qi = 0; qi < nq; qi++) {
         oclf_ref_l2_dists(dtype, n, d, q + qi * qs, x, xs, all);
+        size_t m = 0;
         for (size_t r = 0; r < n; r++)
-            c[r] = (cand){all[r], (int64_t)r};
-        qsort(c, n, sizeof *c, cand_cmp);
+            if (!allowed || (allowed[r / 8] >> (r % 8) & 1))
+                c[m++] = (cand){all[r], (int64_t)r};
+        qsort(c, m, sizeof *c, cand_cmp);
         for (size_t e = 0; e < k; e++) {
-            dist[qi * k + e] = e < n ? c[e].d : (double)FLT_MAX;
-            idx[qi * k + e] = e < n ? c[e].i : -1;
+            dist[qi * k + e] = e < m ? c[e].d : (double)FLT_MAX;
+            idx[qi * k + e] = e < m ? c[e].i : -1;
         }
     }
     free(all);
     free(c);
+}
+
+void oclf_ref_l2_topk(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k, const float *q,
+                      size_t qs, const void *x, size_t xs, double *dist, int64_t *idx)
+{
+    oclf_ref_l2_topk_allowed(dtype, nq, n, d, k, q, qs, x, xs, NULL, dist, idx);
 }
