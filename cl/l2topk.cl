@@ -59,25 +59,44 @@ inline bool kv_less(uint ka, long ia, uint kb, long ib)
     return ka < kb || (ka == kb && (ulong)ia < (ulong)ib);
 }
 
-/* Puts (key, idx) at the root of the max-heap of n entries and sifts it
- * down. */
-inline void heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx)
+/* Puts (key, idx) at the root of the max-heap of n entries, sifts it down,
+ * and returns the new root (its index in *root_idx) from what the sift read
+ * anyway. An entry's index is read only where its key ties or it moves up:
+ * the heaps live in global memory and every byte of theirs is traffic. */
+inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx,
+                      long *root_idx)
 {
-    uint pos = 0;
+    uint pos = 0, rootk = key;
+    long rooti = idx;
     for (;;) {
         uint c = 2 * pos + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && kv_less(hk[c], hi[c], hk[c + 1], hi[c + 1]))
-            c++;
-        if (!kv_less(key, idx, hk[c], hi[c]))
+        uint ck = hk[c];
+        if (c + 1 < n) {
+            const uint rk = hk[c + 1];
+            if (ck < rk || (ck == rk && (ulong)hi[c] < (ulong)hi[c + 1])) {
+                c++;
+                ck = rk;
+            }
+        }
+        if (key > ck)
             break;
-        hk[pos] = hk[c];
-        hi[pos] = hi[c];
+        const long ci = hi[c];
+        if (key == ck && (ulong)idx >= (ulong)ci)
+            break;
+        hk[pos] = ck;
+        hi[pos] = ci;
+        if (pos == 0) {
+            rootk = ck;
+            rooti = ci;
+        }
         pos = c;
     }
     hk[pos] = key;
     hi[pos] = idx;
+    *root_idx = rooti;
+    return rootk;
 }
 
 inline void heap_clear(__global uint *hk, __global long *hi, uint k)
@@ -278,11 +297,8 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
             for (uint t = 0; t < cnt; t++) {
                 const uint key = row[t];
                 const long idx = (long)(t0 + t);
-                if (kv_less(key, idx, rootk, rooti)) {
-                    heap_sift(myk, myi, k, key, idx);
-                    rootk = myk[0];
-                    rooti = myi[0];
-                }
+                if (kv_less(key, idx, rootk, rooti))
+                    rootk = heap_sift(myk, myi, k, key, idx, &rooti);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -320,20 +336,17 @@ __kernel void l2_merge(__global uint *hk, __global long *hi, ulong nq, uint nsli
         for (uint e = 0; e < k; e++) {
             const uint key = sk[e];
             const long id = si[e];
-            if (kv_less(key, id, rootk, rooti)) {
-                heap_sift(h0k, h0i, k, key, id);
-                rootk = h0k[0];
-                rooti = h0i[0];
-            }
+            if (kv_less(key, id, rootk, rooti))
+                rootk = heap_sift(h0k, h0i, k, key, id, &rooti);
         }
     }
     /* heapsort: the root (largest) goes to the end of the shrinking heap */
     for (uint end = k - 1; end > 0; end--) {
         const uint key = h0k[end];
         const long id = h0i[end];
-        h0k[end] = h0k[0];
-        h0i[end] = h0i[0];
-        heap_sift(h0k, h0i, end, key, id);
+        h0k[end] = rootk;
+        h0i[end] = rooti;
+        rootk = heap_sift(h0k, h0i, end, key, id, &rooti);
     }
     for (uint e = 0; e < k; e++) {
         const uint key = h0k[e];
@@ -396,10 +409,7 @@ __kernel void l2_tile_topk(__global const float *cm, ulong cols, __global const 
     for (ulong c = c0; c < c1; c++) {
         const uint key = dist_key((qq + xn[xno + c]) + crow[c]);
         const long id = (long)(t0 + c);
-        if (kv_less(key, id, rootk, rooti)) {
-            heap_sift(myk, myi, k, key, id);
-            rootk = myk[0];
-            rooti = myi[0];
-        }
+        if (kv_less(key, id, rootk, rooti))
+            rootk = heap_sift(myk, myi, k, key, id, &rooti);
     }
 }
