@@ -137,7 +137,7 @@ static double l2_flops(const op_shape *s)
 /* Fused: register blocks, vector widths, group sizes and both formulas;
  * with the expansion, the queries read from global memory or from a local
  * copy (QLOCAL, where the copy fits). The direct formula takes the copy
- * where it fits in half the local memory, as the heuristic does: searching
+ * where the heuristic would (on-chip local memory, half of it): searching
  * it both ways there too would pass the tuner's 512 candidates and crowd
  * out the unfused path's. XNORM is the heuristic's (it follows from how the
  * device runs a group's work-items, not from the shape). Unfused: slices
@@ -163,6 +163,8 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
     cl_ulong local_mem = 0;
     clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
+    cl_device_local_mem_type lmt = CL_LOCAL;
+    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
     const uint64_t nq = s->d[0] ? s->d[0] : 1, d = s->d[2] ? s->d[2] : 1;
     static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
     static const int nrbs[] = {4, 8, 16, 32};
@@ -184,7 +186,8 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                         const uint64_t base = (qg * tr + tr + qg) * 4, copy = qg * d * 4;
                         if (wgs > max_wgs || wgs < qg || base + (ql ? copy : 0) > local_mem)
                             continue;
-                        if (formula == 0 && ql != (base + copy <= local_mem / 2))
+                        if (formula == 0 &&
+                            ql != (lmt != CL_GLOBAL && base + copy <= local_mem / 2))
                             continue;
                         oclf_params p;
                         memset(&p, 0, sizeof p);
