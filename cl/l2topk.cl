@@ -4,7 +4,10 @@
  * Build options: OCLF_DTYPE (database storage), OCLF_VEC (vector width over
  * D), OCLF_QB x OCLF_RB (queries x database rows of the register block),
  * OCLF_FORMULA (0 direct sum of squared differences, 1 the expansion
- * |q|^2 + |x|^2 - 2 q.x).
+ * |q|^2 + |x|^2 - 2 q.x), OCLF_QLOCAL (1: the scan reads the work-group's
+ * queries from a copy in local memory), OCLF_XNORM (which work-items of the
+ * expansion compute |x|^2: 0 every one, for its own rows; 1 those of the
+ * first query block, for the others too).
  *
  * Ordering. Every candidate is a (key, index) pair compared
  * lexicographically, the index as an unsigned 64-bit value. The key is the
@@ -30,6 +33,12 @@
 #endif
 #ifndef OCLF_FORMULA
 #define OCLF_FORMULA 1
+#endif
+#ifndef OCLF_QLOCAL
+#define OCLF_QLOCAL 0
+#endif
+#ifndef OCLF_XNORM
+#define OCLF_XNORM 1
 #endif
 
 #define KEY_EMPTY 0xFFFFFFFFu
@@ -59,25 +68,44 @@ inline bool kv_less(uint ka, long ia, uint kb, long ib)
     return ka < kb || (ka == kb && (ulong)ia < (ulong)ib);
 }
 
-/* Puts (key, idx) at the root of the max-heap of n entries and sifts it
- * down. */
-inline void heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx)
+/* Puts (key, idx) at the root of the max-heap of n entries, sifts it down,
+ * and returns the new root (its index in *root_idx) from what the sift read
+ * anyway. An entry's index is read only where its key ties or it moves up:
+ * the heaps live in global memory and every byte of theirs is traffic. */
+inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx,
+                      long *root_idx)
 {
-    uint pos = 0;
+    uint pos = 0, rootk = key;
+    long rooti = idx;
     for (;;) {
         uint c = 2 * pos + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && kv_less(hk[c], hi[c], hk[c + 1], hi[c + 1]))
-            c++;
-        if (!kv_less(key, idx, hk[c], hi[c]))
+        uint ck = hk[c];
+        if (c + 1 < n) {
+            const uint rk = hk[c + 1];
+            if (ck < rk || (ck == rk && (ulong)hi[c] < (ulong)hi[c + 1])) {
+                c++;
+                ck = rk;
+            }
+        }
+        if (key > ck)
             break;
-        hk[pos] = hk[c];
-        hi[pos] = hi[c];
+        const long ci = hi[c];
+        if (key == ck && (ulong)idx >= (ulong)ci)
+            break;
+        hk[pos] = ck;
+        hi[pos] = ci;
+        if (pos == 0) {
+            rootk = ck;
+            rooti = ci;
+        }
         pos = c;
     }
     hk[pos] = key;
     hi[pos] = idx;
+    *root_idx = rooti;
+    return rootk;
 }
 
 inline void heap_clear(__global uint *hk, __global long *hi, uint k)
@@ -96,8 +124,10 @@ inline void heap_clear(__global uint *hk, __global long *hi, uint k)
 #define VLOADQ(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))
 #endif
 
-/* |x|^2 of one database row. The fused and the unfused path both call this,
- * so duplicated rows get bit-identical norms on either path. */
+/* |x|^2 of one database row, for the unfused path. The fused scan computes
+ * the same sum inside its register block from the vectors it loads anyway,
+ * in this order (vector fma over whole VEC chunks, VSUM, scalar fma tail), so
+ * duplicated rows get bit-identical norms on either path. */
 inline float x_norm(__global const stor_t *p, uint d)
 {
     floatv a = VSPLAT(0.0f);
@@ -114,21 +144,26 @@ inline float x_norm(__global const stor_t *p, uint d)
     return s;
 }
 
-inline float q_norm(__global const float *p, uint d)
-{
-    floatv a = VSPLAT(0.0f);
-    uint c = 0;
-    for (; c + OCLF_VEC <= d; c += OCLF_VEC) {
-        floatv v = VLOADQ(p + c);
-        a = fma(v, v, a);
-    }
-    float s = VSUM(a);
-    for (; c < d; c++) {
-        float v = p[c];
-        s = fma(v, v, s);
-    }
+/* |q|^2 of one query row, from global memory or from the scan's local copy:
+ * one body, so both give the same bits. */
+#define Q_NORM_BODY                                                            \
+    floatv a = VSPLAT(0.0f);                                                   \
+    uint c = 0;                                                                \
+    for (; c + OCLF_VEC <= d; c += OCLF_VEC) {                                 \
+        floatv v = VLOADQ(p + c);                                              \
+        a = fma(v, v, a);                                                      \
+    }                                                                          \
+    float s = VSUM(a);                                                         \
+    for (; c < d; c++) {                                                       \
+        float v = p[c];                                                        \
+        s = fma(v, v, s);                                                      \
+    }                                                                          \
     return s;
-}
+
+inline float q_norm(__global const float *p, uint d) { Q_NORM_BODY }
+#if OCLF_QLOCAL
+inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
+#endif
 
 /* ---- register block --------------------------------------------------------- */
 /* The block is written out by the preprocessor: OCLF_QB x OCLF_RB named
@@ -173,11 +208,15 @@ inline float q_norm(__global const float *p, uint d)
 /* direct: sum of (q - x)^2, exact to fp32 rounding of each term */
 #define STEP(a, vq, vx) fma((vq) - (vx), (vq) - (vx), (a))
 #else
-/* expansion: the dot product only; the norms come from the phase-0 tile */
+/* expansion: the dot product here, |x|^2 beside it (NORM_*) */
 #define STEP(a, vq, vx) fma((vq), (vx), (a))
 #endif
 
+#if OCLF_QLOCAL
+#define DECL_QP(i) __local const float *qp##i = lq + (qb * OCLF_QB + (i)) * d;
+#else
 #define DECL_QP(i) const __global float *qp##i = q + qo + min(qbase + (ulong)(i), nq - 1) * qs;
+#endif
 #define DECL_XP(j) const __global stor_t *xp##j = x + xo + min(rbase + (ulong)(j), r1 - 1) * xs;
 #define DECL_ACC(i, j) floatv a##i##j = VSPLAT(0.0f);
 #define LOAD_Q(i) const floatv vq##i = VLOADQ(qp##i + c);
@@ -187,28 +226,74 @@ inline float q_norm(__global const float *p, uint d)
 #define LOAD_QS(i) const float sq##i = qp##i[c];
 #define LOAD_XS(j) const float sx##j = LD(xp##j, c);
 #define DO_STEPS(i, j) s##i##j = STEP(s##i##j, sq##i, sx##j);
+#define NONE(j)
 #if OCLF_FORMULA == 0
-#define DIST(i, j) (s##i##j)
+/* the tile holds the keys */
+#define STORE_TILE(i, j)                                                       \
+    tile[(qb * OCLF_QB + (i)) * tr + rb * OCLF_RB + (j)] = dist_key(s##i##j);
 #else
-/* -2 q.x is exact, so this rounds once after the norms are added: the same
+/* |x|^2 of the block's rows from the x vectors already in registers, in
+ * x_norm's order, so the rows are read once; precomputed norms (has_xn)
+ * replace it. The tile holds -2 q.x, which is exact, and phase 2 forms
+ * (|q|^2 + |x|^2) + (-2 q.x), rounding once after the norms are added: the
  * value the unfused path forms from the GEMM's -2 q.x. */
-#define DIST(i, j) ((lqn[qb * OCLF_QB + (i)] + lxn[rb * OCLF_RB + (j)]) + (-2.0f * s##i##j))
+#define NORM_DECL(j) floatv na##j = VSPLAT(0.0f);
+#define NORM_STEP(j) na##j = fma(vx##j, vx##j, na##j);
+#define NORM_SUM(j) float nx##j = VSUM(na##j);
+#define NORM_STEPS(j) nx##j = fma(sx##j, sx##j, nx##j);
+#define NORM_STORE(j) lxn[rb * OCLF_RB + (j)] = nx##j;
+#define NORM_GIVEN(j)                                                          \
+    lxn[rb * OCLF_RB + (j)] = xn[xno + min(rbase + (ulong)(j), r1 - 1)];
+#define STORE_TILE(i, j)                                                       \
+    tile[(qb * OCLF_QB + (i)) * tr + rb * OCLF_RB + (j)] = as_uint(-2.0f * s##i##j);
 #endif
-#define STORE_KEY(i, j)                                                        \
-    tile[(qb * OCLF_QB + (i)) * tr + rb * OCLF_RB + (j)] =                     \
-        rbase + (j) < r1 ? dist_key(DIST(i, j)) : KEY_EMPTY;
+/* The register block's loop over D, with ND/NS/NSUM/NSS adding the rows'
+ * norms (or NONE). */
+#define BLOCK(ND, NS, NSUM, NSS)                                               \
+    FOR_IJ(DECL_ACC)                                                           \
+    FOR_R(ND)                                                                  \
+    uint c = 0;                                                                \
+    for (; c + OCLF_VEC <= d; c += OCLF_VEC) {                                 \
+        FOR_Q(LOAD_Q)                                                          \
+        FOR_R(LOAD_X)                                                          \
+        FOR_IJ(DO_STEP)                                                        \
+        FOR_R(NS)                                                              \
+    }                                                                          \
+    FOR_IJ(DECL_SUM)                                                           \
+    FOR_R(NSUM)                                                                \
+    for (; c < d; c++) {                                                       \
+        FOR_Q(LOAD_QS)                                                         \
+        FOR_R(LOAD_XS)                                                         \
+        FOR_IJ(DO_STEPS)                                                       \
+        FOR_R(NSS)                                                             \
+    }                                                                          \
+    FOR_IJ(STORE_TILE)
 
 /*
  * Fused scan. Work-group (query group, database slice): `qg` queries (a
  * multiple of QB) against rows [slice * per, min(n, (slice + 1) * per)),
  * in tiles of tr = RB * (local size / (qg / QB)) rows:
- *   phase 0  |x|^2 of the tile's rows into local memory (expansion only);
- *   phase 1  each work-item computes one QB x RB register block of
- *            distances and stores their keys in the local tile;
- *   phase 2  work-item j < qg folds row j of the tile into its query's heap.
- * Consecutive work-items share a row block and differ in query block, so a
- * row block is loaded from memory once and reused from cache by every query
- * of the group: each database byte is read once per query group.
+ *   phase 1  each work-item computes one QB x RB register block of dot
+ *            products (or, direct formula, distances) and stores them in
+ *            the local tile; for the expansion, the rows' |x|^2 go to local
+ *            memory beside it, computed in the same loop from the x vectors
+ *            it loads anyway (XNORM, below);
+ *   phase 2  work-item j < qg forms the keys of row j of the tile and folds
+ *            them into its query's heap.
+ * Global reads. Consecutive work-items share a row block and differ in query
+ * block, so on caching devices a row block comes from memory once and the
+ * other qg / QB - 1 loads of it hit the cache; with qg == QB every database
+ * byte is loaded exactly once per query group. There is no separate pass
+ * over the rows for their norms. The queries: with QLOCAL the group's
+ * qg x D floats are copied to local memory once per work-group and every
+ * tile reads them there; without it each work-item loads its QB queries
+ * from global memory for every tile (cache hits, but loads all the same).
+ * Who computes |x|^2 (XNORM): 1, the work-items of the first query block,
+ * so the fma work is done once per row, as it suits devices that run a
+ * group's work-items one after another (the others run the loop without
+ * the extra accumulators); 0, every work-item, the first query block
+ * storing, so no work-item's control flow differs from its neighbours' (SIMT
+ * devices would otherwise run both loops). Either way the sum is x_norm's.
  * Work-group order: group id = slice * ngq + query group, so groups that run
  * together share a slice of the database in the last-level cache.
  * Heaps: [query][slice][k], queries counted from the chunk's first.
@@ -217,7 +302,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
                       ulong xo, ulong xs, __global const float *xn, ulong xno, uint has_xn,
                       __global uint *hk, __global long *hi, ulong nq, ulong n, uint d, uint k,
                       uint qg, ulong per, uint nslices, __local uint *tile, __local float *lxn,
-                      __local float *lqn)
+                      __local float *lqn, __local float *lq)
 {
     const uint lid = get_local_id(0), wgs = get_local_size(0);
     const uint ngq = (uint)((nq + qg - 1) / qg);
@@ -228,7 +313,9 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
     const uint qcount = (uint)min((ulong)qg, nq - q0);
     const ulong r0 = (ulong)slice * per, r1 = min(n, r0 + per);
     const uint qb = lid % nqb, rb = lid / nqb;
+#if !OCLF_QLOCAL
     const ulong qbase = q0 + (ulong)qb * OCLF_QB;
+#endif
 
     __global uint *myk = hk + ((q0 + lid) * nslices + slice) * k;
     __global long *myi = hi + ((q0 + lid) * nslices + slice) * k;
@@ -236,53 +323,66 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
     long rooti = -1;
     if (lid < qcount)
         heap_clear(myk, myi, k);
+    if (r0 >= r1)
+        return; /* uniform across the work-group: no barrier is skipped by some */
+#if OCLF_QLOCAL
+    /* The group's queries, read from global memory once; the padding
+     * queries of a short last group are zeros (their keys are never
+     * folded). */
+    for (uint e = lid; e < qg * d; e += wgs) {
+        const uint r = e / d, c = e - r * d;
+        lq[e] = r < qcount ? q[qo + (q0 + r) * qs + c] : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 #if OCLF_FORMULA == 1
+#if OCLF_QLOCAL
+    if (lid < qg)
+        lqn[lid] = q_norm_local(lq + lid * d, d);
+#else
     if (lid < qg)
         lqn[lid] = q_norm(q + qo + min(q0 + lid, nq - 1) * qs, d);
 #endif
-    if (r0 >= r1)
-        return; /* uniform across the work-group: no barrier is skipped by some */
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (ulong t0 = r0; t0 < r1; t0 += tr) {
-#if OCLF_FORMULA == 1
-        for (uint r = lid; r < tr; r += wgs) {
-            const ulong row = min(t0 + r, r1 - 1);
-            lxn[r] = has_xn ? xn[xno + row] : x_norm(x + xo + row * xs, d);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-        if (lid < nqb * nrb) {
-            const ulong rbase = t0 + (ulong)rb * OCLF_RB;
+        const ulong rbase = t0 + (ulong)rb * OCLF_RB;
+        /* Work-items whose whole row block lies past the slice's end (its
+         * last, short tile) compute nothing: phase 2 reads only the rows
+         * that exist. */
+        if (lid < nqb * nrb && rbase < r1) {
             FOR_Q(DECL_QP)
             FOR_R(DECL_XP)
-            FOR_IJ(DECL_ACC)
-            uint c = 0;
-            for (; c + OCLF_VEC <= d; c += OCLF_VEC) {
-                FOR_Q(LOAD_Q)
-                FOR_R(LOAD_X)
-                FOR_IJ(DO_STEP)
+#if OCLF_FORMULA == 1
+            if ((OCLF_XNORM == 0 || qb == 0) && !has_xn) {
+                BLOCK(NORM_DECL, NORM_STEP, NORM_SUM, NORM_STEPS)
+                if (qb == 0) {
+                    FOR_R(NORM_STORE)
+                }
+            } else {
+                BLOCK(NONE, NONE, NONE, NONE)
+                if (qb == 0) {
+                    FOR_R(NORM_GIVEN)
+                }
             }
-            FOR_IJ(DECL_SUM)
-            for (; c < d; c++) {
-                FOR_Q(LOAD_QS)
-                FOR_R(LOAD_XS)
-                FOR_IJ(DO_STEPS)
-            }
-            FOR_IJ(STORE_KEY)
+#else
+            BLOCK(NONE, NONE, NONE, NONE)
+#endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < qcount) {
             const uint cnt = (uint)min((ulong)tr, r1 - t0);
             __local const uint *row = tile + lid * tr;
             for (uint t = 0; t < cnt; t++) {
+#if OCLF_FORMULA == 1
+                const uint key = dist_key((lqn[lid] + lxn[t]) + as_float(row[t]));
+#else
                 const uint key = row[t];
+#endif
                 const long idx = (long)(t0 + t);
-                if (kv_less(key, idx, rootk, rooti)) {
-                    heap_sift(myk, myi, k, key, idx);
-                    rootk = myk[0];
-                    rooti = myi[0];
-                }
+                if (kv_less(key, idx, rootk, rooti))
+                    rootk = heap_sift(myk, myi, k, key, idx, &rooti);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -320,20 +420,17 @@ __kernel void l2_merge(__global uint *hk, __global long *hi, ulong nq, uint nsli
         for (uint e = 0; e < k; e++) {
             const uint key = sk[e];
             const long id = si[e];
-            if (kv_less(key, id, rootk, rooti)) {
-                heap_sift(h0k, h0i, k, key, id);
-                rootk = h0k[0];
-                rooti = h0i[0];
-            }
+            if (kv_less(key, id, rootk, rooti))
+                rootk = heap_sift(h0k, h0i, k, key, id, &rooti);
         }
     }
     /* heapsort: the root (largest) goes to the end of the shrinking heap */
     for (uint end = k - 1; end > 0; end--) {
         const uint key = h0k[end];
         const long id = h0i[end];
-        h0k[end] = h0k[0];
-        h0i[end] = h0i[0];
-        heap_sift(h0k, h0i, end, key, id);
+        h0k[end] = rootk;
+        h0i[end] = rooti;
+        rootk = heap_sift(h0k, h0i, end, key, id, &rooti);
     }
     for (uint e = 0; e < k; e++) {
         const uint key = h0k[e];
@@ -396,10 +493,7 @@ __kernel void l2_tile_topk(__global const float *cm, ulong cols, __global const 
     for (ulong c = c0; c < c1; c++) {
         const uint key = dist_key((qq + xn[xno + c]) + crow[c]);
         const long id = (long)(t0 + c);
-        if (kv_less(key, id, rootk, rooti)) {
-            heap_sift(myk, myi, k, key, id);
-            rootk = myk[0];
-            rooti = myi[0];
-        }
+        if (kv_less(key, id, rootk, rooti))
+            rootk = heap_sift(myk, myi, k, key, id, &rooti);
     }
 }

@@ -314,6 +314,143 @@ START_TEST(test_structures)
 }
 END_TEST
 
+/* The explicit structure the QLOCAL and XNORM cases share: two queries x
+ * four rows of float4, three slices. */
+static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int formula)
+{
+    oclf_params p = {0};
+    oclf_params_set(&p, "QB", 2);
+    oclf_params_set(&p, "RB", 4);
+    oclf_params_set(&p, "VEC", 4);
+    oclf_params_set(&p, "QG", qg);
+    oclf_params_set(&p, "WGS", wgs);
+    oclf_params_set(&p, "SLICES", 3);
+    oclf_params_set(&p, "FORMULA", formula);
+    oclf_params_set(&p, "QLOCAL", qlocal);
+    oclf_params_set(&p, "XNORM", xnorm);
+    return p;
+}
+
+/* QLOCAL = 1 (the group's queries copied to local memory) against the
+ * reference: three query blocks per group with a padded last group and
+ * strided, offset queries; one block per group (the traffic configuration);
+ * row norms from every work-item (XNORM = 0); precomputed norms; the direct
+ * formula; random floats. QLOCAL = 0 on the same structure. D = 77 leaves a
+ * scalar tail after the float4 chunks. */
+START_TEST(test_qlocal)
+{
+    static const struct {
+        oclf_dtype dt;
+        int qlocal, xnorm, qg, wgs, formula, norms, pad;
+    } v[] = {
+        {OCLF_F32, 1, 1, 6, 12, 1, 0, 3}, {OCLF_F32, 1, 1, 2, 16, 1, 0, 0},
+        {OCLF_F32, 0, 1, 6, 12, 1, 0, 3}, {OCLF_F32, 1, 0, 6, 12, 1, 0, 0},
+        {OCLF_F16, 1, 1, 6, 12, 1, 1, 0}, {OCLF_BF16, 1, 1, 6, 12, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        oclf_params p = qlocal_params(v[i].qlocal, v[i].xnorm, v[i].qg, v[i].wgs, v[i].formula);
+        l2_case c = L2C(v[i].dt, 7, 1000, 77, 10, DATA_INT, 40, 2, (size_t)v[i].pad,
+                        (size_t)v[i].pad ? 5 : 0, v[i].norms);
+        c.path = OCLF_PATH_FUSED;
+        c.params = &p;
+        run_case(&c);
+    }
+    oclf_params p = qlocal_params(1, 1, 6, 12, 1);
+    l2_case f = L2C(OCLF_F32, 7, 1000, 77, 20, DATA_FLOAT, 0, 0, 0, 0, 0);
+    f.path = OCLF_PATH_FUSED;
+    f.params = &p;
+    run_case(&f);
+}
+END_TEST
+
+/* |x|^2 in x_norm's order on the host, for VEC = 4: lane-wise fma over the
+ * whole chunks, the kernels' VSUM tree, then a scalar fma tail. */
+static float norm_in_kernel_order(oclf_dtype dt, const void *x, size_t row, size_t d)
+{
+    float a[4] = {0, 0, 0, 0};
+    size_t c = 0;
+    for (; c + 4 <= d; c += 4)
+        for (int l = 0; l < 4; l++) {
+            const float v = oclf_ref_get(dt, x, row * d + c + (size_t)l);
+            a[l] = fmaf(v, v, a[l]);
+        }
+    float s = (a[0] + a[1]) + (a[2] + a[3]);
+    for (; c < d; c++) {
+        const float v = oclf_ref_get(dt, x, row * d + c);
+        s = fmaf(v, v, s);
+    }
+    return s;
+}
+
+/* One fused call with the shared structure, six queries a group; results
+ * to gd, gi. */
+static void fused_raw(oclf_dtype dt, size_t nq, size_t n, size_t d, size_t k, const float *q,
+                      const void *x, const float *norms, int qlocal, int xnorm, float *gd,
+                      int64_t *gi)
+{
+    th_env *e = th_get();
+    cl_mem mq = th_upload(q, nq * d * 4), mx = th_upload(x, n * d * oclf_dtype_size(dt));
+    cl_mem mn = th_upload(norms ? norms : q, norms ? n * 4 : 4);
+    cl_mem md = th_alloc(nq * k * 4), mi = th_alloc(nq * k * 8);
+    oclf_buf bq = {mq, 0, 0}, bx = {mx, 0, 0}, bn = {mn, 0, 0}, bd = {md, 0, 0}, bi = {mi, 0, 0};
+    oclf_l2_topk_options opt;
+    oclf_l2_topk_options_init(&opt);
+    opt.x_norms = norms ? &bn : NULL;
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    ch.params = qlocal_params(qlocal, xnorm, 6, 12, 1);
+    TH_OK(oclf_l2_topk(e->ctx, e->queue, dt, nq, n, d, k, bq, bx, bd, bi, &opt, &ch, 0, NULL,
+                       NULL));
+    th_download(md, gd, nq * k * 4);
+    th_download(mi, gi, nq * k * 8);
+    clReleaseMemObject(mq), clReleaseMemObject(mx), clReleaseMemObject(mn);
+    clReleaseMemObject(md), clReleaseMemObject(mi);
+}
+
+/* The scan computes |x|^2 from the vectors of its register block: on random
+ * floats, the lists must equal bit for bit those computed from norms passed
+ * in x_norm's order (so the distances are what a separate norm pass gave),
+ * and must not depend on where the queries are read from (QLOCAL) or on
+ * which work-items compute the norms (XNORM). f16 checks the conversion on
+ * load against x_norm's order. */
+START_TEST(test_scan_norms)
+{
+    enum { NQ = 7, N = 1000, D = 77, K = 20 };
+    static const struct {
+        oclf_dtype dt;
+        int qlocal, xnorm, norms;
+    } runs[] = {
+        {OCLF_F32, 1, 1, 0}, {OCLF_F32, 0, 1, 0}, {OCLF_F32, 1, 0, 0}, {OCLF_F32, 1, 1, 1},
+        {OCLF_F16, 1, 1, 0}, {OCLF_F16, 1, 1, 1},
+    };
+    static float gd[2][NQ * K];
+    static int64_t gi[2][NQ * K];
+    float *q = NULL, *norms = NULL;
+    void *x = NULL;
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        const oclf_dtype dt = runs[r].dt;
+        const int first = r == 0 || runs[r - 1].dt != dt;
+        if (first) {
+            free(q), free(x), free(norms);
+            th_seed(4242 + (uint64_t)dt);
+            q = th_random(OCLF_F32, NQ * D, -1, 1);
+            x = th_random(dt, N * D, -1, 1);
+            norms = malloc(N * 4);
+            for (size_t i = 0; i < N; i++)
+                norms[i] = norm_in_kernel_order(dt, x, i, D);
+        }
+        fused_raw(dt, NQ, N, D, K, q, x, runs[r].norms ? norms : NULL, runs[r].qlocal,
+                  runs[r].xnorm, gd[!first], gi[!first]);
+        if (!first)
+            ck_assert_msg(memcmp(gd[0], gd[1], sizeof gd[0]) == 0 &&
+                              memcmp(gi[0], gi[1], sizeof gi[0]) == 0,
+                          "%s: QLOCAL = %d, XNORM = %d, norms passed %d: the lists differ from "
+                          "the first run's",
+                          oclf_dtype_name(dt), runs[r].qlocal, runs[r].xnorm, runs[r].norms);
+    }
+    free(q), free(x), free(norms);
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 /* The outputs a rejected call must leave as they were. */
@@ -431,6 +568,47 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "FORMULA", 0);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "FORMULA");
+    memset(&ch, 0, sizeof ch);
+    ch.path = OCLF_PATH_FUSED;
+    oclf_params_set(&ch.params, "QLOCAL", 2);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "QLOCAL");
+    memset(&ch, 0, sizeof ch);
+    ch.path = OCLF_PATH_FUSED;
+    oclf_params_set(&ch.params, "XNORM", -1);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "XNORM");
+    /* QLOCAL = 1 where QG x D floats exceed the device's local memory (the
+     * tile itself fits): refused with a sentence, before any launch. */
+    cl_ulong local_mem = 0;
+    clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
+    const size_t big_d = (size_t)(local_mem / (4 * 32)) + 1;
+    if (big_d <= (1u << 20)) {
+        float *bq = calloc(NQ * big_d, 4), *bx = calloc(N * big_d, 4);
+        cl_mem mbq = th_upload(bq, NQ * big_d * 4), mbx = th_upload(bx, N * big_d * 4);
+        oclf_buf BQ = {mbq, 0, 0}, BX = {mbx, 0, 0};
+        memset(&ch, 0, sizeof ch);
+        ch.path = OCLF_PATH_FUSED;
+        ch.params = qlocal_params(1, 1, 32, 32, 1);
+        EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, big_d, K, BQ, BX, Dd, I, NULL, &ch, 0, NULL,
+                            NULL),
+               OCLF_INVALID_ARGUMENT, "QLOCAL = 1");
+        /* the same structure without the copy runs */
+        oclf_params_set(&ch.params, "QLOCAL", 0);
+        TH_OK(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, big_d, K, BQ, BX, Dd, I, NULL, &ch, 0, NULL,
+                           NULL));
+        clFinish(qu);
+        th_download(md, gd, sizeof gd);
+        th_download(mi, gi, sizeof gi);
+        for (int i = 0; i < NQ * K; i++)
+            ck_assert(gd[i] == 0.0f && gi[i] == i % K); /* all rows at 0: ties by index */
+        ck_assert_int_eq(clEnqueueWriteBuffer(qu, md, CL_TRUE, 0, sizeof d0, d0, 0, NULL, NULL),
+                         CL_SUCCESS);
+        ck_assert_int_eq(clEnqueueWriteBuffer(qu, mi, CL_TRUE, 0, sizeof i0, i0, 0, NULL, NULL),
+                         CL_SUCCESS);
+        clReleaseMemObject(mbq), clReleaseMemObject(mbx);
+        free(bq), free(bx);
+    }
 
     /* nq = 0 still gives an event */
     cl_event ev = NULL;
@@ -455,6 +633,8 @@ static Suite *l2_suite(void)
     tcase_add_test(t, test_float_data);
     tcase_add_test(t, test_exact_precision);
     tcase_add_test(t, test_structures);
+    tcase_add_test(t, test_qlocal);
+    tcase_add_test(t, test_scan_norms);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);

@@ -134,8 +134,14 @@ static double l2_flops(const op_shape *s)
     return 2.0 * (double)s->d[0] * (double)s->d[1] * (double)s->d[2];
 }
 
-/* Fused: register blocks, vector widths, group sizes and both formulas.
- * Unfused: slices and GEMM tile widths. */
+/* Fused: register blocks, vector widths, group sizes and both formulas;
+ * with the expansion, the queries read from global memory or from a local
+ * copy (QLOCAL, where the copy fits). The direct formula takes the copy
+ * where the heuristic would (on-chip local memory, half of it): searching
+ * it both ways there too would pass the tuner's 512 candidates and crowd
+ * out the unfused path's. XNORM is the heuristic's (it follows from how the
+ * device runs a group's work-items, not from the shape). Unfused: slices
+ * and GEMM tile widths. */
 static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
                     oclf_params *out, int max)
 {
@@ -157,22 +163,31 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
     cl_ulong local_mem = 0;
     clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
-    const uint64_t nq = s->d[0] ? s->d[0] : 1;
+    cl_device_local_mem_type lmt = CL_LOCAL;
+    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
+    const uint64_t nq = s->d[0] ? s->d[0] : 1, d = s->d[2] ? s->d[2] : 1;
     static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
     static const int nrbs[] = {4, 8, 16, 32};
     for (int formula = 1; formula >= 0; formula--)
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 4; b++)
                 for (int c = 0; c < 3; c++)
-                    for (int e = 0; e < 4; e++) {
+                    for (int e = 0; e < 8; e++) {
+                        const int ql = e % 2; /* QLOCAL */
                         const uint64_t qb = (uint64_t)qbs[a];
                         if (qb > nq && qb > 1)
                             continue;
                         uint64_t qg = nq < 32 ? nq : 32;
                         qg = (qg + qb - 1) / qb * qb;
-                        const uint64_t wgs = qg / qb * (uint64_t)nrbs[e];
-                        const uint64_t tr = (uint64_t)nrbs[e] * (uint64_t)rbs[b];
-                        if (wgs > max_wgs || wgs < qg || (qg * tr + tr + qg) * 4 > local_mem)
+                        const uint64_t wgs = qg / qb * (uint64_t)nrbs[e / 2];
+                        const uint64_t tr = (uint64_t)nrbs[e / 2] * (uint64_t)rbs[b];
+                        /* local memory: the tile, row and query norms, and
+                         * with QLOCAL the queries */
+                        const uint64_t base = (qg * tr + tr + qg) * 4, copy = qg * d * 4;
+                        if (wgs > max_wgs || wgs < qg || base + (ql ? copy : 0) > local_mem)
+                            continue;
+                        if (formula == 0 &&
+                            ql != (lmt != CL_GLOBAL && base + copy <= local_mem / 2))
                             continue;
                         oclf_params p;
                         memset(&p, 0, sizeof p);
@@ -182,6 +197,7 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                         oclf_params_set(&p, "VEC", vecs[c]);
                         oclf_params_set(&p, "QG", (int64_t)qg);
                         oclf_params_set(&p, "WGS", (int64_t)wgs);
+                        oclf_params_set(&p, "QLOCAL", ql);
                         op_space_add(out, &n, max, &p);
                     }
     return n;
