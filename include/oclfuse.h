@@ -444,7 +444,10 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * per register block: 1, 2, 4, 8), VEC (vector width over D: 1..16), QG
  * (queries per work-group, a multiple of QB), WGS (work-group size, a
  * multiple of QG/QB and >= QG), SLICES (database slices, i.e. work-groups
- * per query group; 0 = automatic). Unfused: SLICES (candidate lists per
+ * per query group; 0 = automatic), QLOCAL (1: the group's queries copied to
+ * local memory once instead of read per row tile), XNORM (who sums |x|^2
+ * inside the scan: 1 the first query block's work-items, 0 every
+ * work-item; same bits either way). Unfused: SLICES (candidate lists per
  * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,
