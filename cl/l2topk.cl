@@ -108,6 +108,11 @@ inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, lo
     return rootk;
 }
 
+/* Whether database row r may be returned: bit r % 8 of byte r / 8 of the
+ * caller's mask (has_allow 0: every row). Tested where a candidate meets
+ * its heap, so a rejected row never displaces an allowed one. */
+#define ROW_ALLOWED(r) (!has_allow || ((allow[ao + (r) / 8] >> ((r) % 8)) & 1))
+
 inline void heap_clear(__global uint *hk, __global long *hi, uint k)
 {
     for (uint e = 0; e < k; e++) {
@@ -300,6 +305,7 @@ inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
  */
 __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global const stor_t *x,
                       ulong xo, ulong xs, __global const float *xn, ulong xno, uint has_xn,
+                      __global const uchar *allow, ulong ao, uint has_allow,
                       __global uint *hk, __global long *hi, ulong nq, ulong n, uint d, uint k,
                       uint qg, ulong per, uint nslices, __local uint *tile, __local float *lxn,
                       __local float *lqn, __local float *lq)
@@ -381,7 +387,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
                 const uint key = row[t];
 #endif
                 const long idx = (long)(t0 + t);
-                if (kv_less(key, idx, rootk, rooti))
+                if (kv_less(key, idx, rootk, rooti) && ROW_ALLOWED(t0 + t))
                     rootk = heap_sift(myk, myi, k, key, idx, &rooti);
             }
         }
@@ -475,7 +481,8 @@ __kernel void l2_to_f32(__global const stor_t *x, ulong xo, ulong xs, ulong r0, 
  * [s * per, (s + 1) * per) of the tile. `first` clears the heaps. */
 __kernel void l2_tile_topk(__global const float *cm, ulong cols, __global const float *qn,
                            ulong qno, __global const float *xn, ulong xno, ulong t0, ulong nq, uint nslices,
-                           ulong per, uint k, uint first, __global uint *hk, __global long *hi)
+                           ulong per, uint k, uint first, __global uint *hk, __global long *hi,
+                           __global const uchar *allow, ulong ao, uint has_allow)
 {
     const ulong gid = get_global_id(0);
     if (gid >= nq * nslices)
@@ -493,7 +500,7 @@ __kernel void l2_tile_topk(__global const float *cm, ulong cols, __global const 
     for (ulong c = c0; c < c1; c++) {
         const uint key = dist_key((qq + xn[xno + c]) + crow[c]);
         const long id = (long)(t0 + c);
-        if (kv_less(key, id, rootk, rooti))
+        if (kv_less(key, id, rootk, rooti) && ROW_ALLOWED(t0 + c))
             rootk = heap_sift(myk, myi, k, key, id, &rooti);
     }
 }

@@ -425,6 +425,12 @@ typedef struct oclf_l2_topk_options {
     /* Optional precomputed |x_i|^2, f32 [N] (stride ignored), used by the
      * expansion instead of computing norms on every call. NULL: computed. */
     const oclf_buf *x_norms;
+    /* Optional bitmask of the database rows that may be returned: row i is
+     * allowed when bit i % 8 of byte i / 8 is set; `offset` in bytes, at
+     * least ceil(N / 8) bytes, stride ignored. The mask is applied inside
+     * the selection, so k allowed rows come back whatever the mask rejects;
+     * fewer than k allowed rows leave padding (-1, FLT_MAX). NULL: all. */
+    const oclf_buf *allowed;
 } oclf_l2_topk_options;
 
 /* Zeroed options: FAST, 256 MiB, no norms. */
@@ -451,7 +457,7 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,
- * k > 2^31, row strides below D, buffers (inputs, norms or outputs) smaller
+ * k > 2^31, row strides below D, buffers (inputs, norms, mask or outputs) smaller
  * than the ranges described, outputs that overlap each other or an input,
  * a bad precision or kernel parameter; OCLF_UNSUPPORTED for an unknown
  * dtype; OCLF_OUT_OF_RESOURCES when max_temp_bytes cannot hold the

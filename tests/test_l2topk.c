@@ -33,9 +33,23 @@ typedef struct l2_case {
     const oclf_params *params;
     oclf_l2_precision precision;
     size_t max_temp;
+    int mask; /* allowed rows: 0 all (no mask), else a MASK_* pattern */
 } l2_case;
 
-#define L2C(...) ((l2_case){__VA_ARGS__, OCLF_PATH_AUTO, NULL, OCLF_L2_FAST, 0})
+enum { MASK_HALF = 1, MASK_NONE, MASK_FEW };
+
+/* Whether row r is allowed under the pattern: about half the rows, in runs
+ * and singles; none; one row in 97. */
+static int mask_bit(int mask, size_t r)
+{
+    switch (mask) {
+    case MASK_HALF: return (r * 2654435761u >> 7) % 2 == 0;
+    case MASK_NONE: return 0;
+    default: return r % 97 == 3;
+    }
+}
+
+#define L2C(...) ((l2_case){__VA_ARGS__, OCLF_PATH_AUTO, NULL, OCLF_L2_FAST, 0, 0})
 
 static const char *path_name(oclf_path p)
 {
@@ -71,6 +85,13 @@ static void run_case(const l2_case *c)
     for (size_t r = 0; r < c->nan_rows && c->n; r++)
         oclf_ref_set(dt, xr, ((r * 37) % c->n) * xs + (r % c->d), NAN);
 
+    /* the mask with c->off leading bytes and one spare byte */
+    const size_t mask_bytes = c->off + (c->n + 7) / 8 + 1;
+    uint8_t *mask = calloc(mask_bytes, 1);
+    for (size_t r = 0; c->mask && r < c->n; r++)
+        if (mask_bit(c->mask, r))
+            mask[c->off + r / 8] |= (uint8_t)(1u << (r % 8));
+
     float *norms = malloc((c->off + c->n + 1) * 4);
     for (size_t r = 0; r < c->n; r++) {
         double s = 0;
@@ -89,6 +110,8 @@ static void run_case(const l2_case *c)
 
     cl_mem mq = th_upload(q, qn_el * 4), mx = th_upload(x, xn_el * es);
     cl_mem mn = th_upload(norms, (c->off + c->n + 1) * 4);
+    cl_mem mm = th_upload(mask, mask_bytes);
+    oclf_buf bm = {mm, c->off, 0};
     cl_mem md = th_upload(dist0, on_el * 4), mi = th_upload(idx0, on_el * 8);
     oclf_buf bq = {mq, c->off, c->pad ? qs : 0}, bx = {mx, c->off, c->pad ? xs : 0};
     oclf_buf bd = {md, c->off, os}, bi = {mi, c->off, os}, bn = {mn, c->off, 0};
@@ -97,6 +120,7 @@ static void run_case(const l2_case *c)
     opt.precision = c->precision;
     opt.max_temp_bytes = c->max_temp;
     opt.x_norms = c->norms ? &bn : NULL;
+    opt.allowed = c->mask ? &bm : NULL;
     oclf_choice ch;
     memset(&ch, 0, sizeof ch);
     ch.path = c->path;
@@ -117,11 +141,12 @@ static void run_case(const l2_case *c)
     double *rd = malloc((c->nq * c->k + 1) * sizeof *rd);
     int64_t *ri = malloc((c->nq * c->k + 1) * sizeof *ri);
     double *all = malloc((c->n + 1) * sizeof *all);
-    oclf_ref_l2_topk(dt, c->nq, c->n, c->d, c->k, q + c->off, qs, xr, xs, rd, ri);
+    oclf_ref_l2_topk_allowed(dt, c->nq, c->n, c->d, c->k, q + c->off, qs, xr, xs,
+                             c->mask ? mask + c->off : NULL, rd, ri);
 
     char tag[160];
-    snprintf(tag, sizeof tag, "%s %s nq %zu N %zu D %zu k %zu data %d", path_name(c->path),
-             oclf_dtype_name(dt), c->nq, c->n, c->d, c->k, c->data);
+    snprintf(tag, sizeof tag, "%s %s nq %zu N %zu D %zu k %zu data %d mask %d",
+             path_name(c->path), oclf_dtype_name(dt), c->nq, c->n, c->d, c->k, c->data, c->mask);
     for (size_t i = 0; i < on_el; i++) {
         size_t rel = i - c->off;
         int inside = i >= c->off && rel / os < c->nq && rel % os < c->k;
@@ -179,8 +204,9 @@ static void run_case(const l2_case *c)
         }
     }
     free(rd), free(ri), free(all), free(gd), free(gi);
-    free(q), free(x), free(norms), free(dist0), free(idx0);
+    free(q), free(x), free(norms), free(dist0), free(idx0), free(mask);
     clReleaseMemObject(mq), clReleaseMemObject(mx), clReleaseMemObject(mn);
+    clReleaseMemObject(mm);
     clReleaseMemObject(md), clReleaseMemObject(mi);
 }
 
@@ -464,6 +490,30 @@ END_TEST
     } while (0)
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, OUTPUTS_UNTOUCHED(call))
 
+/* A bitmask of allowed rows, on both paths and every dtype: about half
+ * the rows (with a byte offset and padded rows), a few (fewer than k for a
+ * small N: padding), none (all padding), several slices and tiles. */
+START_TEST(test_allowed)
+{
+    const oclf_dtype dt = dtypes[_i];
+    l2_case c = L2C(dt, 3, 1000, 5, 10, DATA_INT, 0, 0, 0, 0, 0);
+    c.mask = MASK_HALF;
+    both_paths(c);
+    c = L2C(dt, 2, 100003, 3, 100, DATA_INT, 0, 0, 2, 5, 1);
+    c.mask = MASK_FEW;
+    both_paths(c);
+    c = L2C(dt, 4, 37, 7, 10, DATA_INT, 3, 0, 0, 0, 0);
+    c.mask = MASK_FEW; /* row 3 only */
+    both_paths(c);
+    c = L2C(dt, 2, 50, 4, 5, DATA_INT, 0, 0, 0, 0, 0);
+    c.mask = MASK_NONE;
+    both_paths(c);
+    c = L2C(dt, 7, 5000, 16, 20, DATA_FLOAT, 0, 0, 0, 0, 0);
+    c.mask = MASK_HALF;
+    both_paths(c);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     th_env *e = th_get();
@@ -528,6 +578,14 @@ START_TEST(test_bad_arguments)
     opt.x_norms = &S;
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, &opt, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "x_norms");
+    oclf_l2_topk_options_init(&opt);
+    oclf_buf tiny = {small, 10, 0}; /* 6 bytes: fewer than N = 50 bits */
+    opt.allowed = &tiny;
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, &opt, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "allowed");
+    opt.allowed = &I; /* the mask inside an output */
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, &opt, NULL, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "overlaps an input");
     oclf_l2_topk_options_init(&opt);
     opt.precision = (oclf_l2_precision)4;
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, &opt, NULL, 0, NULL, NULL),
@@ -635,6 +693,7 @@ static Suite *l2_suite(void)
     tcase_add_test(t, test_structures);
     tcase_add_test(t, test_qlocal);
     tcase_add_test(t, test_scan_norms);
+    tcase_add_loop_test(t, test_allowed, 0, 3);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);

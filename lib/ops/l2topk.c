@@ -173,8 +173,8 @@ oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
 typedef struct l2_call {
     oclf_dtype dtype;
     size_t nq, n, d, k;
-    oclf_operand q, x, xn, dist, idx;
-    int has_xn;
+    oclf_operand q, x, xn, allow, dist, idx;
+    int has_xn, has_allow;
     size_t bound;
 } l2_call;
 
@@ -207,10 +207,18 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t nq, si
             return st;
         c->has_xn = 1;
     }
+    if (opt && opt->allowed) {
+        oclf_buf ab = *opt->allowed;
+        ab.stride = 0;
+        if ((st = oclf_check_2d(ctx, "l2_topk: allowed", ab, n ? 1 : 0, (n + 7) / 8, 1,
+                                &c->allow)))
+            return st;
+        c->has_allow = 1;
+    }
     if (oclf_overlap(&c->dist, &c->idx))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "l2_topk: dist and idx overlap");
-    const oclf_operand *in[3] = {&c->q, &c->x, &c->xn};
-    for (int i = 0; i < 3; i++)
+    const oclf_operand *in[4] = {&c->q, &c->x, &c->xn, &c->allow};
+    for (int i = 0; i < 4; i++)
         if (oclf_overlap(&c->dist, in[i]) || oclf_overlap(&c->idx, in[i]))
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                              "l2_topk: an output (dist or idx) overlaps an input");
@@ -308,9 +316,13 @@ static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *pr
             cl_uint d = (cl_uint)c->d, k = (cl_uint)c->k, qg = (cl_uint)cfg->qg;
             cl_uint ns = (cl_uint)slices, has_xn = (cl_uint)c->has_xn;
             cl_mem xn = c->has_xn ? c->xn.mem : c->x.mem; /* never read without has_xn */
+            cl_mem am = c->has_allow ? c->allow.mem : c->x.mem; /* likewise */
+            cl_ulong ao = c->allow.offset;
+            cl_uint has_allow = (cl_uint)c->has_allow;
             oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo),  OCLF_ARG(qs),
                             OCLF_ARG(c->x.mem), OCLF_ARG(xo),  OCLF_ARG(xs),
                             OCLF_ARG(xn),       OCLF_ARG(xno), OCLF_ARG(has_xn),
+                            OCLF_ARG(am),       OCLF_ARG(ao),  OCLF_ARG(has_allow),
                             OCLF_ARG(hk),       OCLF_ARG(hi),  OCLF_ARG(nq),
                             OCLF_ARG(n),        OCLF_ARG(d),   OCLF_ARG(k),
                             OCLF_ARG(qg),       OCLF_ARG(cper), OCLF_ARG(ns),
@@ -319,7 +331,7 @@ static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *pr
                             OCLF_ARG_LOCAL((size_t)cfg->qg * 4),
                             /* the queries' copy; one float when unused */
                             OCLF_ARG_LOCAL(cfg->qlocal ? (size_t)cfg->qg * c->d * 4 : 4)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, 22,
+            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, 25,
                                         ngq * slices * (size_t)cfg->wgs, (size_t)cfg->wgs)))
                 goto done;
         }
@@ -465,11 +477,14 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
             cl_uint first = t0 == 0;
             cl_mem xnm = c->has_xn ? c->xn.mem : xn;
             cl_ulong qno = q0; /* the query norms of this chunk */
+            cl_mem am = c->has_allow ? c->allow.mem : cm; /* never read without has_allow */
+            cl_ulong ao = c->allow.offset;
+            cl_uint has_allow = (cl_uint)c->has_allow;
             oclf_arg a[] = {OCLF_ARG(cm),  OCLF_ARG(cols), OCLF_ARG(qn), OCLF_ARG(qno), OCLF_ARG(xnm),
                             OCLF_ARG(xno), OCLF_ARG(ct0),  OCLF_ARG(nqc),   OCLF_ARG(ns),
                             OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
-                            OCLF_ARG(hi)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 14,
+                            OCLF_ARG(hi),  OCLF_ARG(am),   OCLF_ARG(ao),    OCLF_ARG(has_allow)};
+            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 17,
                                         oclf_round_up(qc * slices, 8), 8)))
                 goto done;
         }
