@@ -451,9 +451,10 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * (queries per work-group, a multiple of QB), WGS (work-group size, a
  * multiple of QG/QB and >= QG), SLICES (database slices, i.e. work-groups
  * per query group; 0 = automatic), QLOCAL (1: the group's queries copied to
- * local memory once instead of read per row tile), XNORM (who sums |x|^2
- * inside the scan: 1 the first query block's work-items, 0 every
- * work-item; same bits either way). Unfused: SLICES (candidate lists per
+ * local memory once instead of read per row tile), XNORM (how the scan
+ * sums |x|^2: inside its distance loop by every work-item (0) or by the
+ * first query block's (1), or (2) in a pass over each tile before the
+ * loop; same bits every way). Unfused: SLICES (candidate lists per
  * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,

@@ -61,14 +61,16 @@ static const kcase cases[] = {
      * slices, odd D; the queries read from global memory and from the
      * group's copy in local memory (QLOCAL), the latter with several query
      * blocks per group; row norms computed by every work-item and by the
-     * first query block (XNORM). Traffic is bounded: with one query block
+     * first query block, or by a pass before the loop (XNORM). Traffic is
+     * bounded with the norms summed in the loop (XNORM 1): with one query block
      * per group (QG == QB) each database row is loaded by one work-item,
      * which computes its norm in the same pass, and QLOCAL loads the
      * queries once; the heaps in global memory add a few percent. */
     {"l2_topk", "3x100x5x4,1x37x3x40",
      "SLICES=0;QB=1,RB=4,VEC=4,QG=4,WGS=16,SLICES=3,QLOCAL=0,XNORM=0;"
+     "QB=2,RB=4,VEC=4,QG=4,WGS=8,SLICES=2,QLOCAL=0,XNORM=2;"
      "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=1",
-     "QB=2,RB=4,VEC=4,QG=2,WGS=16,SLICES=1,QLOCAL=1", "2x2048x32x4", 1, 1},
+     "QB=2,RB=4,VEC=4,QG=2,WGS=16,SLICES=1,QLOCAL=1,XNORM=1", "2x2048x32x4", 1, 1},
     {"act_and_mul", "5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2",
      "LAYOUT=1,WGS=16,VEC=4", "4x200", 0, 1},
     /* tokens x nq x nk x nv x hd x R */

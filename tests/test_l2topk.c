@@ -446,7 +446,7 @@ START_TEST(test_scan_norms)
         int qlocal, xnorm, norms;
     } runs[] = {
         {OCLF_F32, 1, 1, 0}, {OCLF_F32, 0, 1, 0}, {OCLF_F32, 1, 0, 0}, {OCLF_F32, 1, 1, 1},
-        {OCLF_F16, 1, 1, 0}, {OCLF_F16, 1, 1, 1},
+        {OCLF_F32, 0, 2, 0}, {OCLF_F16, 1, 1, 0}, {OCLF_F16, 1, 1, 1}, {OCLF_F16, 0, 2, 0},
     };
     static float gd[2][NQ * K];
     static int64_t gi[2][NQ * K];
@@ -633,7 +633,7 @@ START_TEST(test_bad_arguments)
            OCLF_INVALID_ARGUMENT, "QLOCAL");
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
-    oclf_params_set(&ch.params, "XNORM", -1);
+    oclf_params_set(&ch.params, "XNORM", 3);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "XNORM");
     /* QLOCAL = 1 where QG x D floats exceed the device's local memory (the
