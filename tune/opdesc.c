@@ -93,6 +93,52 @@ static int matches(const char *want, unsigned index, const char *name)
     return strstr(name, want) != NULL;
 }
 
+/* Calls visit for each platform (dev NULL) and then each of its devices,
+ * in index order, until visit returns nonzero. -1 when there is no
+ * platform, else visit's last result. */
+typedef int (*device_visit)(void *user, cl_platform_id pl, cl_uint p, const char *pname,
+                            cl_device_id dev, cl_uint d, const char *dname);
+static int each_device(device_visit visit, void *user)
+{
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0)
+        return -1;
+    int r = 0;
+    for (cl_uint p = 0; p < np && !r; p++) {
+        char pname[256] = "";
+        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+        if ((r = visit(user, plats[p], p, pname, NULL, 0, NULL)))
+            break;
+        cl_device_id devs[16];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
+            continue;
+        for (cl_uint d = 0; d < nd && !r; d++) {
+            char dname[256] = "";
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
+            r = visit(user, plats[p], p, pname, devs[d], d, dname);
+        }
+    }
+    return r;
+}
+
+/* The first device whose platform and device match (index or name). */
+struct pick {
+    const char *platform, *device;
+    op_env *env;
+};
+static int pick_device(void *user, cl_platform_id pl, cl_uint p, const char *pname,
+                       cl_device_id dev, cl_uint d, const char *dname)
+{
+    struct pick *pk = user;
+    if (!dev || !matches(pk->platform, p, pname) || !matches(pk->device, d, dname))
+        return 0;
+    pk->env->platform = pl;
+    pk->env->device = dev;
+    return 1;
+}
+
 int op_env_open(op_env *env, const char *platform, const char *device, char *err, size_t errlen)
 {
     return op_env_open_opts(env, platform, device, NULL, err, errlen);
@@ -102,30 +148,10 @@ int op_env_open_opts(op_env *env, const char *platform, const char *device,
                      const oclf_context_options *options, char *err, size_t errlen)
 {
     memset(env, 0, sizeof *env);
-    cl_platform_id plats[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+    struct pick pk = {platform, device, env};
+    if (each_device(pick_device, &pk) < 0) {
         snprintf(err, errlen, "no OpenCL platform found (is an ICD such as pocl-opencl-icd installed?)");
         return -1;
-    }
-    for (cl_uint p = 0; p < np && !env->device; p++) {
-        char pname[256] = "";
-        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
-        if (!matches(platform, p, pname))
-            continue;
-        cl_device_id devs[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint d = 0; d < nd; d++) {
-            char dname[256] = "";
-            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
-            if (matches(device, d, dname)) {
-                env->platform = plats[p];
-                env->device = devs[d];
-                break;
-            }
-        }
     }
     if (!env->device) {
         snprintf(err, errlen, "no OpenCL device matches platform '%s' device '%s'",
@@ -179,36 +205,33 @@ int op_listed(const char *list, const char *name)
     return 0;
 }
 
+/* One device's line: name and the library's fingerprint for it. */
+static int print_device(void *user, cl_platform_id pl, cl_uint p, const char *pname,
+                        cl_device_id dev, cl_uint d, const char *dname)
+{
+    (void)user, (void)pl;
+    if (!dev) {
+        printf("platform %u: %s\n", p, pname);
+        return 0;
+    }
+    cl_int e;
+    cl_context cl = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
+    oclf_context *ctx = NULL;
+    if (cl)
+        oclf_context_create(cl, dev, NULL, &ctx);
+    printf("  device %u: %s\n    fingerprint: %s\n", d, dname,
+           ctx ? oclf_context_fingerprint(ctx) : "(unavailable)");
+    oclf_context_destroy(ctx);
+    if (cl)
+        clReleaseContext(cl);
+    return 0;
+}
+
 int op_list_devices(const char *tool)
 {
-    cl_platform_id plats[16];
-    cl_uint np = 0;
-    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+    if (each_device(print_device, NULL) < 0) {
         fprintf(stderr, "%s: no OpenCL platform\n", tool);
         return 1;
-    }
-    for (cl_uint p = 0; p < np; p++) {
-        char pname[256] = "";
-        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
-        printf("platform %u: %s\n", p, pname);
-        cl_device_id devs[16];
-        cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint d = 0; d < nd; d++) {
-            char dname[256] = "";
-            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
-            cl_int e;
-            cl_context cl = clCreateContext(NULL, 1, &devs[d], NULL, NULL, &e);
-            oclf_context *ctx = NULL;
-            if (cl)
-                oclf_context_create(cl, devs[d], NULL, &ctx);
-            printf("  device %u: %s\n    fingerprint: %s\n", d, dname,
-                   ctx ? oclf_context_fingerprint(ctx) : "(unavailable)");
-            oclf_context_destroy(ctx);
-            if (cl)
-                clReleaseContext(cl);
-        }
     }
     return 0;
 }
