@@ -67,9 +67,9 @@
         const T near = fma(q, a, a);                                           \
         return t > 0.927734375f ? far : near;                                  \
     }
-inline float erf_float(float a) OCLF_ERF_BODY(float)
+static inline float erf_float(float a) OCLF_ERF_BODY(float)
 #if OCLF_VEC > 1
-inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
+static inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
 #else
 #define erf_floatv erf_float
 #endif

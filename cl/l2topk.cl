@@ -47,7 +47,7 @@
 
 /* Distances are clamped at 0 (the expansion can go slightly negative);
  * `d > 0 ? d : 0` also turns -0 into +0 and leaves NaN to its own key. */
-inline uint dist_key(float d)
+static inline uint dist_key(float d)
 {
     if (isnan(d))
         return KEY_NAN;
@@ -55,7 +55,7 @@ inline uint dist_key(float d)
     return as_uint(d) | 0x80000000u;
 }
 
-inline float key_dist(uint k)
+static inline float key_dist(uint k)
 {
     if (k == KEY_EMPTY)
         return FLT_MAX; /* FAISS's padding for k > N */
@@ -64,7 +64,7 @@ inline float key_dist(uint k)
     return as_float(k & 0x7fffffffu);
 }
 
-inline bool kv_less(uint ka, long ia, uint kb, long ib)
+static inline bool kv_less(uint ka, long ia, uint kb, long ib)
 {
     return ka < kb || (ka == kb && (ulong)ia < (ulong)ib);
 }
@@ -73,7 +73,7 @@ inline bool kv_less(uint ka, long ia, uint kb, long ib)
  * and returns the new root (its index in *root_idx) from what the sift read
  * anyway. An entry's index is read only where its key ties or it moves up:
  * the heaps live in global memory and every byte of theirs is traffic. */
-inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx,
+static inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx,
                       long *root_idx)
 {
     uint pos = 0, rootk = key;
@@ -114,7 +114,7 @@ inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, lo
  * its heap, so a rejected row never displaces an allowed one. */
 #define ROW_ALLOWED(r) (!has_allow || ((allow[ao + (r) / 8] >> ((r) % 8)) & 1))
 
-inline void heap_clear(__global uint *hk, __global long *hi, uint k)
+static inline void heap_clear(__global uint *hk, __global long *hi, uint k)
 {
     for (uint e = 0; e < k; e++) {
         hk[e] = KEY_EMPTY;
@@ -134,7 +134,7 @@ inline void heap_clear(__global uint *hk, __global long *hi, uint k)
  * the same sum inside its register block from the vectors it loads anyway,
  * in this order (vector fma over whole VEC chunks, VSUM, scalar fma tail), so
  * duplicated rows get bit-identical norms on either path. */
-inline float x_norm(__global const stor_t *p, uint d)
+static inline float x_norm(__global const stor_t *p, uint d)
 {
     floatv a = VSPLAT(0.0f);
     uint c = 0;
@@ -166,9 +166,9 @@ inline float x_norm(__global const stor_t *p, uint d)
     }                                                                          \
     return s;
 
-inline float q_norm(__global const float *p, uint d) { Q_NORM_BODY }
+static inline float q_norm(__global const float *p, uint d) { Q_NORM_BODY }
 #if OCLF_QLOCAL
-inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
+static inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
 #endif
 
 /* ---- register block --------------------------------------------------------- */

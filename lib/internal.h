@@ -50,6 +50,13 @@ typedef struct oclf_device_info {
     cl_uint opencl_c_major, opencl_c_minor;
     bool fp16, fp64, subgroups;
     bool local_is_global; /* no dedicated local memory (CPUs) */
+    /* The device compiler miscomputes a work-group kernel whose lanes run
+     * vector loops over a head split at a width VEC does not divide, after
+     * a global barrier (the fused item-structure qk_norm_rope with LAYOUT
+     * 1, VEC >= 4 and R/2 not a multiple of VEC: wrong heads and stores
+     * outside the buffer, while a simulator runs the same kernel right and
+     * race-free). Ops keep that combination off such a device. */
+    bool split_tail_miscompile;
 } oclf_device_info;
 
 OCLF_HIDDEN oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev,
