@@ -121,6 +121,16 @@ OCLF_API oclf_status oclf_context_create(cl_context context, cl_device_id device
  * queues that used it first. NULL is accepted. */
 OCLF_API void oclf_context_destroy(oclf_context *ctx);
 
+/* The device class every heuristic of this context follows:
+ * CL_DEVICE_TYPE_GPU, _CPU or _ACCELERATOR (0 for a NULL context). It is
+ * the device's own type unless the environment variable OCLF_DEVICE_CLASS
+ * is "gpu" or "cpu" when the context is created: then the library treats
+ * the device as that class, and a GPU class also caps the limits it plans
+ * with at 1024 work-items a group and 48 KiB of local memory, so a GPU's
+ * defaults can run and be checked on a CPU device. Another value of the
+ * variable makes oclf_context_create fail with OCLF_INVALID_ARGUMENT. */
+OCLF_API cl_device_type oclf_context_device_type(const oclf_context *ctx);
+
 /* The detail of the last failed call on this thread for this context (pass
  * NULL after a failed oclf_context_create). Empty string when none. The
  * pointer stays valid until the next call on this thread. */

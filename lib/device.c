@@ -5,6 +5,8 @@
  */
 #include "internal.h"
 
+#include <CL/cl_ext.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,12 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
             o->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
             o->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
             o->subgroups = strstr(ext, "cl_khr_subgroups") != NULL;
+            o->has_uuid =
+                strstr(ext, "cl_khr_device_uuid") != NULL &&
+                clGetDeviceInfo(dev, CL_DEVICE_UUID_KHR, sizeof o->device_uuid, o->device_uuid,
+                                NULL) == CL_SUCCESS &&
+                clGetDeviceInfo(dev, CL_DRIVER_UUID_KHR, sizeof o->driver_uuid, o->driver_uuid,
+                                NULL) == CL_SUCCESS;
         }
         free(ext);
     }

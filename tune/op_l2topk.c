@@ -166,6 +166,7 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
     cl_device_local_mem_type lmt = CL_LOCAL;
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
     const uint64_t nq = s->d[0] ? s->d[0] : 1, d = s->d[2] ? s->d[2] : 1;
+    const int gpu = op_is_gpu(env);
     static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
     static const int nrbs[] = {4, 8, 16, 32};
     for (int formula = 1; formula >= 0; formula--)
@@ -188,6 +189,9 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                             continue;
                         if (formula == 0 &&
                             ql != (lmt != CL_GLOBAL && base + copy <= local_mem / 2))
+                            continue;
+                        if (gpu && qb * (uint64_t)rbs[b] * (uint64_t)vecs[c] >
+                                       OP_GPU_MAX_BLOCK_FLOATS)
                             continue;
                         oclf_params p;
                         memset(&p, 0, sizeof p);

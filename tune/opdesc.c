@@ -396,6 +396,11 @@ int op_download(const op_env *env, cl_mem mem, void *host, size_t bytes)
                : -1;
 }
 
+int op_is_gpu(const op_env *env)
+{
+    return oclf_context_device_type(env->ctx) == CL_DEVICE_TYPE_GPU;
+}
+
 int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,
                  oclf_params *out, int max)
 {

@@ -136,6 +136,16 @@ typedef struct op_stage_space {
     int rows_need_stage;
 } op_stage_space;
 int op_staged_row_space(const op_env *env, const op_stage_space *s, oclf_params *out, int max);
+/* 1 when the library plans for a GPU on this device (its class, which
+ * OCLF_DEVICE_CLASS may override). */
+int op_is_gpu(const op_env *env);
+/* Where the cross-compile suite (tests/gpu_compile.py) saw AMD's compiler
+ * spill registers to scratch memory, GPU search spaces stop: vectors of 16
+ * bytes for kernels that keep several temporaries per element, and 16
+ * accumulator floats in an l2_topk register block (QB x RB x VEC). */
+#define OP_GPU_MAX_VEC_BYTES 16
+#define OP_GPU_MAX_BLOCK_FLOATS 16
+
 /* Adds p to out[*n] when *n < max. */
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);
 

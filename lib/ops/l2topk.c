@@ -50,9 +50,12 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
      * bound by reading the database, so one query against 4 rows of float16
      * vectors; from 4 queries on, 2 queries x 2 rows of float16 is the block
      * whose accumulators and operands fill the register file exactly (4 x 4
-     * of float8 spills and ran at half the speed here). GPUs have registers
-     * to spare: 4 x 4 of float4. */
-    int qb = nq < 4 ? 1 : (cpu ? 2 : 4), rb = cpu && nq >= 4 ? 2 : 4;
+     * of float8 spills and ran at half the speed here). GPUs: 16
+     * accumulator floats, 1 x 4 or 2 x 2 of float4. Without a required
+     * work-group size the compiler must leave room for 1024 work-items a
+     * group, and AMD's (gfx90a, gfx1100) spilled the scan's registers to
+     * scratch from 32 accumulators on (tests/gpu_compile.py). */
+    int qb = nq < 4 ? 1 : 2, rb = nq < 4 ? 4 : 2;
     /* Query groups of at most 32 (CPU) / 16 (GPU) queries, balanced so the
      * last group is not mostly padding. */
     uint64_t gmax = cpu ? 32 : 16;
@@ -163,12 +166,56 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
     return OCLF_SUCCESS;
 }
 
+/* The program a call with `cfg` on `path` runs. The unfused path uses the
+ * norm and merge kernels of the program that the fused heuristic builds for
+ * many queries, so both paths share one build. */
+static oclf_status l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                              oclf_path path, const l2_cfg *cfg, oclf_program **prog)
+{
+    l2_cfg pc = *cfg;
+    if (path == OCLF_PATH_UNFUSED) {
+        oclf_shape many = {{100, shape->dim[1], shape->dim[2], shape->dim[3]}};
+        oclf_params hp = {0};
+        oclf_l2topk_heuristic(ctx, dtype, &many, OCLF_PATH_FUSED, &hp);
+        oclf_status st = l2_config(ctx, OCLF_PATH_FUSED, &hp, shape->dim[2], &pc);
+        if (st != OCLF_SUCCESS)
+            return st;
+    }
+    char opts[200];
+    snprintf(opts, sizeof opts,
+             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
+             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d",
+             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm);
+    return oclf_program_get(ctx, "l2topk.cl", opts, prog);
+}
+
+/* Work-group sizes of the launches (run_fused, run_unfused, merge_launch). */
+#define L2_MERGE_WGS 8
+#define L2_NORM_WGS 64
+#define L2_TILE_WGS 8
+
 oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                  const oclf_shape *shape, const oclf_resolved *r, int deep)
 {
-    (void)op, (void)dtype, (void)deep;
+    (void)op;
     l2_cfg cfg;
-    return l2_config(ctx, r->path, &r->params, shape->dim[2], &cfg);
+    oclf_program *prog;
+    oclf_status st = l2_config(ctx, r->path, &r->params, shape->dim[2], &cfg);
+    if (st != OCLF_SUCCESS || !deep ||
+        (st = l2_program(ctx, dtype, shape, r->path, &cfg, &prog)) != OCLF_SUCCESS)
+        return st;
+    /* A kernel's registers or local memory can lower its limit below the
+     * device's; only the built kernel reports it. */
+    static const char *const merge[] = {"l2_merge"}, *const scan[] = {"l2_scan"};
+    static const char *const norms[] = {"l2_q_norms", "l2_x_norms", "l2_to_f32"};
+    static const char *const tile[] = {"l2_tile_topk"};
+    if ((st = oclf_check_kernel_wgs(ctx, prog, merge, 1, L2_MERGE_WGS)))
+        return st;
+    if (r->path == OCLF_PATH_FUSED)
+        return oclf_check_kernel_wgs(ctx, prog, scan, 1, (size_t)cfg.wgs);
+    if ((st = oclf_check_kernel_wgs(ctx, prog, norms, 3, L2_NORM_WGS)))
+        return st;
+    return oclf_check_kernel_wgs(ctx, prog, tile, 1, L2_TILE_WGS);
 }
 
 typedef struct l2_call {
@@ -258,7 +305,8 @@ static oclf_status merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk, c
     oclf_arg a[] = {OCLF_ARG(hk),         OCLF_ARG(hi),   OCLF_ARG(nq),         OCLF_ARG(nslices),
                     OCLF_ARG(k),          OCLF_ARG(c->dist.mem), OCLF_ARG(dofs), OCLF_ARG(ds),
                     OCLF_ARG(c->idx.mem), OCLF_ARG(iofs), OCLF_ARG(is)};
-    return oclf_chain_launch(ch, prog, "l2_merge", a, 11, oclf_round_up(qn, 8), 8);
+    return oclf_chain_launch(ch, prog, "l2_merge", a, 11, oclf_round_up(qn, L2_MERGE_WGS),
+                             L2_MERGE_WGS);
 }
 
 static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *prog,
@@ -356,25 +404,26 @@ static oclf_status gemm_fail(const oclf_context *ctx, CLBlastStatusCode s)
                      "l2_topk: the GEMM library's Sgemm failed with status %d", (int)s);
 }
 
-/* -2 Q X_tile^T through the GEMM library. It takes no wait list, so a
- * barrier on the previous launch orders it on out-of-order queues too. */
+/* -2 Q X_tile^T through the GEMM library. The tile is cleared after the
+ * previous launch, and the GEMM, which takes no wait list, is ordered
+ * after the clear by a barrier on the clear's event: on an out-of-order
+ * queue nothing else orders the three. */
 static oclf_status gemm_launch(oclf_chain *ch, size_t m, size_t n, size_t kd, cl_mem a,
                                size_t ao, size_t lda, cl_mem b, size_t bo, size_t ldb, cl_mem cm)
 {
-    cl_int err;
-    if (ch->prev)
-        err = clEnqueueBarrierWithWaitList(ch->queue, 1, &ch->prev, NULL);
-    else
-        err = clEnqueueBarrierWithWaitList(ch->queue, ch->num_events, ch->wait_list, NULL);
-    if (err != CL_SUCCESS)
-        return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
     /* C is cleared first: the GEMM computes alpha A B + beta C and 0 * NaN
      * from a previous tile would survive beta = 0 in some implementations. */
     const float zero = 0.0f;
-    err = clEnqueueFillBuffer(ch->queue, cm, &zero, sizeof zero, 0, m * n * sizeof(float), 0,
-                              NULL, NULL);
+    cl_event cleared = NULL;
+    cl_int err = clEnqueueFillBuffer(ch->queue, cm, &zero, sizeof zero, 0, m * n * sizeof(float),
+                                     ch->prev ? 1 : ch->num_events,
+                                     ch->prev ? &ch->prev : ch->wait_list, &cleared);
     if (err != CL_SUCCESS)
         return oclf_fail_cl(ch->ctx, err, "clEnqueueFillBuffer(distance tile)");
+    err = clEnqueueBarrierWithWaitList(ch->queue, 1, &cleared, NULL);
+    clReleaseEvent(cleared);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
     cl_event ev = NULL;
     cl_command_queue qu = ch->queue;
     CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes,
@@ -445,7 +494,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
         oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo), OCLF_ARG(qs), OCLF_ARG(rows),
                         OCLF_ARG(d), OCLF_ARG(qn)};
         if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, 6,
-                                             oclf_round_up(c->nq, 64), 64)))
+                                             oclf_round_up(c->nq, L2_NORM_WGS), L2_NORM_WGS)))
             goto done;
     }
     for (size_t q0 = 0; q0 < c->nq; q0 += cq) {
@@ -458,14 +507,14 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xf)};
                 if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, 7,
-                                            oclf_round_up(tc * c->d, 64), 64)))
+                                            oclf_round_up(tc * c->d, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
             if (!c->has_xn) {
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xn)};
                 if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, 7,
-                                            oclf_round_up(tc, 64), 64)))
+                                            oclf_round_up(tc, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
             if ((st = gemm_launch(ch, qc, tc, c->d, c->q.mem, c->q.offset + q0 * c->q.stride,
@@ -486,7 +535,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
                             OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
                             OCLF_ARG(hi),  OCLF_ARG(am),   OCLF_ARG(ao),    OCLF_ARG(has_allow)};
             if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 17,
-                                        oclf_round_up(qc * slices, 8), 8)))
+                                        oclf_round_up(qc * slices, L2_TILE_WGS), L2_TILE_WGS)))
                 goto done;
         }
         if ((st = merge_launch(ch, prog, hk, hi, c, q0, qc, ns)))
@@ -553,24 +602,8 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
     if (nq == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
 
-    /* The unfused path uses the norm and merge kernels of the program that
-     * the fused heuristic builds for many queries, so both paths share one
-     * build. */
-    l2_cfg pc = cfg;
-    if (r.path == OCLF_PATH_UNFUSED) {
-        oclf_shape many = {{100, n, d, k}};
-        oclf_params hp = {0};
-        oclf_l2topk_heuristic(ctx, x_dtype, &many, OCLF_PATH_FUSED, &hp);
-        if ((st = l2_config(ctx, OCLF_PATH_FUSED, &hp, d, &pc)))
-            return st;
-    }
-    char opts[200];
-    snprintf(opts, sizeof opts,
-             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
-             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d",
-             (int)x_dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm);
     oclf_program *prog;
-    if ((st = oclf_program_get(ctx, "l2topk.cl", opts, &prog)))
+    if ((st = l2_program(ctx, x_dtype, &shape, r.path, &cfg, &prog)))
         return st;
 
     oclf_chain ch;

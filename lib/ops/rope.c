@@ -278,7 +278,7 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
         (st = rope_config(ctx, op, r->path, &r->params, rope->head_dim, rope->rot_dim, &cfg)))
         return st;
     l->local = (size_t)cfg.row.wgs;
-    if (heads != 0 && tokens > SIZE_MAX / heads / l->local)
+    if (heads != 0 && tokens > OCLF_MAX_LAUNCH_ITEMS / heads / l->local)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range",
                          oclf_op_name(op), tokens);
     if (cfg.stage)
