@@ -1,5 +1,5 @@
 /*
- * Activation-and-multiply (SPEC §3): out[t, i] = act(x) * y.
+ * Activation-and-multiply: out[t, i] = act(x) * y.
  *
  * Fused kernel: act_and_mul. Unfused building blocks: act_rows (activation
  * into an fp32 temporary) and mul_rows (temporary times the other half).

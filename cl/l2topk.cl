@@ -1,5 +1,5 @@
 /*
- * L2 distance + top-k (SPEC §5).
+ * L2 distance + top-k.
  *
  * Build options: OCLF_DTYPE (database storage), OCLF_VEC (vector width over
  * D), OCLF_QB x OCLF_RB (queries x database rows of the register block),

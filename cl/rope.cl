@@ -1,5 +1,5 @@
 /*
- * Rotary embedding and fused QK-norm + RoPE (SPEC §4).
+ * Rotary embedding and fused QK-norm + RoPE.
  *
  * Fused kernel: qk_norm_rope. Building blocks: rotary_embedding (also the
  * public op) and head_rms_norm (the unfused norm half).

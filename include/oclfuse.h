@@ -233,7 +233,7 @@ OCLF_API oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op, oclf
                                          char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
-/* Normalization (SPEC §1-2). Rows are independent; `cols` is the hidden size.
+/* Normalization. Rows are independent; `cols` is the hidden size.
  * `weight` and `bias` are vectors of `cols` elements of `dtype`, or NULL for
  * 1 and 0. Row strides may exceed cols. Statuses: OCLF_INVALID_ARGUMENT for
  * NULL handles, cols == 0, stride < cols, a buffer smaller than the ranges
@@ -277,7 +277,7 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
                                          const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Activation-and-multiply (SPEC §3): the gated MLP's elementwise step.       */
+/* Activation-and-multiply: the gated MLP's elementwise step.       */
 
 typedef enum oclf_act {
     /* x / (1 + exp(-x)) */
@@ -327,7 +327,7 @@ OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
                                       const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Rotary embedding and fused QK-norm + RoPE (SPEC §4).                       */
+/* Rotary embedding and fused QK-norm + RoPE.                       */
 
 typedef enum oclf_rope_style {
     OCLF_ROPE_NEOX = 0, /* pairs (j, j + R/2): rotate-half, Llama/NeoX */
@@ -392,7 +392,7 @@ OCLF_API oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue q
  * for 1); the normalized values stay in fp32 for the rotation and are rounded
  * once. V heads are not touched. The unfused path (per-head RMSNorm kernel,
  * then the rotary_embedding kernel) rounds the normalized heads to storage
- * in between, as separate calls would, so it agrees within the SPEC
+ * in between, as separate calls would, so it agrees within the dtype's
  * tolerances rather than bit for bit in f16/bf16.
  * Statuses: those of oclf_rotary_embedding, plus eps < 0 or not finite and a
  * weight that overlaps qkv; nq == 0 is invalid, nk and nv may be 0. */
@@ -404,7 +404,7 @@ OCLF_API oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue
                                        const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* L2 distance + top-k (SPEC §5): exact nearest-neighbour search.            */
+/* L2 distance + top-k: exact nearest-neighbour search.            */
 
 /* Which distance formulas a call may use.
  *  OCLF_L2_FAST (default): either. The expansion |q|^2 + |x|^2 - 2 q.x is

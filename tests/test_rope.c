@@ -161,7 +161,7 @@ static void *run_qk(const qk_case *c)
     rope_in r = make_rope(c->cdt, c->tokens, hd, c->rot, c->gptj, c->pos64, c->bad);
     void *x = th_random(dt, n, -2.0f, 2.0f);
     /* Weights up to 1 keep normalized values below 2 or so, where one
-     * bf16 rounding between the unfused kernels stays inside the SPEC
+     * bf16 rounding between the unfused kernels stays inside the dtype's
      * tolerance. */
     void *qw = th_random(dt, hd, 0.5f, 1.0f), *kw = th_random(dt, hd, 0.5f, 1.0f);
     cl_mem mx = th_upload(x, n * es), mqw = th_upload(qw, hd * es), mkw = th_upload(kw, hd * es);

@@ -101,19 +101,9 @@ static int act_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
                      oclf_params *out, int max)
 {
     (void)path;
-    int n = op_row_space(env, s->d[1], 1, 64, 16, out, max);
-    if (!op_is_gpu(env))
-        return n;
     /* The activations keep several temporaries per element alive: wider
-     * vectors spill on a GPU (OP_GPU_MAX_VEC_BYTES). */
-    int kept = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t vec = 1;
-        oclf_params_get(&out[i], "VEC", &vec);
-        if ((size_t)vec * oclf_dtype_size(dt) <= OP_GPU_MAX_VEC_BYTES)
-            out[kept++] = out[i];
-    }
-    return kept;
+     * vectors spill on a GPU. */
+    return op_gpu_vector_cap(env, dt, out, op_row_space(env, s->d[1], 1, 64, 16, out, max));
 }
 
 const op_desc op_act_and_mul = {

@@ -1,5 +1,5 @@
 /*
- * Activation-and-multiply (SPEC §3): oclf_act_and_mul.
+ * Activation-and-multiply: oclf_act_and_mul.
  *
  *   fused: act_and_mul          unfused: act_rows -> mul_rows (fp32 temporary)
  *

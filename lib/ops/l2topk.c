@@ -1,5 +1,5 @@
 /*
- * L2 distance + top-k (SPEC §5).
+ * L2 distance + top-k.
  *
  *   fused:   l2_scan (distances in registers, candidate heaps per
  *            (query, slice)) -> l2_merge

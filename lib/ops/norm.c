@@ -1,6 +1,6 @@
 /*
  * Normalization family: rms_norm, add_rms_norm, layer_norm, add_layer_norm
- * (SPEC §1-2), each fused (one kernel) or unfused (its composition):
+ *, each fused (one kernel) or unfused (its composition):
  *
  *   rms_norm        fused: rms_norm             unfused: rms_stats -> norm_apply
  *   add_rms_norm    fused: add_rms_norm         unfused: add_rows -> rms_norm

@@ -1,5 +1,5 @@
 /*
- * Rotary embedding family (SPEC §4): rotary_embedding and qk_norm_rope.
+ * Rotary embedding family: rotary_embedding and qk_norm_rope.
  *
  *   rotary_embedding  one kernel (rotary_embedding); it has no unfused form
  *   qk_norm_rope      fused: qk_norm_rope
