@@ -275,6 +275,62 @@ static inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
     }                                                                          \
     FOR_IJ(STORE_TILE)
 
+#ifndef OCLF_XSTAGE
+#define OCLF_XSTAGE 0
+#endif
+#if OCLF_XSTAGE
+/* XSTAGE: the tile's rows pass through local memory in chunks of
+ * OCLF_XSTAGE columns, loaded by the whole work-group with consecutive
+ * work-items on consecutive elements of a row (coalesced on a GPU, where a
+ * work-item reading its own rows touches as many rows per load as the
+ * warp has row blocks). The row stride in local memory is one float longer
+ * than a chunk so that the row blocks' reads fall in different banks. The
+ * accumulators live across the chunks and the sums run in BLOCK's order
+ * (whole vectors in column order, VSUM, then the scalar tail, which is read
+ * from global memory), so the keys and the norms are BLOCK's bits. */
+#define XS_STRIDE (OCLF_XSTAGE + 1)
+#if OCLF_VEC == 1
+#define VLOADL(p) (*(p))
+#else
+#define VLOADL(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))
+#endif
+#define LOAD_QC(i) const floatv vq##i = VLOADQ(qp##i + c0 + c);
+#define LOAD_XL(j) const floatv vx##j = VLOADL(lx + (rb * OCLF_RB + (j)) * XS_STRIDE + c);
+#define STAGED_BLOCK(ND, NS, NSUM, NSS)                                        \
+    FOR_IJ(DECL_ACC)                                                           \
+    FOR_R(ND)                                                                  \
+    const uint dvec = d / OCLF_VEC * OCLF_VEC;                                 \
+    for (uint c0 = 0; c0 < dvec; c0 += OCLF_XSTAGE) {                          \
+        const uint dc = min((uint)OCLF_XSTAGE, dvec - c0);                     \
+        barrier(CLK_LOCAL_MEM_FENCE);                                          \
+        for (uint e = lid; e < tr * dc; e += wgs) {                            \
+            const uint r = e / dc, cc = e - r * dc;                            \
+            lx[r * XS_STRIDE + cc] = LD(x + xo + min(t0 + r, r1 - 1) * xs, c0 + cc); \
+        }                                                                      \
+        barrier(CLK_LOCAL_MEM_FENCE);                                          \
+        if (active) {                                                          \
+            for (uint c = 0; c < dc; c += OCLF_VEC) {                          \
+                FOR_Q(LOAD_QC)                                                 \
+                FOR_R(LOAD_XL)                                                 \
+                FOR_IJ(DO_STEP)                                                \
+                FOR_R(NS)                                                      \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+    if (active) {                                                              \
+        FOR_IJ(DECL_SUM)                                                       \
+        FOR_R(NSUM)                                                            \
+        FOR_R(DECL_XP)                                                         \
+        for (uint c = dvec; c < d; c++) {                                      \
+            FOR_Q(LOAD_QS)                                                     \
+            FOR_R(LOAD_XS)                                                     \
+            FOR_IJ(DO_STEPS)                                                   \
+            FOR_R(NSS)                                                         \
+        }                                                                      \
+        FOR_IJ(STORE_TILE)
+/* (closed by the caller: it stores the norms, then ends the block) */
+#endif
+
 /*
  * Fused scan. Work-group (query group, database slice): `qg` queries (a
  * multiple of QB) against rows [slice * per, min(n, (slice + 1) * per)),
@@ -312,7 +368,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
                       __global const uchar *allow, ulong ao, uint has_allow,
                       __global uint *hk, __global long *hi, ulong nq, ulong n, uint d, uint k,
                       uint qg, ulong per, uint nslices, __local uint *tile, __local float *lxn,
-                      __local float *lqn, __local float *lq)
+                      __local float *lqn, __local float *lq, __local float *lx)
 {
     const uint lid = get_local_id(0), wgs = get_local_size(0);
     const uint ngq = (uint)((nq + qg - 1) / qg);
@@ -373,7 +429,31 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
         /* Work-items whose whole row block lies past the slice's end (its
          * last, short tile) compute nothing: phase 2 reads only the rows
          * that exist. */
-        if (lid < nqb * nrb && rbase < r1) {
+        const int active = lid < nqb * nrb && rbase < r1;
+#if OCLF_XSTAGE
+        /* Every work-item takes part in the chunk loads and their barriers;
+         * the query pointers are clamped, so they are valid for all. */
+        {
+            FOR_Q(DECL_QP)
+#if OCLF_FORMULA == 1 && OCLF_XNORM != 2
+            /* The norms are summed by every work-item (the loads are shared
+             * anyway), stored by the first query block. */
+            STAGED_BLOCK(NORM_DECL, NORM_STEP, NORM_SUM, NORM_STEPS)
+                if (qb == 0) {
+                    if (has_xn) {
+                        FOR_R(NORM_GIVEN)
+                    } else {
+                        FOR_R(NORM_STORE)
+                    }
+                }
+            }
+#else
+            STAGED_BLOCK(NONE, NONE, NONE, NONE)
+            }
+#endif
+        }
+#else
+        if (active) {
             FOR_Q(DECL_QP)
             FOR_R(DECL_XP)
 #if OCLF_FORMULA == 1 && OCLF_XNORM == 2
@@ -394,6 +474,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
             BLOCK(NONE, NONE, NONE, NONE)
 #endif
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < qcount) {
             const uint cnt = (uint)min((ulong)tr, r1 - t0);

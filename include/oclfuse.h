@@ -464,7 +464,10 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * local memory once instead of read per row tile), XNORM (how the scan
  * sums |x|^2: inside its distance loop by every work-item (0) or by the
  * first query block's (1), or (2) in a pass over each tile before the
- * loop; same bits every way). Unfused: SLICES (candidate lists per
+ * loop; same bits every way), XSTAGE (0, or a power of two from VEC to
+ * 256: the tile's rows pass through local memory in chunks of that many
+ * columns, loaded by the whole work-group along each row, coalesced on a
+ * GPU; same bits as 0; the GPU default is 64). Unfused: SLICES (candidate lists per
  * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,

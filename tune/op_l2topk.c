@@ -193,16 +193,25 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                         if (gpu && qb * (uint64_t)rbs[b] * (uint64_t)vecs[c] >
                                        OP_GPU_MAX_BLOCK_FLOATS)
                             continue;
-                        oclf_params p;
-                        memset(&p, 0, sizeof p);
-                        oclf_params_set(&p, "FORMULA", formula);
-                        oclf_params_set(&p, "QB", (int64_t)qb);
-                        oclf_params_set(&p, "RB", rbs[b]);
-                        oclf_params_set(&p, "VEC", vecs[c]);
-                        oclf_params_set(&p, "QG", (int64_t)qg);
-                        oclf_params_set(&p, "WGS", (int64_t)wgs);
-                        oclf_params_set(&p, "QLOCAL", ql);
-                        op_space_add(out, &n, max, &p);
+                        /* GPUs: rows loaded through local memory in
+                         * chunks of 64 columns (coalesced) or each by its
+                         * own work-item. */
+                        for (int xs = 0; xs <= (gpu ? 64 : 0); xs += 64) {
+                            const uint64_t chunk = xs ? tr * (uint64_t)(xs + 1) * 4 : 0;
+                            if (base + (ql ? copy : 0) + chunk > local_mem)
+                                continue;
+                            oclf_params p;
+                            memset(&p, 0, sizeof p);
+                            oclf_params_set(&p, "FORMULA", formula);
+                            oclf_params_set(&p, "QB", (int64_t)qb);
+                            oclf_params_set(&p, "RB", rbs[b]);
+                            oclf_params_set(&p, "VEC", vecs[c]);
+                            oclf_params_set(&p, "QG", (int64_t)qg);
+                            oclf_params_set(&p, "WGS", (int64_t)wgs);
+                            oclf_params_set(&p, "QLOCAL", ql);
+                            oclf_params_set(&p, "XSTAGE", xs);
+                            op_space_add(out, &n, max, &p);
+                        }
                     }
     return n;
 }

@@ -22,15 +22,17 @@
 #define HEAP_ENTRY_BYTES 12u /* uint key + int64 index */
 
 typedef struct l2_cfg {
-    int formula, qb, rb, vec, qg, wgs, qlocal, xnorm;
+    int formula, qb, rb, vec, qg, wgs, qlocal, xnorm, xstage;
     int64_t slices, tile;
 } l2_cfg;
 
 /* Local memory of the scan: the tile (QG x rows), the rows' and the
- * queries' norms, and with QLOCAL the group's queries (QG x D floats). */
-static uint64_t scan_local_bytes(uint64_t qg, uint64_t tr, uint64_t d, int qlocal)
+ * queries' norms, with QLOCAL the group's queries (QG x D floats) and with
+ * XSTAGE a chunk of the tile's rows (rows x (XSTAGE + 1) floats). */
+static uint64_t scan_local_bytes(uint64_t qg, uint64_t tr, uint64_t d, int qlocal, int xstage)
 {
-    return (qg * tr + tr + qg) * 4 + (qlocal ? qg * d * 4 : 0);
+    return (qg * tr + tr + qg) * 4 + (qlocal ? qg * d * 4 : 0) +
+           (xstage ? tr * ((uint64_t)xstage + 1) * 4 : 0);
 }
 
 void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -50,12 +52,13 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
      * bound by reading the database, so one query against 4 rows of float16
      * vectors; from 4 queries on, 2 queries x 2 rows of float16 is the block
      * whose accumulators and operands fill the register file exactly (4 x 4
-     * of float8 spills and ran at half the speed here). GPUs: 16
-     * accumulator floats, 1 x 4 or 2 x 2 of float4. Without a required
+     * of float8 spills and ran at half the speed here). GPUs: at most 16
+     * accumulator floats, 1 x 2 or 2 x 2 of float4. Without a required
      * work-group size the compiler must leave room for 1024 work-items a
      * group, and AMD's (gfx90a, gfx1100) spilled the scan's registers to
-     * scratch from 32 accumulators on (tests/gpu_compile.py). */
-    int qb = nq < 4 ? 1 : 2, rb = nq < 4 ? 4 : 2;
+     * scratch from 32 accumulators on (tests/gpu_compile.py); fewer rows per
+     * block also give a staged tile (XSTAGE, below) more work-items. */
+    int qb = nq < 4 ? 1 : 2, rb = cpu ? (nq < 4 ? 4 : 2) : 2;
     /* Query groups of at most 32 (CPU) / 16 (GPU) queries, balanced so the
      * last group is not mostly padding. */
     uint64_t gmax = cpu ? 32 : 16;
@@ -80,14 +83,28 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
      * nothing: on a CPU it ran level with reading the queries from global
      * memory at 10^6 rows and about 5% slower with the database in cache. */
     const uint64_t d = shape->dim[2] ? shape->dim[2] : 1;
-    const int qlocal = !dev->local_is_global &&
-                       scan_local_bytes(qg, nrb * (uint64_t)rb, d, 1) <= dev->local_mem / 2;
+    /* GPUs also stage the tile's rows in chunks of 32 columns (128 bytes of
+     * f32), loaded by the whole group along each row (coalesced) instead of
+     * by each work-item down its own rows; the tile shrinks until the scan
+     * takes at most half of local memory. */
+    int xstage = cpu || dev->local_is_global ? 0 : 32;
+    while (xstage && nrb > 1 && scan_local_bytes(qg, nrb * (uint64_t)rb, d, 0, xstage) >
+                                    dev->local_mem / 2) {
+        nrb /= 2;
+        wgs = nqb * nrb;
+    }
+    if (scan_local_bytes(qg, nrb * (uint64_t)rb, d, 0, xstage) > dev->local_mem / 2)
+        xstage = 0;
+    const int qlocal =
+        !dev->local_is_global &&
+        scan_local_bytes(qg, nrb * (uint64_t)rb, d, 1, xstage) <= dev->local_mem / 2;
     oclf_params_set(out, "QB", qb);
     oclf_params_set(out, "RB", rb);
     oclf_params_set(out, "VEC", cpu ? 16 : 4);
     oclf_params_set(out, "QG", (int64_t)qg);
     oclf_params_set(out, "WGS", (int64_t)wgs);
     oclf_params_set(out, "QLOCAL", qlocal);
+    oclf_params_set(out, "XSTAGE", xstage);
     /* |x|^2 on CPUs by a plain pass over each tile ahead of the block loop,
      * which also brings the tile into cache (16 queries x 10^6 rows: 567-604
      * ms against 691-765 with the norms summed in the loop by the first
@@ -100,7 +117,7 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
 static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf_params *p,
                              uint64_t d, l2_cfg *cfg)
 {
-    int64_t v[9];
+    int64_t v[10];
     oclf_status st;
     memset(cfg, 0, sizeof *cfg);
     if ((st = oclf_param(ctx, p, "FORMULA", 0, 1, &v[0])) ||
@@ -122,8 +139,14 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
         (st = oclf_param(ctx, p, "QG", 1, 4096, &v[5])) ||
         (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])) ||
         (st = oclf_param(ctx, p, "QLOCAL", 0, 1, &v[7])) ||
-        (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])))
+        (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])) ||
+        (st = oclf_param(ctx, p, "XSTAGE", 0, 256, &v[9])))
         return st;
+    if (v[9] && (v[9] % v[4] || (v[9] & (v[9] - 1))))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter XSTAGE = %lld is neither 0 nor a power of two that "
+                         "VEC = %lld divides",
+                         (long long)v[9], (long long)v[4]);
     if (v[3] > 4 && v[3] != 8)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter RB = %lld is not 1, 2, 3, 4 or 8", (long long)v[3]);
@@ -147,8 +170,9 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
     cfg->wgs = (int)v[6];
     cfg->qlocal = (int)v[7];
     cfg->xnorm = (int)v[8];
+    cfg->xstage = (int)v[9];
     const uint64_t tr = (uint64_t)(cfg->wgs / nqb) * (uint64_t)cfg->rb;
-    const uint64_t local = scan_local_bytes((uint64_t)cfg->qg, tr, d, 0);
+    const uint64_t local = scan_local_bytes((uint64_t)cfg->qg, tr, d, 0, cfg->xstage);
     const uint64_t have = ctx->info.local_mem;
     if (local > have)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -156,7 +180,7 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
                          "device has %llu",
                          cfg->qg, cfg->wgs, cfg->rb, (unsigned long long)local,
                          (unsigned long long)have);
-    if (cfg->qlocal && scan_local_bytes((uint64_t)cfg->qg, tr, d, 1) > have)
+    if (cfg->qlocal && scan_local_bytes((uint64_t)cfg->qg, tr, d, 1, cfg->xstage) > have)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "l2_topk: QLOCAL = 1 copies QG = %d queries of D = %llu floats (%llu "
                          "bytes) to local memory, which with the tile's %llu bytes exceeds the "
@@ -184,8 +208,8 @@ static oclf_status l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_sh
     char opts[200];
     snprintf(opts, sizeof opts,
              "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
-             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d",
-             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm);
+             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d -DOCLF_XSTAGE=%d",
+             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm, pc.xstage);
     return oclf_program_get(ctx, "l2topk.cl", opts, prog);
 }
 
@@ -379,8 +403,10 @@ static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *pr
                             OCLF_ARG_LOCAL(tr * 4),
                             OCLF_ARG_LOCAL((size_t)cfg->qg * 4),
                             /* the queries' copy; one float when unused */
-                            OCLF_ARG_LOCAL(cfg->qlocal ? (size_t)cfg->qg * c->d * 4 : 4)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, 25,
+                            OCLF_ARG_LOCAL(cfg->qlocal ? (size_t)cfg->qg * c->d * 4 : 4),
+                            /* the rows' chunk; one float when unused */
+                            OCLF_ARG_LOCAL(cfg->xstage ? tr * ((size_t)cfg->xstage + 1) * 4 : 4)};
+            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, sizeof a / sizeof *a,
                                         ngq * slices * (size_t)cfg->wgs, (size_t)cfg->wgs)))
                 goto done;
         }
