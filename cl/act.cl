@@ -13,7 +13,9 @@
  *      multiple of VEC; `nsplit` chunks per row). A row is usually one
  *      chunk; the host splits rows only when there are too few of them to
  *      occupy the device (decode batches of a handful of tokens).
- *   1: a work-group per row, consecutive work-items on consecutive vectors.
+ *   1: a work-group per chunk of a row (a row, unless it is split as
+ *      above, so a decode batch still spreads over the compute units),
+ *      consecutive work-items on consecutive vectors.
  * Neither needs a barrier: every output depends on two inputs only.
  */
 
@@ -35,8 +37,10 @@
     const uint lane = 0, nlanes = 1
 #elif OCLF_LAYOUT == 1
 #define ACT_SETUP                                                              \
-    const ulong row = get_group_id(0);                                         \
-    const uint begin = 0, end = d;                                             \
+    const ulong grp = get_group_id(0);                                         \
+    const ulong row = grp / nsplit;                                            \
+    const uint begin = (uint)(grp % nsplit) * chunk;                           \
+    const uint end = min(d, begin + chunk);                                    \
     const uint lane = get_local_id(0), nlanes = OCLF_WGS
 #else
 #error "OCLF_LAYOUT must be 0 or 1"

@@ -145,6 +145,14 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         free(ext);
     }
     o->split_tail_miscompile = platform_is(o, "pocl");
+    /* The lockstep width, from the vendors' attribute queries (an unknown
+     * query fails harmlessly on other devices). */
+    cl_uint width = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof width, &width, NULL) !=
+            CL_SUCCESS &&
+        clGetDeviceInfo(dev, CL_DEVICE_WARP_SIZE_NV, sizeof width, &width, NULL) != CL_SUCCESS)
+        width = 0;
+    o->simd_width = width >= 8 && width <= 128 && !(width & (width - 1)) ? width : 32;
     return apply_class_override(ctx, o);
 }
 

@@ -59,6 +59,10 @@ typedef struct oclf_device_info {
     bool split_tail_miscompile;
     /* cl_khr_device_uuid: some vendors version their compiler apart from
      * CL_DRIVER_VERSION, so the program cache keys on these too. */
+    /* Work-items that execute in lockstep (a warp or wavefront) where the
+     * driver says so, else 32: a GPU work-group narrower than this leaves
+     * lanes idle. */
+    cl_uint simd_width;
     bool has_uuid;
     unsigned char device_uuid[16], driver_uuid[16];
 } oclf_device_info;
@@ -334,7 +338,8 @@ OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_para
                                         oclf_row_cfg *cfg);
 /* Default row structure for rows of `width` elements: on a CPU a row per
  * work-item, cpu_wgs of them per group, 16-wide vectors; on a GPU a
- * work-group per row of gpu_min_wgs..256 work-items covering the row with
+ * work-group per row of gpu_min_wgs (at least the device's lockstep width)
+ * up to 256 work-items covering the row with
  * 16-byte vectors. Writes LAYOUT, WGS and VEC; returns the WGS chosen. */
 OCLF_HIDDEN size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
                                       size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out);

@@ -151,7 +151,8 @@ size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t wi
      * them to cover the row in a few passes. */
     const int vec = dtype == OCLF_F32 ? 4 : 8;
     const uint64_t want = (width + (uint64_t)vec - 1) / (uint64_t)vec;
-    size_t wgs = gpu_min_wgs;
+    /* never narrower than a warp or wavefront: the rest of its lanes idle */
+    size_t wgs = gpu_min_wgs > d->simd_width ? gpu_min_wgs : d->simd_width;
     while (wgs < want && wgs < 256)
         wgs *= 2;
     while (wgs > d->max_wgs && wgs > 1)
