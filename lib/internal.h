@@ -149,14 +149,9 @@ OCLF_HIDDEN void oclf_hash_str(oclf_hash *h, const char *s);
 
 /* Op identifiers shared by dispatch, the tuning database, bench and tuner. */
 typedef enum oclf_op {
-    OCLF_OP_RMS_NORM,
-    OCLF_OP_ADD_RMS_NORM,
-    OCLF_OP_LAYER_NORM,
-    OCLF_OP_ADD_LAYER_NORM,
-    OCLF_OP_ACT_AND_MUL,
-    OCLF_OP_ROTARY_EMBEDDING,
-    OCLF_OP_QK_NORM_ROPE,
-    OCLF_OP_L2_TOPK,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) OCLF_OP_##ID,
+#include "ops.def"
+#undef OCLF_OP
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
