@@ -121,9 +121,15 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
         (st = oclf_param(ctx, p, "QLOCAL", 0, 1, &v[7])) ||
         (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])))
         return st;
-    if (v[3] > 4 && v[3] != 8)
+    /* Powers of two only, as the header lists them: the kernel would also
+     * build 3, but the tuner never searches it and the header never
+     * promised it. */
+    if (v[2] & (v[2] - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter RB = %lld is not 1, 2, 3, 4 or 8", (long long)v[3]);
+                         "kernel parameter QB = %lld is not 1, 2 or 4", (long long)v[2]);
+    if (v[3] & (v[3] - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter RB = %lld is not 1, 2, 4 or 8", (long long)v[3]);
     if (v[4] & (v[4] - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
