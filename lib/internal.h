@@ -271,6 +271,9 @@ OCLF_HIDDEN oclf_status oclf_check_dtype(const oclf_context *ctx, oclf_dtype dty
  * the buffer (CL_MEM_SIZE); `what` names the argument in the error. */
 OCLF_HIDDEN oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf,
                                       size_t rows, size_t cols, size_t elem, oclf_operand *out);
+/* A vector of n elements: its stride is ignored, as the header promises. */
+OCLF_HIDDEN oclf_status oclf_check_vector(const oclf_context *ctx, const char *what, oclf_buf buf,
+                                          size_t n, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
 /* 1 when two operands that share a cl_mem and a row stride can never share

@@ -215,10 +215,8 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t nq, si
         c->has_xn = 1;
     }
     if (opt && opt->allowed) {
-        oclf_buf ab = *opt->allowed;
-        ab.stride = 0;
-        if ((st = oclf_check_2d(ctx, "l2_topk: allowed", ab, n ? 1 : 0, (n + 7) / 8, 1,
-                                &c->allow)))
+        if ((st = oclf_check_vector(ctx, "l2_topk: allowed", *opt->allowed, (n + 7) / 8, 1,
+                                    &c->allow)))
             return st;
         c->has_allow = 1;
     }
