@@ -1,5 +1,5 @@
 /*
- * Activation-and-multiply (SPEC §3): out[t, i] = act(x) * y.
+ * Activation-and-multiply: out[t, i] = act(x) * y.
  *
  * Fused kernel: act_and_mul. Unfused building blocks: act_rows (activation
  * into an fp32 temporary) and mul_rows (temporary times the other half).
@@ -67,9 +67,9 @@
         const T near = fma(q, a, a);                                           \
         return t > 0.927734375f ? far : near;                                  \
     }
-inline float erf_float(float a) OCLF_ERF_BODY(float)
+static inline float erf_float(float a) OCLF_ERF_BODY(float)
 #if OCLF_VEC > 1
-inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
+static inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
 #else
 #define erf_floatv erf_float
 #endif

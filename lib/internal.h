@@ -50,6 +50,17 @@ typedef struct oclf_device_info {
     cl_uint opencl_c_major, opencl_c_minor;
     bool fp16, fp64, subgroups;
     bool local_is_global; /* no dedicated local memory (CPUs) */
+    /* The device compiler miscomputes a work-group kernel whose lanes run
+     * vector loops over a head split at a width VEC does not divide, after
+     * a global barrier (the fused item-structure qk_norm_rope with LAYOUT
+     * 1, VEC >= 4 and R/2 not a multiple of VEC: wrong heads and stores
+     * outside the buffer, while a simulator runs the same kernel right and
+     * race-free). Ops keep that combination off such a device. */
+    bool split_tail_miscompile;
+    /* cl_khr_device_uuid: some vendors version their compiler apart from
+     * CL_DRIVER_VERSION, so the program cache keys on these too. */
+    bool has_uuid;
+    unsigned char device_uuid[16], driver_uuid[16];
 } oclf_device_info;
 
 OCLF_HIDDEN oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev,
@@ -64,6 +75,7 @@ OCLF_HIDDEN const char *oclf_device_type_name(cl_device_type type);
 
 typedef struct oclf_program oclf_program;
 struct oclf_tune_cache;
+typedef void (*oclf_program_sink_fn)(void *user, const char *source, const char *options);
 
 struct oclf_context {
     cl_context cl;
@@ -79,6 +91,9 @@ struct oclf_context {
     int validate;
     oclf_log_fn log;
     void *log_user;
+
+    oclf_program_sink_fn program_sink; /* see oclf_context_set_program_sink */
+    void *program_sink_user;
 
     pthread_mutex_t lock; /* guards programs, tune */
     pthread_cond_t built; /* a program finished building */
@@ -98,6 +113,12 @@ OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const c
  * (-D parameters). Cached in memory for the context's life and on disk. */
 OCLF_HIDDEN oclf_status oclf_program_get(oclf_context *ctx, const char *source,
                                          const char *options, oclf_program **out);
+/* For the cross-compile suite (tests/gpu_variants.c): while a sink is set,
+ * oclf_program_get hands each (source, options) it is asked for to the sink
+ * and builds nothing (OCLF_UNSUPPORTED), so an op's deep validation lists
+ * the exact programs a parameter set needs without a device compiler. */
+OCLF_HIDDEN void oclf_context_set_program_sink(oclf_context *ctx, oclf_program_sink_fn fn,
+                                               void *user);
 /* A kernel object from the program's pool; give it back with
  * oclf_kernel_put once enqueued (OpenCL copies arguments at enqueue, so the
  * object can be reused at once; pooling keeps clSetKernelArg races away from
@@ -361,6 +382,12 @@ OCLF_HIDDEN oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue 
 /* A device temporary that lives until the commands using it complete
  * (OpenCL defers the release of a buffer still in use). */
 OCLF_HIDDEN oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out);
+
+/* The most work-items one launch asks for: some runtimes take the global
+ * size as 32 bits and reject 2^32 or more (ROCm). Row kernels whose
+ * work-groups loop over rows fit larger shapes by giving each group more
+ * rows; the others refuse the call. */
+#define OCLF_MAX_LAUNCH_ITEMS ((size_t)UINT32_MAX)
 
 static inline size_t oclf_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 

@@ -264,6 +264,39 @@ static void bad_check_untouched(bad_env *b)
 
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 
+/* A work-group per row of 1024 work-items over 2^22 + 1 rows would ask for
+ * more than 2^32 work-items, which some runtimes reject: the call is
+ * refused before anything runs. */
+START_TEST(test_launch_range)
+{
+    th_env *e = th_get();
+    const size_t rows = ((size_t)1 << 22) + 1, d = 1;
+    size_t max_wgs = 0;
+    clGetDeviceInfo(e->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    if (max_wgs < 1024)
+        return; /* the launch cannot be asked for on this device */
+    float *x = th_random(OCLF_F32, rows * 2 * d, -1, 1), *y = th_random(OCLF_F32, rows * d, -1, 1);
+    float *after = malloc(rows * d * sizeof *after);
+    cl_mem mx = th_upload(x, rows * 2 * d * 4), my = th_upload(y, rows * d * 4);
+    oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    oclf_activation act = {OCLF_ACT_SILU, 0, 0, 0, 0};
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 1);
+    oclf_params_set(&ch.params, "WGS", 1024);
+    oclf_params_set(&ch.params, "VEC", 1);
+    cl_event ev = NULL;
+    TH_EXPECT_FAIL(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, rows, d, bx, by, &ch, 0,
+                                    NULL, &ev),
+                   OCLF_UNSUPPORTED, "launch range", {
+                       th_download(my, after, rows * d * 4);
+                       ck_assert(memcmp(after, y, rows * d * 4) == 0);
+                       ck_assert_ptr_null(ev);
+                   });
+    free(x), free(y), free(after);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     th_env *e = th_get();
@@ -359,6 +392,7 @@ static Suite *act_suite(void)
     tcase_add_test(t, test_gelu_tanh_negative);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
+    tcase_add_test(b, test_launch_range);
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);
     return s;

@@ -1,5 +1,5 @@
 /*
- * Activation-and-multiply (SPEC §3): oclf_act_and_mul.
+ * Activation-and-multiply: oclf_act_and_mul.
  *
  *   fused: act_and_mul          unfused: act_rows -> mul_rows (fp32 temporary)
  *
@@ -140,7 +140,7 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     cl_uint chunk, nsplit;
     act_split(ctx, &cfg, rows, d, &chunk, &nsplit);
     const size_t local = (size_t)cfg.wgs;
-    if (rows > SIZE_MAX / local / nsplit)
+    if (rows > OCLF_MAX_LAUNCH_ITEMS / local / nsplit)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op, rows);
     const size_t global =
         cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * local;
