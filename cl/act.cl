@@ -83,8 +83,10 @@ static inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
  * the FATRELU threshold. */
 #define F_SILU(T, a) ((a) / (1.0f + exp(-(a))))
 #define F_GELU(T, a) (0.5f * (a) * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)))
+/* 0.5 a (1 + tanh z) == a sigmoid(2z); the sigmoid form has no 1 + tanh to
+ * cancel where tanh saturates short of -1 far below zero. */
 #define F_GELU_TANH(T, a)                                                      \
-    (0.5f * (a) * (1.0f + tanh(0.79788456080286536f * ((a) + 0.044715f * (a) * (a) * (a)))))
+    ((a) / (1.0f + exp(-1.5957691216057308f * ((a) + 0.044715f * (a) * (a) * (a)))))
 #define F_FATRELU(T, a) ((a) > p0 ? (a) : (T)(0.0f))
 
 /* SWIGLU_OAI halves, p0 = alpha, p1 = limit. Comparisons rather than

@@ -174,14 +174,9 @@ OCLF_HIDDEN void oclf_hash_str(oclf_hash *h, const char *s);
 
 /* Op identifiers shared by dispatch, the tuning database, bench and tuner. */
 typedef enum oclf_op {
-    OCLF_OP_RMS_NORM,
-    OCLF_OP_ADD_RMS_NORM,
-    OCLF_OP_LAYER_NORM,
-    OCLF_OP_ADD_LAYER_NORM,
-    OCLF_OP_ACT_AND_MUL,
-    OCLF_OP_ROTARY_EMBEDDING,
-    OCLF_OP_QK_NORM_ROPE,
-    OCLF_OP_L2_TOPK,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) OCLF_OP_##ID,
+#include "ops.def"
+#undef OCLF_OP
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
@@ -301,6 +296,9 @@ OCLF_HIDDEN oclf_status oclf_check_dtype(const oclf_context *ctx, oclf_dtype dty
  * the buffer (CL_MEM_SIZE); `what` names the argument in the error. */
 OCLF_HIDDEN oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf,
                                       size_t rows, size_t cols, size_t elem, oclf_operand *out);
+/* A vector of n elements: its stride is ignored, as the header promises. */
+OCLF_HIDDEN oclf_status oclf_check_vector(const oclf_context *ctx, const char *what, oclf_buf buf,
+                                          size_t n, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
 /* 1 when two operands that share a cl_mem and a row stride can never share

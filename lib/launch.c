@@ -42,6 +42,13 @@ oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_
     return st != OCLF_SUCCESS ? st : oclf_check_dtype(ctx, dtype);
 }
 
+oclf_status oclf_check_vector(const oclf_context *ctx, const char *what, oclf_buf buf, size_t n,
+                              size_t elem, oclf_operand *out)
+{
+    buf.stride = 0;
+    return oclf_check_2d(ctx, what, buf, n ? 1 : 0, n, elem, out);
+}
+
 oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf, size_t rows,
                           size_t cols, size_t elem, oclf_operand *out)
 {

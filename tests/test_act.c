@@ -211,6 +211,37 @@ START_TEST(test_special_values)
 }
 END_TEST
 
+/* GELU-tanh far below zero: 0.5 x (1 + tanh z) cancels where an f32 tanh
+ * saturates above -1 and leaves about 6e-8 x y; x sigmoid(2z) does not. */
+START_TEST(test_gelu_tanh_negative)
+{
+    th_env *e = th_get();
+    const float xs[] = {-6.0f, -10.0f, -30.0f, -100.0f, -1000.0f};
+    const size_t d = sizeof xs / sizeof *xs;
+    float in[2 * sizeof xs / sizeof *xs];
+    for (size_t i = 0; i < d; i++)
+        in[i] = xs[i], in[d + i] = 900.0f / xs[i];
+    oclf_activation act = variant(OCLF_ACT_GELU_TANH);
+    double want[sizeof xs / sizeof *xs];
+    oclf_ref_act_and_mul(OCLF_F32, &act, 1, d, in, 2 * d, want);
+    for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
+        cl_mem mi = th_upload(in, sizeof in), mo = th_alloc(d * 4);
+        oclf_choice ch = th_choice((oclf_path)p);
+        TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, 1, d, (oclf_buf){mi, 0, 0},
+                               (oclf_buf){mo, 0, 0}, &ch, 0, NULL, NULL));
+        float got[sizeof xs / sizeof *xs];
+        th_download(mo, got, sizeof got);
+        for (size_t i = 0; i < d; i++) {
+            ck_assert_msg(fabs(want[i]) < 1e-6, "reference gelu_tanh(%g) * %g = %g, not ~0",
+                          (double)xs[i], (double)in[d + i], want[i]);
+            ck_assert_msg(fabs(got[i]) < 1e-6, "gelu_tanh(%g) * %g = %g on path %d, not ~0",
+                          (double)xs[i], (double)in[d + i], (double)got[i], p);
+        }
+        clReleaseMemObject(mi), clReleaseMemObject(mo);
+    }
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 typedef struct bad_env {
@@ -358,6 +389,7 @@ static Suite *act_suite(void)
     tcase_add_loop_test(t, test_matrix_default, 0, NVARIANTS * 3);
     tcase_add_loop_test(t, test_structures, 0, NVARIANTS * 3);
     tcase_add_test(t, test_special_values);
+    tcase_add_test(t, test_gelu_tanh_negative);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_launch_range);

@@ -623,6 +623,18 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "RB", 5);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "RB");
+    /* 3 is not among the register-block sizes the header lists */
+    memset(&ch, 0, sizeof ch);
+    ch.path = OCLF_PATH_FUSED;
+    oclf_params_set(&ch.params, "RB", 3);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "RB = 3");
+    memset(&ch, 0, sizeof ch);
+    ch.path = OCLF_PATH_FUSED;
+    oclf_params_set(&ch.params, "QB", 3);
+    oclf_params_set(&ch.params, "QG", 3);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "QB = 3");
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
     oclf_params_set(&ch.params, "QB", 4);

@@ -59,7 +59,8 @@ static norm_result run_case(const norm_case *c)
     cl_mem mx = th_upload(x, n * es), mr = th_upload(res, n * es), my = th_upload(y, n * es);
     cl_mem mw = th_upload(w, c->cols * es), mb = th_upload(b, c->cols * es);
     oclf_buf bx = {mx, c->offset, c->pad ? stride : 0}, br = {mr, c->offset, stride};
-    oclf_buf by = {my, c->offset, stride}, bw = {mw, 0, 0}, bb = {mb, 0, 0};
+    /* A vector's stride is ignored, so one below the width is accepted. */
+    oclf_buf by = {my, c->offset, stride}, bw = {mw, 0, 1}, bb = {mb, 0, 1};
     const oclf_buf *pw = c->weight ? &bw : NULL, *pb = c->bias ? &bb : NULL;
     const float eps = 1e-5f;
     cl_event ev = NULL;

@@ -165,7 +165,8 @@ static void *run_qk(const qk_case *c)
      * tolerance. */
     void *qw = th_random(dt, hd, 0.5f, 1.0f), *kw = th_random(dt, hd, 0.5f, 1.0f);
     cl_mem mx = th_upload(x, n * es), mqw = th_upload(qw, hd * es), mkw = th_upload(kw, hd * es);
-    oclf_buf bx = {mx, off, ts}, bqw = {mqw, 0, 0}, bkw = {mkw, 0, 0};
+    /* A vector's stride is ignored, so one below the width is accepted. */
+    oclf_buf bx = {mx, off, ts}, bqw = {mqw, 0, 1}, bkw = {mkw, 0, 1};
     cl_event ev = NULL;
     if (hits_split_tail_quirk(c)) {
         void *after = malloc(n * es);

@@ -11,12 +11,15 @@
 #include <string.h>
 #include <time.h>
 
-extern const op_desc op_rms_norm, op_add_rms_norm, op_layer_norm, op_add_layer_norm;
-extern const op_desc op_act_and_mul, op_rotary_embedding, op_qk_norm_rope, op_l2_topk;
+/* One descriptor per row of the op list, named op_<name>. */
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) extern const op_desc op_##name;
+#include "../lib/ops.def"
+#undef OCLF_OP
 
 const op_desc *const op_table[] = {
-    &op_rms_norm,    &op_add_rms_norm,     &op_layer_norm,   &op_add_layer_norm,
-    &op_act_and_mul, &op_rotary_embedding, &op_qk_norm_rope, &op_l2_topk,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) &op_##name,
+#include "../lib/ops.def"
+#undef OCLF_OP
     NULL,
 };
 

@@ -147,9 +147,15 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
                          "kernel parameter XSTAGE = %lld is neither 0 nor a power of two that "
                          "VEC = %lld divides",
                          (long long)v[9], (long long)v[4]);
-    if (v[3] > 4 && v[3] != 8)
+    /* Powers of two only, as the header lists them: the kernel would also
+     * build 3, but the tuner never searches it and the header never
+     * promised it. */
+    if (v[2] & (v[2] - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter RB = %lld is not 1, 2, 3, 4 or 8", (long long)v[3]);
+                         "kernel parameter QB = %lld is not 1, 2 or 4", (long long)v[2]);
+    if (v[3] & (v[3] - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter RB = %lld is not 1, 2, 4 or 8", (long long)v[3]);
     if (v[4] & (v[4] - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
@@ -280,10 +286,8 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t nq, si
         c->has_xn = 1;
     }
     if (opt && opt->allowed) {
-        oclf_buf ab = *opt->allowed;
-        ab.stride = 0;
-        if ((st = oclf_check_2d(ctx, "l2_topk: allowed", ab, n ? 1 : 0, (n + 7) / 8, 1,
-                                &c->allow)))
+        if ((st = oclf_check_vector(ctx, "l2_topk: allowed", *opt->allowed, (n + 7) / 8, 1,
+                                    &c->allow)))
             return st;
         c->has_allow = 1;
     }

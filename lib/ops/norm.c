@@ -175,11 +175,13 @@ static oclf_status check_args(oclf_context *ctx, const norm_call *c, norm_operan
         CHECK(res, c->res, c->rows, "residual");
     if (c->kind != K_ADD_RMS)
         CHECK(y, c->y, c->rows, "out");
-    if (c->w)
-        CHECK(w, *c->w, 1, "weight");
-    if (c->b)
-        CHECK(b, *c->b, 1, "bias");
 #undef CHECK
+    snprintf(what, sizeof what, "%s: weight", op);
+    if (c->w && (st = oclf_check_vector(ctx, what, *c->w, c->cols, el, &o->w)))
+        return st;
+    snprintf(what, sizeof what, "%s: bias", op);
+    if (c->b && (st = oclf_check_vector(ctx, what, *c->b, c->cols, el, &o->b)))
+        return st;
 
     if (add && oclf_overlap(&o->x, &o->res))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: input and residual overlap", op);

@@ -164,10 +164,8 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
     memset(o, 0, sizeof *o);
     o->psize = rope->pos_type == OCLF_INT64 ? 8 : 4;
     char what[64];
-    oclf_buf pb = rope->positions;
-    pb.stride = 0; /* a vector */
     snprintf(what, sizeof what, "%s: positions", op);
-    if ((st = oclf_check_2d(ctx, what, pb, tokens ? 1 : 0, tokens, o->psize, &o->pos)))
+    if ((st = oclf_check_vector(ctx, what, rope->positions, tokens, o->psize, &o->pos)))
         return st;
     snprintf(what, sizeof what, "%s: cos_sin", op);
     return oclf_check_2d(ctx, what, rope->cos_sin, rope->max_pos, rope->rot_dim,
@@ -405,10 +403,10 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
     if ((st = oclf_check_2d(ctx, what, qkv, tokens, width, el, &ox)))
         return st;
     snprintf(what, sizeof what, "%s: q_weight", op);
-    if (q_weight && (st = oclf_check_2d(ctx, what, *q_weight, 1, hd, el, &oqw)))
+    if (q_weight && (st = oclf_check_vector(ctx, what, *q_weight, hd, el, &oqw)))
         return st;
     snprintf(what, sizeof what, "%s: k_weight", op);
-    if (k_weight && (st = oclf_check_2d(ctx, what, *k_weight, 1, hd, el, &okw)))
+    if (k_weight && (st = oclf_check_vector(ctx, what, *k_weight, hd, el, &okw)))
         return st;
     if (oclf_overlap(&oqw, &ox) || oclf_overlap(&okw, &ox))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: a weight overlaps qkv", op);
