@@ -265,6 +265,11 @@ static inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
         FOR_IJ(DO_STEP)                                                        \
         FOR_R(NS)                                                              \
     }                                                                          \
+    BLOCK_TAIL(NSUM, NSS)
+
+/* The end of a register block from the column in `c` on: the vector sums,
+ * the scalar columns, the tile's keys. */
+#define BLOCK_TAIL(NSUM, NSS)                                                  \
     FOR_IJ(DECL_SUM)                                                           \
     FOR_R(NSUM)                                                                \
     for (; c < d; c++) {                                                       \
@@ -318,16 +323,9 @@ static inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
         }                                                                      \
     }                                                                          \
     if (active) {                                                              \
-        FOR_IJ(DECL_SUM)                                                       \
-        FOR_R(NSUM)                                                            \
         FOR_R(DECL_XP)                                                         \
-        for (uint c = dvec; c < d; c++) {                                      \
-            FOR_Q(LOAD_QS)                                                     \
-            FOR_R(LOAD_XS)                                                     \
-            FOR_IJ(DO_STEPS)                                                   \
-            FOR_R(NSS)                                                         \
-        }                                                                      \
-        FOR_IJ(STORE_TILE)
+        uint c = dvec;                                                         \
+        BLOCK_TAIL(NSUM, NSS)
 /* (closed by the caller: it stores the norms, then ends the block) */
 #endif
 

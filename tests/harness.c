@@ -128,6 +128,17 @@ oclf_choice th_choice(oclf_path path)
     return ch;
 }
 
+oclf_choice th_row_choice(oclf_path path, int layout, int wgs, int vec, int stage, int rows)
+{
+    oclf_choice ch = th_choice(path);
+    oclf_params_set(&ch.params, "LAYOUT", layout);
+    oclf_params_set(&ch.params, "WGS", wgs);
+    oclf_params_set(&ch.params, "VEC", vec);
+    oclf_params_set(&ch.params, "STAGE", stage);
+    oclf_params_set(&ch.params, "ROWS", rows);
+    return ch;
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

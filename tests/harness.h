@@ -56,6 +56,9 @@ int th_run_suite(Suite *s);
 
 /* { path, no parameters }: the choice most tests pass. */
 oclf_choice th_choice(oclf_path path);
+/* `path` with the row structure given in full (LAYOUT, WGS, VEC, STAGE,
+ * ROWS), so no default of the device class fills a gap. */
+oclf_choice th_row_choice(oclf_path path, int layout, int wgs, int vec, int stage, int rows);
 
 /* A call that must be rejected: the status, a message on this thread that
  * mentions `word`, then `untouched` (a statement that checks the buffers

@@ -346,12 +346,7 @@ START_TEST(test_launch_range)
         x[i] = (i % 7) ? -2.0f : 3.0f;
     cl_mem mx = th_upload(x, rows * 4), my = th_alloc(rows * 4);
     oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
-    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
-    oclf_params_set(&ch.params, "LAYOUT", 1);
-    oclf_params_set(&ch.params, "WGS", 1024);
-    oclf_params_set(&ch.params, "VEC", 1);
-    oclf_params_set(&ch.params, "STAGE", 0);
-    oclf_params_set(&ch.params, "ROWS", 1);
+    oclf_choice ch = th_row_choice(OCLF_PATH_FUSED, 1, 1024, 1, 0, 1);
     TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 0.0f, &ch, 0, NULL,
                         NULL));
     float *y = malloc(rows * sizeof *y);

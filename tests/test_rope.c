@@ -422,12 +422,7 @@ END_TEST
  * POCL it must be refused before anything runs. */
 START_TEST(test_split_tail)
 {
-    oclf_choice ch = th_choice(OCLF_PATH_AUTO);
-    oclf_params_set(&ch.params, "LAYOUT", 1);
-    oclf_params_set(&ch.params, "WGS", 16);
-    oclf_params_set(&ch.params, "VEC", 4);
-    oclf_params_set(&ch.params, "STAGE", 0);
-    oclf_params_set(&ch.params, "ROWS", 1);
+    oclf_choice ch = th_row_choice(OCLF_PATH_AUTO, 1, 16, 4, 0, 1);
     for (int gptj = 0; gptj < 2; gptj++) {
         qk_case c = {OCLF_F32, OCLF_F32, gptj, 0, 0, 40, 2, 1, 1, 32, 30, 0, 1, &ch};
         qk_fused_vs_unfused(c);
