@@ -38,20 +38,9 @@ typedef float cstor_t;
 #define CLOADV_(n, p, i) OCLF_CAT(vload, n)(0, (p) + (i))
 #elif OCLF_CDTYPE == 1
 typedef half cstor_t;
-#define LDC(p, i) vload_half((i), (p))
-/* Through ushortN, for the alignment reason given at LDV in common.h. */
+#define LDC(p, i) oclf_h2f_1(((global const ushort *)(p))[(i)])
 #define CLOADV_(n, p, i)                                                       \
-    OCLF_CAT(oclf_cload_half, n)((global const ushort *)((p) + (i)))
-#define CLOAD_HALF_FN_(n)                                                      \
-    inline OCLF_CAT(float, n) OCLF_CAT(oclf_cload_half, n)(global const ushort *p) \
-    {                                                                          \
-        OCLF_CAT(ushort, n) h = OCLF_CAT(vload, n)(0, p);                      \
-        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
-    }
-CLOAD_HALF_FN_(2)
-CLOAD_HALF_FN_(4)
-CLOAD_HALF_FN_(8)
-CLOAD_HALF_FN_(16)
+    OCLF_CAT(oclf_h2f_, n)(OCLF_CAT(vload, n)(0, (global const ushort *)((p) + (i))))
 #elif OCLF_CDTYPE == 2
 typedef ushort cstor_t;
 #define LDC(p, i) bf16_to_f32((p)[(i)])

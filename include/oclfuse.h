@@ -68,7 +68,7 @@ OCLF_API const char *oclf_status_string(oclf_status status);
 
 typedef enum oclf_dtype {
     OCLF_F32 = 0,
-    OCLF_F16 = 1,  /* IEEE half storage (vload_half); no cl_khr_fp16 needed */
+    OCLF_F16 = 1,  /* IEEE half storage; no cl_khr_fp16 needed */
     OCLF_BF16 = 2, /* upper 16 bits of an IEEE float, round-to-nearest-even */
     OCLF_DTYPE_COUNT_ = 3
 } oclf_dtype;
