@@ -122,21 +122,19 @@
     } while (0)
 
 /* The shift for ROW_MOMENTS: the mean of the row's first vector (or its
- * first value), the same for every lane of the row. Read before anything
- * of the row is written; where the row is written in place (the residual),
- * the barrier keeps the other lanes' first writes after every lane's read. */
-#define ROW_SHIFT(LOADV, LOADS, k_out, in_place)                               \
+ * first value), read by lane 0 alone and shared, so every lane uses the
+ * same shift and the row's first elements leave global memory once more at
+ * most. Read before anything of the row is written: where the row is
+ * written in place (the residual), the broadcast's barrier keeps every
+ * lane's writes after lane 0's read. */
+#define ROW_SHIFT(LOADV, LOADS, k_out)                                         \
     do {                                                                       \
-        (k_out) = OCLF_VEC > 1 && cols >= OCLF_VEC ? VSUM(LOADV(0)) / (float)OCLF_VEC \
+        float k0_ = 0.0f;                                                      \
+        if (lane == 0)                                                         \
+            k0_ = OCLF_VEC > 1 && cols >= OCLF_VEC ? VSUM(LOADV(0)) / (float)OCLF_VEC \
                                                    : LOADS(0);                 \
-        if (in_place)                                                          \
-            ROW_WRITE_BARRIER();                                               \
+        (k_out) = ROW_BROADCAST(k0_, scratch);                                 \
     } while (0)
-#if OCLF_LAYOUT == 1
-#define ROW_WRITE_BARRIER() barrier(CLK_GLOBAL_MEM_FENCE)
-#else
-#define ROW_WRITE_BARRIER() (void)0
-#endif
 
 /* (mu0, dm, rstd) for NORM_APPLY from ROW_MOMENTS' shifted sums. */
 #define LN_FINISH(k, s, q, mu0_out, dm_out, rstd_out)                          \
@@ -155,7 +153,7 @@
 #define LN_STATS(mu0_out, dm_out, rstd_out)                                    \
     do {                                                                       \
         float lk_, ls_, lq_;                                                   \
-        ROW_SHIFT(MLOAD_V, MLOAD_S, lk_, 0);                                   \
+        ROW_SHIFT(MLOAD_V, MLOAD_S, lk_);                                      \
         ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, lk_, 1, ls_, lq_);   \
         LN_FINISH(lk_, ls_, lq_, mu0_out, dm_out, rstd_out);                   \
     } while (0)
@@ -233,7 +231,7 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
         global stor_t *rr = res + ro + row * rs;
         global stor_t *yr = y + yo + row * ys;
         float k, sum, sq, mu0, dm, rstd;
-        ROW_SHIFT(MADD_V, MADD_S, k, 1);
+        ROW_SHIFT(MADD_V, MADD_S, k);
         ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, k, 1, sum, sq);
         LN_FINISH(k, sum, sq, mu0, dm, rstd);
         NORM_APPLY(rr, yr, mu0, dm, rstd);
