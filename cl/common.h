@@ -5,9 +5,8 @@
  * here can be overridden per build; the #ifndef defaults let an op file be
  * compiled alone while it is being written.
  *
- * Storage dtypes (OCLF_DTYPE): 0 f32, 1 f16 (ushort storage, converted with
- * integer arithmetic below; no cl_khr_fp16 needed), 2 bf16 (ushort storage,
- * upper half of a float).
+ * Storage dtypes (OCLF_DTYPE): 0 f32, 1 f16 (vload_half/vstore_half_rte, no
+ * cl_khr_fp16 needed), 2 bf16 (ushort storage, upper half of a float).
  * All arithmetic is fp32; values are rounded to storage once, on store.
  */
 #ifndef OCLF_COMMON_H
@@ -38,11 +37,11 @@ typedef ushort stor_t;
 #endif
 
 /* bf16 -> f32 is exact: the bits go to the top half. */
-inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
+static inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
 
 /* f32 -> bf16 with round-to-nearest-even; NaN stays a quiet NaN (adding the
  * rounding bias to a NaN could carry it into infinity). */
-inline ushort f32_to_bf16(float f)
+static inline ushort f32_to_bf16(float f)
 {
     uint u = as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -51,60 +50,13 @@ inline ushort f32_to_bf16(float f)
     return (ushort)(u >> 16);
 }
 
-/* f16 <-> f32 in integer and fp32 arithmetic, for n = 1 (scalar) and
- * vectors of 2..16. vload_halfN/vstore_halfN_rte are what OpenCL offers,
- * but a CPU runtime may implement them one element at a time through a
- * library call, which made f16 slower than f32 there; these are plain lane-
- * wise operations that every compiler keeps as wide as the vector. Both are
- * exact and round to nearest even, so results match vstore_half_rte bit for
- * bit (a NaN stays a quiet NaN with its sign and top payload bits).
- *   widen:  normal halves rebias the exponent (+112 << 23); exponent 31 maps
- *           to 255 (inf/NaN, mantissa kept); subnormals are m * 2^-24, exact
- *           in fp32 and computed without fp32 subnormals, so a device that
- *           flushes them still converts correctly.
- *   narrow: the normal range rebiases and rounds at bit 13 (0xfff plus the
- *           lowest kept bit is round-half-even); below 2^-14 the fp32 add of
- *           0.5 rounds the value to a multiple of 2^-24, the half subnormal
- *           step, whose count is then the low mantissa bits; from 65520 up
- *           the rounding carries into exponent 31 and 65536 and above are
- *           clamped to inf. */
-#define OCLF_HALF_FNS_(nm, n)                                                  \
-    inline OCLF_CAT(float, n) OCLF_CAT(oclf_h2f_, nm)(OCLF_CAT(ushort, n) h16)  \
-    {                                                                          \
-        const OCLF_CAT(uint, n) h = OCLF_CAT(convert_uint, n)(h16);            \
-        const OCLF_CAT(uint, n) em = h & 0x7fffu;                              \
-        const OCLF_CAT(uint, n) sub =                                          \
-            OCLF_CAT(as_uint, n)(OCLF_CAT(convert_float, n)(em) * 0x1p-24f);   \
-        OCLF_CAT(uint, n) b = select((em << 13) + 0x38000000u,                 \
-                                     (em << 13) | 0x7f800000u, em >= 0x7c00u); \
-        b = select(b, sub, em < 0x400u);                                       \
-        return OCLF_CAT(as_float, n)(b | ((h & 0x8000u) << 16));               \
-    }                                                                          \
-    inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_f2h_, nm)(OCLF_CAT(float, n) f)    \
-    {                                                                          \
-        const OCLF_CAT(uint, n) u = OCLF_CAT(as_uint, n)(f);                   \
-        const OCLF_CAT(uint, n) a = u & 0x7fffffffu;                           \
-        OCLF_CAT(uint, n) r = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;      \
-        r = select(r, OCLF_CAT(as_uint, n)(OCLF_CAT(as_float, n)(a) + 0.5f) - 0x3f000000u, \
-                   a < 0x38800000u);                                           \
-        r = select(r, select((OCLF_CAT(uint, n))0x7c00u, 0x7e00u | ((a >> 13) & 0x3ffu), \
-                             a > 0x7f800000u),                                 \
-                   a >= 0x47800000u);                                          \
-        return OCLF_CAT(convert_ushort, n)(r | ((u >> 16) & 0x8000u));        \
-    }
-OCLF_HALF_FNS_(1, )
-OCLF_HALF_FNS_(2, 2)
-OCLF_HALF_FNS_(4, 4)
-OCLF_HALF_FNS_(8, 8)
-OCLF_HALF_FNS_(16, 16)
-
 /* Scalar load/store at element index i (64-bit). */
 #if OCLF_DTYPE == 0
 #define LD(p, i) ((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = (v))
 #elif OCLF_DTYPE == 1
-#define LD(p, i) oclf_h2f_1(((global const ushort *)(p))[(i)])
-#define ST(p, i, v) (((global ushort *)(p))[(i)] = oclf_f2h_1(v))
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half_rte((v), (i), (p))
 #else
 #define LD(p, i) bf16_to_f32((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = f32_to_bf16(v))
@@ -115,7 +67,14 @@ OCLF_HALF_FNS_(16, 16)
 #if OCLF_DTYPE == 0
 #define ROUND_STOR(v) (v)
 #elif OCLF_DTYPE == 1
-#define ROUND_STOR(v) oclf_h2f_1(oclf_f2h_1(v))
+/* `half` variables need cl_khr_fp16; a ushort holds the bits instead. */
+static inline float oclf_round_half(float v)
+{
+    ushort h;
+    vstore_half_rte(v, 0, (__private half *)&h);
+    return vload_half(0, (__private const half *)&h);
+}
+#define ROUND_STOR(v) oclf_round_half(v)
 #else
 #define ROUND_STOR(v) bf16_to_f32(f32_to_bf16(v))
 #endif
@@ -155,18 +114,32 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #define LDV(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
 #define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
 #elif OCLF_DTYPE == 1
-/* Plain ushortN moves: vload_halfN on a global pointer is given the
- * alignment of a halfN by some compilers (an aligned 16- or 32-byte move
- * that faults at an odd element offset); vloadN of ushort needs only
- * element alignment. */
-#define LDV(p, i) OCLF_CAT(oclf_h2f_, OCLF_VEC)(OCLF_CAT(vload, OCLF_VEC)(0, (global const ushort *)((p) + (i))))
-#define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)(OCLF_CAT(oclf_f2h_, OCLF_VEC)(v), 0, (global ushort *)((p) + (i)))
+/* The bits move through a ushortN with plain vloadN/vstoreN, and only the
+ * conversion goes through vload_halfN/vstore_halfN, on a private vector
+ * that is naturally aligned. Some compilers give vload_halfN on a global
+ * pointer the alignment of a halfN (an aligned 16- or 32-byte move that
+ * faults at an odd element offset); vloadN of ushort has no such
+ * assumption, and the private copy costs nothing once registers hold it. */
+typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
+static inline floatv oclf_ldv_half(global const half *p)
+{
+    ushortv h = OCLF_CAT(vload, OCLF_VEC)(0, (global const ushort *)p);
+    return OCLF_CAT(vload_half, OCLF_VEC)(0, (private const half *)&h);
+}
+static inline void oclf_stv_half(global half *p, floatv v)
+{
+    ushortv h;
+    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (private half *)&h);
+    OCLF_CAT(vstore, OCLF_VEC)(h, 0, (global ushort *)p);
+}
+#define LDV(p, i) oclf_ldv_half((p) + (i))
+#define STV(p, i, v) oclf_stv_half((p) + (i), (v))
 #else
 typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
 typedef OCLF_CAT(uint, OCLF_VEC) uintv;
 typedef OCLF_CAT(int, OCLF_VEC) intv;
-inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
-inline ushortv f32v_to_bf16v(floatv f)
+static inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
+static inline ushortv f32v_to_bf16v(floatv f)
 {
     uintv u = OCLF_CAT(as_uint, OCLF_VEC)(f);
     intv nan = (u & 0x7fffffffu) > 0x7f800000u; /* comparisons give -1/0 ints */
@@ -191,7 +164,13 @@ inline ushortv f32v_to_bf16v(floatv f)
 #if OCLF_DTYPE == 0 || OCLF_VEC == 1
 #define ROUNDV(v) ROUND_STOR(v)
 #elif OCLF_DTYPE == 1
-#define ROUNDV(v) OCLF_CAT(oclf_h2f_, OCLF_VEC)(OCLF_CAT(oclf_f2h_, OCLF_VEC)(v))
+static inline floatv oclf_round_halfv(floatv v)
+{
+    ushort h[OCLF_VEC];
+    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (__private half *)h);
+    return OCLF_CAT(vload_half, OCLF_VEC)(0, (__private const half *)h);
+}
+#define ROUNDV(v) oclf_round_halfv(v)
 #else
 #define ROUNDV(v) bf16v_to_f32v(f32v_to_bf16v(v))
 #endif
@@ -249,7 +228,7 @@ inline ushortv f32v_to_bf16v(floatv f)
  * the total. `scratch` holds OCLF_WGS floats. Pairwise (tree) order keeps the
  * fp32 error at O(log n). The leading barrier makes back-to-back calls on
  * the same scratch safe. Work-group size must be OCLF_WGS, a power of two. */
-inline float wg_sum(float v, __local float *scratch)
+static inline float wg_sum(float v, __local float *scratch)
 {
     const uint lid = get_local_id(0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -267,7 +246,7 @@ inline float wg_sum(float v, __local float *scratch)
  * store also orders global memory: whatever the group writes after this
  * call comes after every read of work-item 0 before it. The next wg_sum's
  * leading barrier keeps scratch[0] until everyone has read it. */
-inline float wg_broadcast0(float v, __local float *scratch)
+static inline float wg_broadcast0(float v, __local float *scratch)
 {
     barrier(CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0)

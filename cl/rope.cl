@@ -1,5 +1,5 @@
 /*
- * Rotary embedding and fused QK-norm + RoPE (SPEC §4).
+ * Rotary embedding and fused QK-norm + RoPE.
  *
  * Fused kernel: qk_norm_rope. Building blocks: rotary_embedding (also the
  * public op) and head_rms_norm (the unfused norm half).
@@ -38,9 +38,20 @@ typedef float cstor_t;
 #define CLOADV_(n, p, i) OCLF_CAT(vload, n)(0, (p) + (i))
 #elif OCLF_CDTYPE == 1
 typedef half cstor_t;
-#define LDC(p, i) oclf_h2f_1(((global const ushort *)(p))[(i)])
+#define LDC(p, i) vload_half((i), (p))
+/* Through ushortN, for the alignment reason given at LDV in common.h. */
 #define CLOADV_(n, p, i)                                                       \
-    OCLF_CAT(oclf_h2f_, n)(OCLF_CAT(vload, n)(0, (global const ushort *)((p) + (i))))
+    OCLF_CAT(oclf_cload_half, n)((global const ushort *)((p) + (i)))
+#define CLOAD_HALF_FN_(n)                                                      \
+    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_cload_half, n)(global const ushort *p) \
+    {                                                                          \
+        OCLF_CAT(ushort, n) h = OCLF_CAT(vload, n)(0, p);                      \
+        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
+    }
+CLOAD_HALF_FN_(2)
+CLOAD_HALF_FN_(4)
+CLOAD_HALF_FN_(8)
+CLOAD_HALF_FN_(16)
 #elif OCLF_CDTYPE == 2
 typedef ushort cstor_t;
 #define LDC(p, i) bf16_to_f32((p)[(i)])
