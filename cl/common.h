@@ -198,6 +198,7 @@ static inline floatv oclf_round_halfv(floatv v)
 #define FOR_ROWS(row, nrows, rpg)                                              \
     for (ulong row = get_global_id(0); row < (nrows); row = (nrows))
 #define ROW_REDUCE(v, scratch) (v)
+#define ROW_BROADCAST(v, scratch) (v)
 /* Staging needs a work-group per row; here it folds away at compile time. */
 #define STAGED(flag) 0
 #elif OCLF_LAYOUT == 1
@@ -207,6 +208,7 @@ static inline floatv oclf_round_halfv(floatv v)
                row##_end_ = (row + (rpg) < (nrows) ? row + (rpg) : (nrows));   \
          row < row##_end_; row++)
 #define ROW_REDUCE(v, scratch) wg_sum((v), (scratch))
+#define ROW_BROADCAST(v, scratch) wg_broadcast0((v), (scratch))
 #define STAGED(flag) (flag)
 #else
 #error "OCLF_LAYOUT must be 0 or 1"
@@ -237,6 +239,19 @@ static inline float wg_sum(float v, __local float *scratch)
             scratch[lid] += scratch[lid + s];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    return scratch[0];
+}
+
+/* Work-item 0's v, to every work-item of the group. The barrier after the
+ * store also orders global memory: whatever the group writes after this
+ * call comes after every read of work-item 0 before it. The next wg_sum's
+ * leading barrier keeps scratch[0] until everyone has read it. */
+static inline float wg_broadcast0(float v, __local float *scratch)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0)
+        scratch[0] = v;
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     return scratch[0];
 }
 

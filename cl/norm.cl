@@ -62,89 +62,100 @@
     STAGE_VECTOR(wp, wst);                                                     \
     STAGE_VECTOR(bp, bst)
 
-/* Sum of squares of the row at `src` (staging it on the way). */
-#define SUM_SQUARES(src, out)                                                  \
+/* One pass over a row's values v (LOADV/LOADS at an index, with STORE_V and
+ * STORE_S run on each value first): the shifted sums S = sum(v - k) and
+ * Q = sum((v - k)^2), reduced over the row. RMSNorm takes k = 0 and only Q;
+ * LayerNorm takes k near the row's mean (ROW_SHIFT), which makes the one
+ * pass as accurate as two: mean = k + S/n and the biased variance
+ * Q/n - (S/n)^2 cancel only as much as k is off the mean, not as much as
+ * the mean is off zero (E[x^2] - E[x]^2 would lose all of a row near 1e4).
+ * `want_s` is a compile-time constant, so RMSNorm has no second reduction. */
+#define ROW_MOMENTS(LOADV, LOADS, STORE_V, STORE_S, k, want_s, s_out, q_out)   \
     do {                                                                       \
-        floatv q_ = VSPLAT(0.0f);                                              \
-        float tq_ = 0.0f;                                                      \
+        floatv s_ = VSPLAT(0.0f), q_ = VSPLAT(0.0f);                           \
+        float ts_ = 0.0f, tq_ = 0.0f;                                          \
         FOR_VEC(i, cols) {                                                     \
-            floatv v_ = LDV(src, i);                                           \
-            if (staged)                                                        \
-                STV_F(stage, i, v_);                                           \
-            q_ += v_ * v_;                                                     \
+            const floatv v_ = LOADV(i);                                        \
+            STORE_V(i, v_);                                                    \
+            const floatv d_ = v_ - (k);                                        \
+            s_ += d_;                                                          \
+            q_ += d_ * d_;                                                     \
         }                                                                      \
         FOR_TAIL(i, cols) {                                                    \
-            float v_ = LD(src, i);                                             \
-            if (staged)                                                        \
-                stage[i] = v_;                                                 \
-            tq_ += v_ * v_;                                                    \
+            const float v_ = LOADS(i);                                         \
+            STORE_S(i, v_);                                                    \
+            const float d_ = v_ - (k);                                         \
+            ts_ += d_;                                                         \
+            tq_ += d_ * d_;                                                    \
         }                                                                      \
-        (out) = ROW_REDUCE(VSUM(q_) + tq_, scratch);                           \
+        if (want_s)                                                            \
+            (s_out) = ROW_REDUCE(VSUM(s_) + ts_, scratch);                     \
+        (q_out) = ROW_REDUCE(VSUM(q_) + tq_, scratch);                         \
     } while (0)
 
-/* residual <- z = round(input + residual), staging z; returns sum of z^2. */
-#define ADD_INTO_RESIDUAL(ir, rr, out)                                         \
+/* Loaders and storers for ROW_MOMENTS: a row `src` read from global memory
+ * and staged on the way; or z = round(input + residual) written back to the
+ * residual and staged. `ir`, `rr`, `src` must be in scope. */
+#define MLOAD_V(i) LDV(src, i)
+#define MLOAD_S(i) LD(src, i)
+#define MSTAGE_V(i, v)                                                         \
     do {                                                                       \
-        floatv q_ = VSPLAT(0.0f);                                              \
-        float tq_ = 0.0f;                                                      \
-        FOR_VEC(i, cols) {                                                     \
-            floatv z_ = ROUNDV(LDV(ir, i) + LDV(rr, i));                       \
-            STV(rr, i, z_);                                                    \
-            if (staged)                                                        \
-                STV_F(stage, i, z_);                                           \
-            q_ += z_ * z_;                                                     \
-        }                                                                      \
-        FOR_TAIL(i, cols) {                                                    \
-            float z_ = ROUND_STOR(LD(ir, i) + LD(rr, i));                      \
-            ST(rr, i, z_);                                                     \
-            if (staged)                                                        \
-                stage[i] = z_;                                                 \
-            tq_ += z_ * z_;                                                    \
-        }                                                                      \
-        (out) = ROW_REDUCE(VSUM(q_) + tq_, scratch);                           \
+        if (staged)                                                            \
+            STV_F(stage, i, v);                                                \
+    } while (0)
+#define MSTAGE_S(i, v)                                                         \
+    do {                                                                       \
+        if (staged)                                                            \
+            stage[i] = (v);                                                    \
+    } while (0)
+#define MADD_V(i) ROUNDV(LDV(ir, i) + LDV(rr, i))
+#define MADD_S(i) ROUND_STOR(LD(ir, i) + LD(rr, i))
+#define MRES_V(i, v)                                                           \
+    do {                                                                       \
+        STV(rr, i, v);                                                         \
+        MSTAGE_V(i, v);                                                        \
+    } while (0)
+#define MRES_S(i, v)                                                           \
+    do {                                                                       \
+        ST(rr, i, v);                                                          \
+        MSTAGE_S(i, v);                                                        \
     } while (0)
 
-/* Mean and 1/sqrt(biased variance + eps) of the row at `src` (or of the
- * staged row). A rough mean mu0 first; then the deviations d = x - mu0 give
- * both a correction to the mean and the variance (the corrected two-pass
- * algorithm): var = mean(d^2) - mean(d)^2, where mean(d) is tiny, so a row
- * with a large mean loses nothing to cancellation, unlike E[x^2] - E[x]^2.
- * The mean is kept as mu0 + dm and applied as (x - mu0) - dm: x - mu0 is
- * exact for x near mu0, whereas a single fp32 mean near 1e4 would carry an
- * absolute error of 5e-4 into every output. */
-#define LN_STATS(src, mu0_out, dm_out, rstd_out)                               \
+/* The shift for ROW_MOMENTS: the mean of the row's first vector (or its
+ * first value), read by lane 0 alone and shared, so every lane uses the
+ * same shift and the row's first elements leave global memory once more at
+ * most. Read before anything of the row is written: where the row is
+ * written in place (the residual), the broadcast's barrier keeps every
+ * lane's writes after lane 0's read. */
+#define ROW_SHIFT(LOADV, LOADS, k_out)                                         \
     do {                                                                       \
-        floatv s_ = VSPLAT(0.0f);                                              \
-        float ts_ = 0.0f;                                                      \
-        FOR_VEC(i, cols) s_ += (staged ? LDV_F(stage, i) : LDV(src, i));       \
-        FOR_TAIL(i, cols) ts_ += (staged ? stage[i] : LD(src, i));             \
-        const float mu0_ = ROW_REDUCE(VSUM(s_) + ts_, scratch) / (float)cols;  \
-        floatv d_ = VSPLAT(0.0f), q_ = VSPLAT(0.0f);                           \
-        float td_ = 0.0f, tq_ = 0.0f;                                          \
-        FOR_VEC(i, cols) {                                                     \
-            floatv e_ = (staged ? LDV_F(stage, i) : LDV(src, i)) - mu0_;       \
-            d_ += e_;                                                          \
-            q_ += e_ * e_;                                                     \
-        }                                                                      \
-        FOR_TAIL(i, cols) {                                                    \
-            float e_ = (staged ? stage[i] : LD(src, i)) - mu0_;                \
-            td_ += e_;                                                         \
-            tq_ += e_ * e_;                                                    \
-        }                                                                      \
-        const float dm_ = ROW_REDUCE(VSUM(d_) + td_, scratch) / (float)cols;   \
-        const float var_ = ROW_REDUCE(VSUM(q_) + tq_, scratch) / (float)cols - dm_ * dm_; \
-        (mu0_out) = mu0_;                                                      \
+        float k0_ = 0.0f;                                                      \
+        if (lane == 0)                                                         \
+            k0_ = OCLF_VEC > 1 && cols >= OCLF_VEC ? VSUM(LOADV(0)) / (float)OCLF_VEC \
+                                                   : LOADS(0);                 \
+        (k_out) = ROW_BROADCAST(k0_, scratch);                                 \
+    } while (0)
+
+/* (mu0, dm, rstd) for NORM_APPLY from ROW_MOMENTS' shifted sums. */
+#define LN_FINISH(k, s, q, mu0_out, dm_out, rstd_out)                          \
+    do {                                                                       \
+        const float dm_ = (s) / (float)cols;                                   \
+        const float var_ = (q) / (float)cols - dm_ * dm_;                      \
+        (mu0_out) = (k);                                                       \
         (dm_out) = dm_;                                                        \
         (rstd_out) = rsqrt(fmax(var_, 0.0f) + eps);                            \
     } while (0)
 
-/* Copies the row at `src` into the stage (LayerNorm's first pass). */
-#define STAGE_ROW(src)                                                         \
+/* LayerNorm statistics of the row at `src`, staging it on the way. The
+ * mean is kept as mu0 + dm and applied as (x - mu0) - dm: x - mu0 is exact
+ * for x near mu0, whereas a single fp32 mean near 1e4 would carry an
+ * absolute error of 5e-4 into every output. */
+#define LN_STATS(mu0_out, dm_out, rstd_out)                                    \
     do {                                                                       \
-        if (staged) {                                                          \
-            FOR_VEC(i, cols) STV_F(stage, i, LDV(src, i));                     \
-            FOR_TAIL(i, cols) stage[i] = LD(src, i);                           \
-        }                                                                      \
+        float lk_, ls_, lq_;                                                   \
+        ROW_SHIFT(MLOAD_V, MLOAD_S, lk_);                                      \
+        ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, lk_, 1, ls_, lq_);   \
+        LN_FINISH(lk_, ls_, lq_, mu0_out, dm_out, rstd_out);                   \
     } while (0)
 
 /* y = x * rsqrt(mean(x^2) + eps) * w */
@@ -159,8 +170,9 @@ kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
     FOR_ROWS(row, rows, rpg) {
         global const stor_t *xr = x + xo + row * xs;
         global stor_t *yr = y + yo + row * ys;
-        float ss;
-        SUM_SQUARES(xr, ss);
+        global const stor_t *src = xr;
+        float ss, unused;
+        ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, 0.0f, 0, unused, ss);
         NORM_APPLY(xr, yr, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
     }
 }
@@ -180,8 +192,8 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
     FOR_ROWS(row, rows, rpg) {
         global stor_t *ir = in + io + row * is;
         global stor_t *rr = res + ro + row * rs;
-        float ss;
-        ADD_INTO_RESIDUAL(ir, rr, ss);
+        float ss, unused;
+        ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, 0.0f, 0, unused, ss);
         NORM_APPLY(rr, ir, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
     }
 }
@@ -197,9 +209,9 @@ kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
     FOR_ROWS(row, rows, rpg) {
         global const stor_t *xr = x + xo + row * xs;
         global stor_t *yr = y + yo + row * ys;
+        global const stor_t *src = xr;
         float mu0, dm, rstd;
-        STAGE_ROW(xr);
-        LN_STATS(xr, mu0, dm, rstd);
+        LN_STATS(mu0, dm, rstd);
         NORM_APPLY(xr, yr, mu0, dm, rstd);
     }
 }
@@ -218,9 +230,10 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
         global const stor_t *ir = in + io + row * is;
         global stor_t *rr = res + ro + row * rs;
         global stor_t *yr = y + yo + row * ys;
-        float unused, mu0, dm, rstd;
-        ADD_INTO_RESIDUAL(ir, rr, unused);
-        LN_STATS(rr, mu0, dm, rstd);
+        float k, sum, sq, mu0, dm, rstd;
+        ROW_SHIFT(MADD_V, MADD_S, k);
+        ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, k, 1, sum, sq);
+        LN_FINISH(k, sum, sq, mu0, dm, rstd);
         NORM_APPLY(rr, yr, mu0, dm, rstd);
     }
 }
@@ -253,7 +266,8 @@ kernel void add_rows(global const stor_t *a, ulong ao, ulong as,
     {                                                                          \
         local float scratch[OCLF_WGS];                                         \
         ROW_LANES;                                                             \
-        const uint staged = STAGED(stage_flag);                                \
+        /* one pass: nothing would read a staged row back */                  \
+        const uint staged = 0 * stage_flag;                                    \
         FOR_ROWS(row, rows, rpg) {                                             \
             global const stor_t *xr = x + xo + row * xs;                       \
             float mu0 = 0.0f, dm = 0.0f, rstd;                                 \
@@ -264,12 +278,13 @@ kernel void add_rows(global const stor_t *a, ulong ao, ulong as,
     }
 
 #define RMS_STATS_                                                             \
-    float ss_;                                                                 \
-    SUM_SQUARES(xr, ss_);                                                      \
+    global const stor_t *src = xr;                                             \
+    float ss_, unused_;                                                        \
+    ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, 0.0f, 0, unused_, ss_);  \
     rstd = rsqrt(ss_ / (float)cols + eps)
 #define LN_STATS_                                                              \
-    STAGE_ROW(xr);                                                             \
-    LN_STATS(xr, mu0, dm, rstd)
+    global const stor_t *src = xr;                                             \
+    LN_STATS(mu0, dm, rstd)
 
 STATS_KERNEL(rms_stats, RMS_STATS_)
 STATS_KERNEL(ln_stats, LN_STATS_)
