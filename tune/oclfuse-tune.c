@@ -26,7 +26,9 @@
  * thread-safe per context). On the 2-core CI machine this buys little; on
  * a many-core host the OpenCL compiler dominates a cold run.
  */
+#include "journal.h"
 #include "opdesc.h"
+#include "timing.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -131,86 +133,10 @@ static void params_text(const oclf_params *p, char *buf, size_t len)
                                  p->item[i].name, (long long)p->item[i].value);
 }
 
-static json_t *params_json(const oclf_params *p)
-{
-    json_t *o = json_object();
-    for (unsigned i = 0; i < p->count; i++)
-        json_object_set_new(o, p->item[i].name, json_integer(p->item[i].value));
-    return o;
-}
-
-static const char *path_name(oclf_path p)
-{
-    return p == OCLF_PATH_UNFUSED ? "unfused" : "fused";
-}
-
 static int64_t param(const oclf_params *p, const char *name, int64_t dflt)
 {
     int64_t v;
     return oclf_params_get(p, name, &v) ? v : dflt;
-}
-
-typedef struct journal {
-    FILE *f;
-    json_t *done; /* key -> {"ok", "time_ns"} from a resumed journal */
-} journal;
-
-/* mkdir -p of the folder holding `path`, so the journal can start before
- * the first database write creates it. */
-static void make_parent(const char *path)
-{
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        mkdir(dir, 0755);
-        *p = '/';
-    }
-}
-
-static void journal_open(journal *j, const char *path, int resume)
-{
-    j->done = json_object();
-    make_parent(path);
-    if (resume) {
-        FILE *f = fopen(path, "r");
-        char line[4096];
-        while (f && fgets(line, sizeof line, f)) {
-            json_t *e = json_loads(line, 0, NULL); /* a torn last line is skipped */
-            const char *k = json_string_value(json_object_get(e, "key"));
-            if (k)
-                json_object_set(j->done, k, e);
-            json_decref(e);
-        }
-        if (f)
-            fclose(f);
-    }
-    j->f = fopen(path, resume ? "a" : "w");
-    if (!j->f)
-        fprintf(stderr, "oclfuse-tune: cannot write journal %s; measurements are not saved\n",
-                path);
-}
-
-static void journal_add(journal *j, const cand *c, const char *error)
-{
-    if (!j->f)
-        return;
-    json_t *e = json_pack("{s:s, s:s, s:o, s:b, s:f}", "key", c->key, "path",
-                          path_name(c->ch.path), "params", params_json(&c->ch.params), "ok",
-                          c->state > 0, "time_ns", c->time_ns);
-    if (error)
-        json_object_set_new(e, "error", json_string(error));
-    char *s = json_dumps(e, JSON_COMPACT);
-    if (s) {
-        /* One line per measurement, flushed, so a crash loses at most it. */
-        fprintf(j->f, "%s\n", s);
-        fflush(j->f);
-        fsync(fileno(j->f));
-    }
-    free(s);
-    json_decref(e);
 }
 
 /* ---- parallel compile -------------------------------------------------------------*/
@@ -356,23 +282,45 @@ static const cand *pick(const cand *c, int n, oclf_path path)
     return best;
 }
 
-/* A winner other than the default is timed again against the default,
- * alternating, over several rounds: a single measurement on a busy machine
- * (or of a shape that runs in microseconds) can crown noise. The default is
- * kept unless the winner is faster in the medians by more than the tie
- * margin. */
-static const cand *confirm(tuner *t, const op_desc *op, void *inst, const cand *win,
-                           const cand *def)
+/* The confirmation rule. A winner other than the default is measured again
+ * beside the default, the two interleaved sample by sample (CONFIRM_SAMPLES
+ * batched samples each, tune/timing.h). It replaces the default only when
+ * a one-sided Mann-Whitney U test says its samples are smaller at
+ * p < CONFIRM_P (significant at the noise the shape showed) and its median
+ * is more than TIE below the default's (worth a record). Otherwise the
+ * default stays. Either way the journal gets the medians, the test's p and
+ * the bootstrap 95% interval of the ratio of medians, and why. */
+#define CONFIRM_P 0.01
+enum { CONFIRM_SAMPLES = 15 };
+
+static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, cand *def)
 {
-    enum { ROUNDS = 5 };
-    double tw[ROUNDS], td[ROUNDS];
-    for (int i = 0; i < ROUNDS; i++) {
-        tw[i] = op_time_ns(&t->env, op, inst, &win->ch, t->min_time, 3, i == 0);
-        td[i] = op_time_ns(&t->env, op, inst, &def->ch, t->min_time, 3, i == 0);
-        if (tw[i] < 0 || td[i] < 0)
-            return def;
+    const oclf_choice *chs[2] = {&win->ch, &def->ch};
+    tm_series s[2];
+    const tm_plan plan = {fmax(t->min_time * 1e9 / 5, 2e6), CONFIRM_SAMPLES, 1,
+                          4 * t->min_time * 1e9};
+    confirmation cf;
+    memset(&cf, 0, sizeof cf);
+    if (tm_measure(&t->env, op, inst, chs, 2, &plan, s, NULL) != 0) {
+        cf.why = "a call failed while confirming";
+        journal_confirm(&t->j, win->key, def->key, &cf);
+        return def;
     }
-    return op_median(tw, ROUNDS) * (1 + TIE) < op_median(td, ROUNDS) ? win : def;
+    cf.win_ns = tm_median(s[0].host, s[0].n);
+    cf.def_ns = tm_median(s[1].host, s[1].n);
+    cf.samples = s[0].n;
+    cf.p = tm_mwu_less(s[0].host, s[0].n, s[1].host, s[1].n);
+    tm_ratio_ci(s[0].host, s[0].n, s[1].host, s[1].n, &cf.ratio_lo, &cf.ratio_hi);
+    const double ratio = cf.win_ns / cf.def_ns;
+    cf.replaced = cf.p < CONFIRM_P && ratio < 1 - TIE;
+    cf.why = cf.replaced          ? "significant win beyond the tie margin"
+             : cf.p >= CONFIRM_P ? "win not significant at the measured noise"
+                                  : "significant but within the tie margin";
+    journal_confirm(&t->j, win->key, def->key, &cf);
+    /* The record carries the times measured side by side. */
+    win->time_ns = cf.win_ns;
+    def->time_ns = cf.def_ns;
+    return cf.replaced ? win : def;
 }
 
 /* Measures one candidate (or takes it from the journal). */
@@ -386,11 +334,19 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
         char msg[512] = "";
         if (!op->verify(&t->env, inst, &c->ch, msg, sizeof msg)) {
             c->state = -1;
-            journal_add(&t->j, c, msg);
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0, msg);
         } else {
-            c->time_ns = op_time_ns(&t->env, op, inst, &c->ch, t->min_time, 3, 2);
+            /* Screening: a few batched samples, enough to rank candidates;
+             * the winner is confirmed against the default afterwards. */
+            const oclf_choice *ch = &c->ch;
+            tm_series s;
+            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 2, 2 * t->min_time * 1e9};
+            c->time_ns = tm_measure(&t->env, op, inst, &ch, 1, &plan, &s, NULL) == 0
+                             ? tm_median(s.host, s.n)
+                             : -1;
             c->state = c->time_ns > 0 ? 1 : -1;
-            journal_add(&t->j, c, c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, c->state > 0, c->time_ns,
+                        c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
         }
     }
     if (c->state > 0)
@@ -548,7 +504,7 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
     if (u && (!f || u->time_ns * (1 + TIE) < f->time_ns))
         best = u;
     if (best && !best->is_default && c[0].state > 0 && !interrupted)
-        best = confirm(t, op, inst, best, &c[0]);
+        best = confirm(t, op, inst, &c[best - c], &c[0]);
     op->destroy(inst);
     if (small)
         op->destroy(small);
@@ -813,9 +769,7 @@ int main(int argc, char **argv)
     printf("\n%d jobs in %.0f s; database %s\n", t.jobs_done, now_s() - t.start, db);
     free(res);
     free(jobs);
-    if (t.j.f)
-        fclose(t.j.f);
-    json_decref(t.j.done);
+    journal_close(&t.j);
     op_env_close(&t.env);
     return rc;
 }
