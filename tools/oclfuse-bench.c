@@ -7,7 +7,8 @@
  * side of its 95% bootstrap interval), achieved bandwidth = minimum bytes
  * (inputs read once, outputs written once) / time, that as a fraction of the
  * copy kernel's bandwidth, the unfused/fused ratio, auto over the better
- * path, and the host cost of one call. Paths whose samples a Mann-Whitney U
+ * path (the median of per-round ratios, with its spread), and the host
+ * cost of one call. Paths whose samples a Mann-Whitney U
  * test cannot tell apart (p >= 0.05) are marked "~" in the notes. --json
  * prints one object per op, dtype, shape, path.
  */
@@ -128,7 +129,11 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
                           : R->s[U]         ? U
                                             : -1;
         if (other >= 0) {
-            snprintf(ab, sizeof ab, "%.2f", R->p[A].med / R->p[other].med);
+            /* paired by round: auto and the other path ran side by side */
+            double lo, hi;
+            const int n = R->s[A]->n < R->s[other]->n ? R->s[A]->n : R->s[other]->n;
+            const double q = tm_paired_ratio(R->s[A]->host, R->s[other]->host, n, &lo, &hi);
+            snprintf(ab, sizeof ab, "%.2f±%.0f%%", q, 100 * fmax(hi - q, q - lo) / q);
             const size_t used = strlen(note);
             snprintf(note + used, sizeof note - used, "%s", !differ(R, A, other) ? "auto~best"
                                                             : R->p[A].med > R->p[other].med
@@ -142,7 +147,7 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
     }
     if (R->call_us >= 0)
         snprintf(cs, sizeof cs, "%.2f", R->call_us);
-    printf("%-15s %-5s %-20s %15s %15s %7s %7s %6s %15s %9s %7s  %s", op->name, oclf_dtype_name(dt),
+    printf("%-15s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s", op->name, oclf_dtype_name(dt),
            text, fs, us, rs, gs, ps, as, ab, cs, note);
     if (op->flops && best >= 0)
         printf("  %.1f GFLOP/s", op->flops(shape) / R->p[best].med);
@@ -225,14 +230,15 @@ int main(int argc, char **argv)
     clGetDeviceInfo(env.device, CL_DEVICE_NAME, sizeof devname, devname, NULL);
     /* What a plain OpenCL program pays to launch a kernel: the yardstick for
      * the host cost of a call (the "call us" column). */
-    const double plain_us = tm_plain_launch_us(&env, 64, 9);
+    const double plain2_us = tm_plain_launch_us(&env, 2, 64, 9);
+    const double plain14_us = tm_plain_launch_us(&env, 14, 64, 9);
     if (json)
         printf("[");
     else
-        printf("device: %s\ncopy bandwidth: %.1f GB/s\nplain kernel launch: %.2f us host time "
-               "(clSetKernelArg x2 + clEnqueueNDRangeKernel)\n\n"
-               "%-15s %-5s %-20s %15s %15s %7s %7s %6s %15s %9s %7s  %s\n",
-               devname, copy, plain_us, "op", "dtype", "shape", "fused ms", "unfused ms", "ratio",
+        printf("device: %s\ncopy bandwidth: %.1f GB/s\nplain kernel launch, host time: %.2f us "
+               "with 2 arguments, %.2f us with 14 (each set, then clEnqueueNDRangeKernel)\n\n"
+               "%-15s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s\n",
+               devname, copy, plain2_us, plain14_us, "op", "dtype", "shape", "fused ms", "unfused ms", "ratio",
                "GB/s", "%copy", "auto ms", "auto/best", "call us", "notes");
     int first = 1, failures = 0;
     for (int oi = 0; op_table[oi]; oi++) {

@@ -2,6 +2,7 @@
 #include "timing.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -184,6 +185,17 @@ void tm_ratio_ci(const double *a, int na, const double *b, int nb, double *lo, d
     percentiles(stat, lo, hi);
 }
 
+double tm_paired_ratio(const double *a, const double *b, int n, double *lo, double *hi)
+{
+    if (n > TM_MAX_SAMPLES)
+        n = TM_MAX_SAMPLES;
+    double r[TM_MAX_SAMPLES];
+    for (int i = 0; i < n; i++)
+        r[i] = a[i] / b[i];
+    tm_median_ci(r, n, lo, hi);
+    return tm_median(r, n);
+}
+
 /* z of U for "a smaller than b": positive when a's ranks are low. */
 static double mwu_z(const double *a, int na, const double *b, int nb)
 {
@@ -230,6 +242,34 @@ double tm_mwu_differ(const double *a, int na, const double *b, int nb)
     return erfc(fabs(mwu_z(a, na, b, nb)) / sqrt(2.0));
 }
 
+/* Holds the queue behind a user event, so that the calls enqueued next wait
+ * and none runs while the host is being timed: the enqueue loop then
+ * measures the host path alone, not its contention with the device's
+ * threads (on a CPU device they share the cores). NULL when that fails;
+ * the measurement then runs unheld. */
+static cl_event hold(const op_env *env)
+{
+    cl_int e = CL_SUCCESS;
+    cl_event ue = clCreateUserEvent(env->cl, &e);
+    if (!ue)
+        return NULL;
+    if (clEnqueueMarkerWithWaitList(env->queue, 1, &ue, NULL) != CL_SUCCESS) {
+        clSetUserEventStatus(ue, CL_COMPLETE);
+        clReleaseEvent(ue);
+        return NULL;
+    }
+    return ue;
+}
+
+static cl_int release_and_finish(const op_env *env, cl_event ue)
+{
+    if (ue) {
+        clSetUserEventStatus(ue, CL_COMPLETE);
+        clReleaseEvent(ue);
+    }
+    return clFinish(env->queue);
+}
+
 double tm_call_us(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
                   int reps, int batches)
 {
@@ -241,25 +281,36 @@ double tm_call_us(const op_env *env, const op_desc *op, void *inst, const oclf_c
     if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS || clFinish(env->queue) != CL_SUCCESS)
         return -1;
     for (int b = 0; b < batches; b++) {
+        cl_event ue = hold(env);
+        int rc = 0;
         const double t0 = now_ns();
-        for (int i = 0; i < reps; i++)
-            if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS)
-                return -1;
+        for (int i = 0; i < reps && rc == 0; i++)
+            rc = op->run(env, inst, choice, NULL) != OCLF_SUCCESS;
         per[b] = (now_ns() - t0) / reps / 1e3;
-        if (clFinish(env->queue) != CL_SUCCESS)
+        if (release_and_finish(env, ue) != CL_SUCCESS || rc)
             return -1;
     }
     return tm_median(per, batches);
 }
 
-double tm_plain_launch_us(const op_env *env, int reps, int batches)
+double tm_plain_launch_us(const op_env *env, int nargs, int reps, int batches)
 {
-    static const char *src = "kernel void touch(global int *a, int v) { a[0] = v; }\n";
+    /* touch(global int *a, int v1, ..., int v<nargs-1>) */
+    char src[1024];
+    int used = snprintf(src, sizeof src, "kernel void touch(global int *a");
+    if (nargs < 1)
+        nargs = 1;
+    if (nargs > 32)
+        nargs = 32;
+    for (int i = 1; i < nargs; i++)
+        used += snprintf(src + used, sizeof src - (size_t)used, ", int v%d", i);
+    snprintf(src + used, sizeof src - (size_t)used, ") { a[0] = %s; }\n", nargs > 1 ? "v1" : "0");
+    const char *text = src;
     double per[TM_MAX_SAMPLES], result = -1;
     if (batches > TM_MAX_SAMPLES)
         batches = TM_MAX_SAMPLES;
     cl_int e = CL_SUCCESS;
-    cl_program prog = clCreateProgramWithSource(env->cl, 1, &src, NULL, &e);
+    cl_program prog = clCreateProgramWithSource(env->cl, 1, &text, NULL, &e);
     cl_kernel kern = NULL;
     cl_mem buf = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, sizeof(cl_int), NULL, &e);
     if (!prog || !buf || clBuildProgram(prog, 1, &env->device, "", NULL, NULL) != CL_SUCCESS ||
@@ -267,16 +318,20 @@ double tm_plain_launch_us(const op_env *env, int reps, int batches)
         goto out;
     const size_t global = 1;
     for (int b = -1; b < batches; b++) { /* b = -1 warms up */
+        cl_event ue = hold(env);
+        cl_int err = CL_SUCCESS;
         const double t0 = now_ns();
-        for (cl_int i = 0; i < reps; i++)
-            if (clSetKernelArg(kern, 0, sizeof buf, &buf) != CL_SUCCESS ||
-                clSetKernelArg(kern, 1, sizeof i, &i) != CL_SUCCESS ||
-                clEnqueueNDRangeKernel(env->queue, kern, 1, NULL, &global, NULL, 0, NULL, NULL) !=
-                    CL_SUCCESS)
-                goto out;
+        for (cl_int i = 0; i < reps && err == CL_SUCCESS; i++) {
+            err = clSetKernelArg(kern, 0, sizeof buf, &buf);
+            for (cl_uint k = 1; k < (cl_uint)nargs && err == CL_SUCCESS; k++)
+                err = clSetKernelArg(kern, k, sizeof i, &i);
+            if (err == CL_SUCCESS)
+                err = clEnqueueNDRangeKernel(env->queue, kern, 1, NULL, &global, NULL, 0, NULL,
+                                             NULL);
+        }
         if (b >= 0)
             per[b] = (now_ns() - t0) / reps / 1e3;
-        if (clFinish(env->queue) != CL_SUCCESS)
+        if (release_and_finish(env, ue) != CL_SUCCESS || err != CL_SUCCESS)
             goto out;
     }
     result = tm_median(per, batches);

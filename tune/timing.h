@@ -52,6 +52,11 @@ double tm_median(const double *v, int n);
 void tm_median_ci(const double *v, int n, double *lo, double *hi);
 /* 95% bootstrap interval of median(a) / median(b). */
 void tm_ratio_ci(const double *a, int na, const double *b, int nb, double *lo, double *hi);
+/* Median of a[i] / b[i] over samples taken side by side (sample i of both
+ * in the same round), with its 95% bootstrap interval: a slow spell that
+ * lasts a round cancels in the ratio, so this is steadier than the ratio of
+ * the medians when the machine's speed drifts. */
+double tm_paired_ratio(const double *a, const double *b, int n, double *lo, double *hi);
 /* Mann-Whitney U test, normal approximation with tie and continuity
  * corrections: the one-sided p-value of "a tends to be smaller than b". */
 double tm_mwu_less(const double *a, int na, const double *b, int nb);
@@ -60,12 +65,15 @@ double tm_mwu_differ(const double *a, int na, const double *b, int nb);
 
 /* Host microseconds per call spent issuing `reps`-call batches of `choice`
  * (the enqueue loop alone; the wait is outside the clock): argument checks,
- * dispatch and the enqueues. Median of `batches` batches; <0 on failure. */
+ * dispatch and the enqueues. The queue is held behind a user event while
+ * the batch is issued, so no kernel competes with the host for the cores.
+ * Median of `batches` batches; <0 on failure. */
 double tm_call_us(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
                   int reps, int batches);
-/* The same for a plain OpenCL launch of a one-work-item kernel (two
- * clSetKernelArg and a clEnqueueNDRangeKernel): the floor a call is
- * compared with. */
-double tm_plain_launch_us(const op_env *env, int reps, int batches);
+/* The same for a plain OpenCL launch of a one-work-item kernel of `nargs`
+ * arguments (1 to 32), each set before every clEnqueueNDRangeKernel: the
+ * floor a call is compared with. POCL copies every argument on each set
+ * and launch, so the count matters (rms_norm's kernel takes 14). */
+double tm_plain_launch_us(const op_env *env, int nargs, int reps, int batches);
 
 #endif
