@@ -6,14 +6,19 @@
  * and op->space() for each path (fused, and unfused where the op has one).
  * Each candidate is verified against the CPU reference before it is timed;
  * a wrong or failing one is journaled as such and never chosen. Timing is
- * op_time_ns (warm-up, repetitions to a time floor, median of host time
- * around the whole call, so the unfused path pays for its launch gaps).
+ * tune/timing.h: batched samples (many calls per sample for short ones),
+ * host time per call, so the unfused path pays for its launch gaps. Each
+ * candidate is screened with a few samples.
  *
  * Choice, per path: the fastest candidate, except that any candidate within
- * TIE (3%, about the run-to-run noise here) of it that is simpler wins;
- * simpler = the heuristic default, then the smaller work-group size, then
- * the earlier point of op->space() (which lists small before large). Across
- * paths: the faster one, fused on a tie (one launch, one pass over memory).
+ * TIE (3%) of it that is simpler wins; simpler = the heuristic default, then
+ * the smaller work-group size, then the earlier point of op->space() (which
+ * lists small before large). Across paths: the faster one, fused on a tie
+ * (one launch, one pass over memory). A winner other than the default must
+ * then pass the confirmation rule (confirm() below): measured again beside
+ * the default, interleaved, it replaces the default only on a significant
+ * (one-sided Mann-Whitney U, p < 0.01) win of more than TIE; the journal
+ * records the test either way.
  *
  * Budget: --budget SECONDS for the whole run, shared evenly by the jobs not
  * yet done, so a job that finishes early leaves its time to the others.
