@@ -33,6 +33,7 @@
  */
 #include "journal.h"
 #include "opdesc.h"
+#include "records.h"
 #include "timing.h"
 
 #include <jansson.h>
@@ -46,7 +47,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TUNER_NAME "oclfuse-tune 0.1.0"
 #define TIE 0.03
 enum { MAX_CAND = 512, BATCH = 8 };
 
@@ -118,25 +118,7 @@ static char *shape_list(const op_desc *op, const char *spec)
     return out;
 }
 
-/* ---- candidates and journal -------------------------------------------------------*/
-
-typedef struct cand {
-    oclf_choice ch;
-    int is_default;
-    int order;      /* position in op->space(): smaller is simpler */
-    int state;      /* 0 not measured, 1 measured, -1 wrong or failing */
-    double time_ns;
-    char key[512];
-} cand;
-
-static void params_text(const oclf_params *p, char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (unsigned i = 0; i < p->count && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s=%lld", i ? " " : "",
-                                 p->item[i].name, (long long)p->item[i].value);
-}
+/* ---- candidates (tune/records.h; the journal: tune/journal.h) ---------------------*/
 
 static int64_t param(const oclf_params *p, const char *name, int64_t dflt)
 {
@@ -212,16 +194,6 @@ static int hamming(const cand *a, const cand *b)
 
 /* ---- one job ------------------------------------------------------------------------*/
 
-typedef struct result {
-    const op_desc *op;
-    oclf_dtype dtype;
-    char shape[64];
-    int have;
-    cand best, fused, unfused;
-    double default_ns;
-    double bytes;
-    int measured, failed;
-} result;
 
 typedef struct tuner {
     op_env env;
@@ -525,81 +497,6 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
         r->unfused = *u;
 }
 
-/* The database record for a finished job. */
-static json_t *make_record(const tuner *t, const result *r, const op_shape *shape)
-{
-    json_t *sh = json_object();
-    uint64_t dims[OP_MAX_DIMS];
-    const char *const *names;
-    const int nd = op_lib_shape(r->op, shape, dims, &names);
-    for (int k = 0; k < nd; k++)
-        json_object_set_new(sh, names[k], json_integer((json_int_t)dims[k]));
-    /* The default is recorded as an empty parameter set: "the heuristic",
-     * which keeps tracking the device if the heuristic improves. */
-    const oclf_params none = {0};
-    const cand *b = &r->best;
-    json_t *rec = json_pack("{s:s, s:s, s:o, s:{s:s, s:o}, s:f}", "op", r->op->name, "dtype",
-                            oclf_dtype_name(r->dtype), "shape", sh, "choice", "path",
-                            path_name(b->ch.path), "params",
-                            params_json(b->is_default ? &none : &b->ch.params), "time_ns",
-                            b->time_ns);
-    const cand *other = b->ch.path == OCLF_PATH_FUSED ? &r->unfused : &r->fused;
-    if (other->state > 0) {
-        json_t *alt = json_pack("{s:s, s:o, s:f}", "path", path_name(other->ch.path), "params",
-                                params_json(other->is_default ? &none : &other->ch.params),
-                                "time_ns", other->time_ns);
-        json_object_set_new(rec, "alternatives", json_pack("[o]", alt));
-    }
-    if (r->unfused.state > 0)
-        json_object_set_new(rec, "unfused_time_ns", json_real(r->unfused.time_ns));
-    if (r->fused.state > 0)
-        json_object_set_new(rec, "fused_time_ns", json_real(r->fused.time_ns));
-    if (r->default_ns > 0)
-        json_object_set_new(rec, "default_time_ns", json_real(r->default_ns));
-    json_object_set_new(rec, "copy_gbps", json_real(t->copy_gbps));
-    json_object_set_new(rec, "tuner", json_string(TUNER_NAME));
-    char date[32];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%d", &tm);
-    json_object_set_new(rec, "date", json_string(date));
-    return rec;
-}
-
-static void closing_table(const tuner *t, const result *res, int n)
-{
-    printf("\n%-15s %-5s %-12s %-36s %10s %10s %10s %7s %8s %6s\n", "op", "dtype", "shape",
-           "choice", "fused ms", "unfused ms", "default ms", "gain", "GB/s", "%copy");
-    for (int i = 0; i < n; i++) {
-        const result *r = &res[i];
-        if (!r->op)
-            continue;
-        char ch[128] = "(nothing measured)", fs[32] = "-", us[32] = "-", ds[32] = "-",
-             gs[32] = "-", bw[32] = "-", pc[32] = "-";
-        if (r->have) {
-            char pt[96];
-            params_text(&r->best.ch.params, pt, sizeof pt);
-            snprintf(ch, sizeof ch, "%s %s", path_name(r->best.ch.path),
-                     r->best.is_default ? "(default)" : pt);
-            const double gbps = r->bytes / r->best.time_ns;
-            snprintf(bw, sizeof bw, "%.1f", gbps);
-            if (t->copy_gbps > 0)
-                snprintf(pc, sizeof pc, "%.0f%%", 100 * gbps / t->copy_gbps);
-            if (r->default_ns > 0)
-                snprintf(gs, sizeof gs, "%.2fx", r->default_ns / r->best.time_ns);
-        }
-        if (r->fused.state > 0)
-            snprintf(fs, sizeof fs, "%.3f", r->fused.time_ns / 1e6);
-        if (r->unfused.state > 0)
-            snprintf(us, sizeof us, "%.3f", r->unfused.time_ns / 1e6);
-        if (r->default_ns > 0)
-            snprintf(ds, sizeof ds, "%.3f", r->default_ns / 1e6);
-        printf("%-15s %-5s %-12s %-36s %10s %10s %10s %7s %8s %6s\n", r->op->name,
-               oclf_dtype_name(r->dtype), r->shape, ch, fs, us, ds, gs, bw, pc);
-    }
-}
-
 int main(int argc, char **argv)
 {
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL, *platform = NULL,
@@ -755,7 +652,7 @@ int main(int argc, char **argv)
         if (!r->have)
             continue;
         /* Merged per job, so an interrupted run keeps what it finished. */
-        json_t *arr = json_pack("[o]", make_record(&t, r, &jobs[i].shape));
+        json_t *arr = json_pack("[o]", make_record(r, &jobs[i].shape, t.copy_gbps));
         char *text = json_dumps(arr, JSON_COMPACT);
         if (!text || oclf_tuning_db_merge(t.env.ctx, db, text) != OCLF_SUCCESS) {
             fprintf(stderr, "%soclfuse-tune: cannot write %s: %s\n", t.tty && !quiet ? "\n" : "",
@@ -770,7 +667,7 @@ int main(int argc, char **argv)
     if (interrupted)
         fprintf(stderr, "oclfuse-tune: interrupted; %d of %d jobs written to %s\n", t.jobs_done,
                 nj, db);
-    closing_table(&t, res, nj);
+    closing_table(res, nj, t.copy_gbps);
     printf("\n%d jobs in %.0f s; database %s\n", t.jobs_done, now_s() - t.start, db);
     free(res);
     free(jobs);
