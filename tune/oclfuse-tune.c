@@ -274,8 +274,10 @@ static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, c
 {
     const oclf_choice *chs[2] = {&win->ch, &def->ch};
     tm_series s[2];
+    /* Up to a second per side: all 15 samples for calls under a few ms,
+     * at least 5 for slow ones. */
     const tm_plan plan = {fmax(t->min_time * 1e9 / 5, 2e6), CONFIRM_SAMPLES, 1,
-                          4 * t->min_time * 1e9};
+                          fmax(4 * t->min_time * 1e9, 1e9)};
     confirmation cf;
     memset(&cf, 0, sizeof cf);
     if (tm_measure(&t->env, op, inst, chs, 2, &plan, s, NULL) != 0) {
@@ -317,7 +319,7 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
              * the winner is confirmed against the default afterwards. */
             const oclf_choice *ch = &c->ch;
             tm_series s;
-            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 2, 2 * t->min_time * 1e9};
+            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 1, 2 * t->min_time * 1e9};
             c->time_ns = tm_measure(&t->env, op, inst, &ch, 1, &plan, &s, NULL) == 0
                              ? tm_median(s.host, s.n)
                              : -1;
