@@ -41,6 +41,32 @@ static void make_dir(void)
     snprintf(journal, sizeof journal, "%s.journal", db);
 }
 
+/* A confirmation line: which test decided and why, and the rule held: a
+ * candidate kept only on p < 0.01 and a median more than 3% below the
+ * default's, and then the record names it (else the default, no params). */
+static void check_confirmation(json_t *e)
+{
+    ck_assert_str_eq(json_string_value(json_object_get(e, "test")), "Mann-Whitney U, one-sided");
+    ck_assert_ptr_nonnull(json_string_value(json_object_get(e, "why")));
+    const char *kept = json_string_value(json_object_get(e, "kept"));
+    ck_assert_ptr_nonnull(kept);
+    json_error_t err;
+    json_t *root = json_load_file(db, 0, &err);
+    ck_assert_ptr_nonnull(root);
+    json_t *rec = json_array_get(json_object_get(root, "records"), 0);
+    json_t *params = json_object_get(json_object_get(rec, "choice"), "params");
+    if (strcmp(kept, "candidate") == 0) {
+        ck_assert(json_real_value(json_object_get(e, "p")) < 0.01);
+        ck_assert(json_real_value(json_object_get(e, "candidate_ns")) <
+                  0.97 * json_real_value(json_object_get(e, "default_ns")));
+        ck_assert_int_gt(json_object_size(params), 0);
+    } else {
+        ck_assert_str_eq(kept, "default");
+        ck_assert_int_eq(json_object_size(params), 0);
+    }
+    json_decref(root);
+}
+
 /* Journal lines, and whether every key is unique. */
 static int journal_lines(int *unique)
 {
@@ -50,9 +76,17 @@ static int journal_lines(int *unique)
     json_t *seen = json_object();
     char line[4096];
     int n = 0;
+    json_t *last_confirm = NULL;
     *unique = 1;
     while (fgets(line, sizeof line, f)) {
         json_t *e = json_loads(line, 0, NULL);
+        ck_assert_ptr_nonnull(e);
+        if (json_object_get(e, "confirm")) {
+            /* the run that wrote the record confirmed last */
+            json_decref(last_confirm);
+            last_confirm = e;
+            continue;
+        }
         const char *k = json_string_value(json_object_get(e, "key"));
         ck_assert_ptr_nonnull(k);
         if (json_object_get(seen, k))
@@ -63,6 +97,9 @@ static int journal_lines(int *unique)
     }
     fclose(f);
     json_decref(seen);
+    if (last_confirm)
+        check_confirmation(last_confirm);
+    json_decref(last_confirm);
     return n;
 }
 

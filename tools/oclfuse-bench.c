@@ -2,13 +2,20 @@
  * oclfuse-bench: fused against unfused, per op, dtype and shape, beside the
  * device's copy bandwidth measured in the same run.
  *
- * For each row: time of each path (median host time around the whole call),
- * achieved bandwidth = minimum bytes (inputs read once, outputs written once)
- * / time, that as a fraction of the copy kernel's bandwidth, and the
- * unfused/fused ratio. --json prints one object per op, dtype, shape, path.
+ * For each row: time of each path (median over interleaved samples of
+ * batched calls, tune/timing.h) with the spread of that median (the larger
+ * side of its 95% bootstrap interval), achieved bandwidth = minimum bytes
+ * (inputs read once, outputs written once) / time, that as a fraction of the
+ * copy kernel's bandwidth, the unfused/fused ratio, auto over the better
+ * path (the median of per-round ratios, with its spread), and the host
+ * cost of one call. Paths whose samples a Mann-Whitney U
+ * test cannot tell apart (p >= 0.05) are marked "~" in the notes. --json
+ * prints one object per op, dtype, shape, path.
  */
 #include "opdesc.h"
+#include "timing.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +29,8 @@ static void usage(FILE *f)
             "  --shapes S,S,...    shapes, read per op as below (default: each op's list)\n"
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
-            "  --min-time SECONDS  time per path and shape, split over 5 rounds (default 1)\n"
+            "  --min-time SECONDS  time per path and shape, split over the samples (default 1)\n"
+            "  --samples N         samples per path, interleaved between paths (default 15)\n"
             "  --json              JSON array instead of the table\n"
             "  --no-verify         skip the reference check before timing\n"
             "operations and their shapes:\n");
@@ -31,21 +39,128 @@ static void usage(FILE *f)
                 op_table[i]->bench_shapes);
 }
 
+/* One path of a row: median host ns per call, its 95% interval, the
+ * median device ns (event profiling; <0 without). */
+typedef struct path_stat {
+    double med, lo, hi, dev;
+} path_stat;
+
 typedef struct row {
-    double time_ns[3]; /* by oclf_path; <0: not run */
+    const tm_series *s[3]; /* by oclf_path; NULL: not run */
+    path_stat p[3];
+    double call_us; /* host cost of one call of call_path; <0: not measured */
+    int call_path;
 } row;
 
 static const char *path_names[3] = {"auto", "fused", "unfused"};
 
-/* Rounds in which the paths of one shape take turns. */
-#define ROUNDS 5
+/* Significance for telling two paths apart (Mann-Whitney U, two-sided). */
+#define ALPHA 0.05
 
+static void summarize(const tm_series *s, path_stat *p)
+{
+    p->med = tm_median(s->host, s->n);
+    tm_median_ci(s->host, s->n, &p->lo, &p->hi);
+    p->dev = s->dev[0] < 0 ? -1 : tm_median(s->dev, s->n);
+}
+
+/* "0.029 ±3%": the median and the larger side of its interval. */
+static void fmt_time(char *buf, size_t len, const path_stat *p)
+{
+    const double spread = fmax(p->hi - p->med, p->med - p->lo) / p->med;
+    snprintf(buf, len, "%.3f ±%.0f%%", p->med / 1e6, 100 * spread);
+}
+
+/* Can the samples of paths a and b be told apart? */
+static int differ(const row *r, int a, int b)
+{
+    return tm_mwu_differ(r->s[a]->host, r->s[a]->n, r->s[b]->host, r->s[b]->n) < ALPHA;
+}
+
+static void print_row(const op_desc *op, const op_shape *shape, const char *text, oclf_dtype dt,
+                      const row *r, double copy, int json, int *first)
+{
+    const double bytes = op->min_bytes(shape, dt);
+    if (json) {
+        for (int pi = 0; pi < 3; pi++) {
+            if (!r->s[pi])
+                continue;
+            const path_stat *p = &r->p[pi];
+            printf("%s\n {\"op\": \"%s\", \"dtype\": \"%s\", \"shape\": {", *first ? "" : ",",
+                   op->name, oclf_dtype_name(dt));
+            *first = 0;
+            for (int k = 0; k < shape->ndims; k++)
+                printf("%s\"%s\": %llu", k ? ", " : "", op->dim_names[k],
+                       (unsigned long long)shape->d[k]);
+            printf("}, \"path\": \"%s\", \"time_ns\": %.0f, \"ci95_ns\": [%.0f, %.0f], "
+                   "\"device_ns\": %.0f, \"samples\": %d, \"calls_per_sample\": %d, "
+                   "\"min_bytes\": %.0f, \"gbps\": %.3f, \"copy_gbps\": %.3f",
+                   path_names[pi], p->med, p->lo, p->hi, p->dev, r->s[pi]->n, r->s[pi]->reps,
+                   bytes, bytes / p->med, copy);
+            if (op->flops)
+                printf(", \"gflops\": %.3f", op->flops(shape) / p->med);
+            if (pi == r->call_path && r->call_us >= 0)
+                printf(", \"call_us\": %.2f", r->call_us);
+            printf("}");
+        }
+        return;
+    }
+    const row *R = r; /* short, for the table's many fields */
+    const int F = OCLF_PATH_FUSED, U = OCLF_PATH_UNFUSED, A = OCLF_PATH_AUTO;
+    char fs[32] = "-", us[32] = "-", rs[32] = "-", gs[32] = "-", ps[32] = "-", as[32] = "-",
+         ab[32] = "-", cs[32] = "-", note[64] = "";
+    int best = R->s[F] ? F : R->s[A] ? A : -1;
+    if (R->s[F])
+        fmt_time(fs, sizeof fs, &R->p[F]);
+    if (R->s[U]) {
+        fmt_time(us, sizeof us, &R->p[U]);
+        if (best < 0 || R->p[U].med < R->p[best].med)
+            best = U;
+    }
+    if (R->s[F] && R->s[U]) {
+        snprintf(rs, sizeof rs, "%.2fx", R->p[U].med / R->p[F].med);
+        if (!differ(R, F, U))
+            snprintf(note, sizeof note, "fused~unfused ");
+    }
+    if (R->s[A]) {
+        fmt_time(as, sizeof as, &R->p[A]);
+        const int other = R->s[F] && R->s[U] ? (R->p[F].med < R->p[U].med ? F : U)
+                          : R->s[F]         ? F
+                          : R->s[U]         ? U
+                                            : -1;
+        if (other >= 0) {
+            /* paired by round: auto and the other path ran side by side */
+            double lo, hi;
+            const int n = R->s[A]->n < R->s[other]->n ? R->s[A]->n : R->s[other]->n;
+            const double q = tm_paired_ratio(R->s[A]->host, R->s[other]->host, n, &lo, &hi);
+            snprintf(ab, sizeof ab, "%.2f±%.0f%%", q, 100 * fmax(hi - q, q - lo) / q);
+            const size_t used = strlen(note);
+            snprintf(note + used, sizeof note - used, "%s", !differ(R, A, other) ? "auto~best"
+                                                            : R->p[A].med > R->p[other].med
+                                                                ? "auto slower"
+                                                                : "auto faster");
+        }
+    }
+    if (best >= 0) {
+        snprintf(gs, sizeof gs, "%.1f", bytes / R->p[best].med);
+        snprintf(ps, sizeof ps, "%.0f%%", 100.0 * bytes / R->p[best].med / copy);
+    }
+    if (R->call_us >= 0)
+        snprintf(cs, sizeof cs, "%.2f", R->call_us);
+    printf("%-15s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s", op->name, oclf_dtype_name(dt),
+           text, fs, us, rs, gs, ps, as, ab, cs, note);
+    if (op->flops && best >= 0)
+        printf("  %.1f GFLOP/s", op->flops(shape) / R->p[best].med);
+    printf("\n");
+    fflush(stdout);
+}
 
 int main(int argc, char **argv)
 {
     const char *ops = NULL, *dtypes = "f32", *shapes = NULL, *paths = "fused,unfused";
     const char *platform = NULL, *device = NULL;
     double min_time = 1.0;
+    int samples = 15;
     int json = 0, verify = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -67,7 +182,14 @@ int main(int argc, char **argv)
         OPT("--platform", platform)
         OPT("--device", device)
 #undef OPT
-        if (strcmp(a, "--min-time") == 0 && v) {
+        if (strcmp(a, "--samples") == 0 && v) {
+            samples = atoi(v);
+            if (samples < 5 || samples > TM_MAX_SAMPLES) {
+                fprintf(stderr, "oclfuse-bench: --samples takes 5 to %d\n", TM_MAX_SAMPLES);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--min-time") == 0 && v) {
             min_time = atof(v);
             i++;
         } else if (strcmp(a, "--json") == 0) {
@@ -106,12 +228,18 @@ int main(int argc, char **argv)
     const double copy = op_copy_gbps(&env);
     char devname[256] = "";
     clGetDeviceInfo(env.device, CL_DEVICE_NAME, sizeof devname, devname, NULL);
+    /* What a plain OpenCL program pays to launch a kernel: the yardstick for
+     * the host cost of a call (the "call us" column). */
+    const double plain2_us = tm_plain_launch_us(&env, 2, 64, 9);
+    const double plain14_us = tm_plain_launch_us(&env, 14, 64, 9);
     if (json)
         printf("[");
     else
-        printf("device: %s\ncopy bandwidth: %.1f GB/s\n\n%-15s %-5s %-22s %11s %11s %7s %8s %7s %8s\n",
-               devname, copy, "op", "dtype", "shape", "fused ms", "unfused ms", "ratio", "GB/s",
-               "%copy", "auto ms");
+        printf("device: %s\ncopy bandwidth: %.1f GB/s\nplain kernel launch, host time: %.2f us "
+               "with 2 arguments, %.2f us with 14 (each set, then clEnqueueNDRangeKernel)\n\n"
+               "%-15s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s\n",
+               devname, copy, plain2_us, plain14_us, "op", "dtype", "shape", "fused ms", "unfused ms", "ratio",
+               "GB/s", "%copy", "auto ms", "auto/best", "call us", "notes");
     int first = 1, failures = 0;
     for (int oi = 0; op_table[oi]; oi++) {
         const op_desc *op = op_table[oi];
@@ -142,7 +270,6 @@ int main(int argc, char **argv)
                     failures++;
                     continue;
                 }
-                row r = {{-1, -1, -1}};
                 int live[3] = {0, 0, 0};
                 for (int pi = 0; pi < 3; pi++) {
                     if (!op_listed(paths, path_names[pi]) ||
@@ -159,79 +286,41 @@ int main(int argc, char **argv)
                     }
                     live[pi] = 1;
                 }
-                /* The paths take turns over several rounds and each keeps the
-                 * median of its rounds, so a slow spell of a shared machine
-                 * lands on every path alike rather than on whichever ran then. */
-                double rounds[3][ROUNDS];
-                for (int k = 0; k < ROUNDS; k++) {
-                    for (int pi = 0; pi < 3; pi++) {
-                        if (!live[pi])
-                            continue;
-                        oclf_choice ch;
-                        memset(&ch, 0, sizeof ch);
-                        ch.path = (oclf_path)pi;
-                        /* warm once; a round then needs one call at least,
-                         * so a slow shape costs ROUNDS calls, not 5x3 */
-                        rounds[pi][k] = op_time_ns(&env, op, inst, &ch, min_time / ROUNDS, 1,
-                                                   k == 0 ? 1 : 0);
-                        if (rounds[pi][k] < 0) {
-                            fprintf(stderr, "oclfuse-bench: %s %s %s %s failed: %s\n", op->name,
-                                    oclf_dtype_name(dt), text, path_names[pi],
-                                    oclf_last_error(env.ctx));
-                            failures++;
-                            live[pi] = 0;
-                        }
-                    }
-                }
+                /* The paths take turns, sample by sample (tune/timing.h), so
+                 * a slow spell of a shared machine lands on every path alike. */
+                const oclf_choice *chs[3];
+                oclf_choice choice[3];
+                int idx[3], k = 0;
                 for (int pi = 0; pi < 3; pi++) {
-                    if (!live[pi])
-                        continue;
-                    r.time_ns[pi] = op_median(rounds[pi], ROUNDS);
+                    memset(&choice[pi], 0, sizeof choice[pi]);
+                    choice[pi].path = (oclf_path)pi;
+                    if (live[pi])
+                        chs[k] = &choice[pi], idx[k++] = pi;
                 }
-                const double bytes = op->min_bytes(&shape, dt);
-                if (json) {
-                    for (int pi = 0; pi < 3; pi++) {
-                        if (r.time_ns[pi] < 0)
-                            continue;
-                        printf("%s\n {\"op\": \"%s\", \"dtype\": \"%s\", \"shape\": {", first ? "" : ",",
-                               op->name, oclf_dtype_name(dt));
-                        first = 0;
-                        for (int k = 0; k < shape.ndims; k++)
-                            printf("%s\"%s\": %llu", k ? ", " : "", op->dim_names[k],
-                                   (unsigned long long)shape.d[k]);
-                        const double gbps = bytes / r.time_ns[pi];
-                        printf("}, \"path\": \"%s\", \"time_ns\": %.0f, \"min_bytes\": %.0f, "
-                               "\"gbps\": %.3f, \"copy_gbps\": %.3f",
-                               path_names[pi], r.time_ns[pi], bytes, gbps, copy);
-                        if (op->flops)
-                            printf(", \"gflops\": %.3f", op->flops(&shape) / r.time_ns[pi]);
-                        printf("}");
-                    }
-                } else {
-                    const double f = r.time_ns[OCLF_PATH_FUSED], u = r.time_ns[OCLF_PATH_UNFUSED];
-                    const double a = r.time_ns[OCLF_PATH_AUTO];
-                    const double best = f > 0 ? f : a;
-                    char fs[32] = "-", us[32] = "-", rs[32] = "-", gs[32] = "-", ps[32] = "-",
-                         as[32] = "-";
-                    if (f > 0)
-                        snprintf(fs, sizeof fs, "%.3f", f / 1e6);
-                    if (u > 0)
-                        snprintf(us, sizeof us, "%.3f", u / 1e6);
-                    if (f > 0 && u > 0)
-                        snprintf(rs, sizeof rs, "%.2fx", u / f);
-                    if (a > 0)
-                        snprintf(as, sizeof as, "%.3f", a / 1e6);
-                    if (best > 0) {
-                        snprintf(gs, sizeof gs, "%.1f", bytes / best);
-                        snprintf(ps, sizeof ps, "%.0f%%", 100.0 * bytes / best / copy);
-                    }
-                    printf("%-15s %-5s %-22s %11s %11s %7s %8s %7s %8s", op->name,
-                           oclf_dtype_name(dt), text, fs, us, rs, gs, ps, as);
-                    if (op->flops && best > 0)
-                        printf("  %.1f GFLOP/s", op->flops(&shape) / best);
-                    printf("\n");
-                    fflush(stdout);
+                tm_series got[3];
+                row r;
+                memset(&r, 0, sizeof r);
+                int failed = 0;
+                const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9};
+                if (k > 0 && tm_measure(&env, op, inst, chs, k, &plan, got, &failed) != 0) {
+                    fprintf(stderr, "oclfuse-bench: %s %s %s %s failed: %s\n", op->name,
+                            oclf_dtype_name(dt), text, path_names[idx[failed]],
+                            oclf_last_error(env.ctx));
+                    failures++;
+                    k = 0;
                 }
+                for (int i = 0; i < k; i++) {
+                    r.s[idx[i]] = &got[i];
+                    summarize(&got[i], &r.p[idx[i]]);
+                }
+                /* Host cost of one call, the launch path alone: only where
+                 * calls are short enough that a batch of them queues quickly. */
+                const int cp = live[OCLF_PATH_AUTO] ? OCLF_PATH_AUTO : OCLF_PATH_FUSED;
+                r.call_us = -1;
+                r.call_path = cp;
+                if (r.s[cp] && r.p[cp].med < 1e6)
+                    r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
+                print_row(op, &shape, text, dt, &r, copy, json, &first);
                 op->destroy(inst);
             }
         }

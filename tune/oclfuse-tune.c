@@ -6,14 +6,19 @@
  * and op->space() for each path (fused, and unfused where the op has one).
  * Each candidate is verified against the CPU reference before it is timed;
  * a wrong or failing one is journaled as such and never chosen. Timing is
- * op_time_ns (warm-up, repetitions to a time floor, median of host time
- * around the whole call, so the unfused path pays for its launch gaps).
+ * tune/timing.h: batched samples (many calls per sample for short ones),
+ * host time per call, so the unfused path pays for its launch gaps. Each
+ * candidate is screened with a few samples.
  *
  * Choice, per path: the fastest candidate, except that any candidate within
- * TIE (3%, about the run-to-run noise here) of it that is simpler wins;
- * simpler = the heuristic default, then the smaller work-group size, then
- * the earlier point of op->space() (which lists small before large). Across
- * paths: the faster one, fused on a tie (one launch, one pass over memory).
+ * TIE (3%) of it that is simpler wins; simpler = the heuristic default, then
+ * the smaller work-group size, then the earlier point of op->space() (which
+ * lists small before large). Across paths: the faster one, fused on a tie
+ * (one launch, one pass over memory). A winner other than the default must
+ * then pass the confirmation rule (confirm() below): measured again beside
+ * the default, interleaved, it replaces the default only on a significant
+ * (one-sided Mann-Whitney U, p < 0.01) win of more than TIE; the journal
+ * records the test either way.
  *
  * Budget: --budget SECONDS for the whole run, shared evenly by the jobs not
  * yet done, so a job that finishes early leaves its time to the others.
@@ -26,7 +31,10 @@
  * thread-safe per context). On the 2-core CI machine this buys little; on
  * a many-core host the OpenCL compiler dominates a cold run.
  */
+#include "journal.h"
 #include "opdesc.h"
+#include "records.h"
+#include "timing.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -39,7 +47,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TUNER_NAME "oclfuse-tune 0.1.0"
 #define TIE 0.03
 enum { MAX_CAND = 512, BATCH = 8 };
 
@@ -111,106 +118,12 @@ static char *shape_list(const op_desc *op, const char *spec)
     return out;
 }
 
-/* ---- candidates and journal -------------------------------------------------------*/
-
-typedef struct cand {
-    oclf_choice ch;
-    int is_default;
-    int order;      /* position in op->space(): smaller is simpler */
-    int state;      /* 0 not measured, 1 measured, -1 wrong or failing */
-    double time_ns;
-    char key[512];
-} cand;
-
-static void params_text(const oclf_params *p, char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (unsigned i = 0; i < p->count && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s=%lld", i ? " " : "",
-                                 p->item[i].name, (long long)p->item[i].value);
-}
-
-static json_t *params_json(const oclf_params *p)
-{
-    json_t *o = json_object();
-    for (unsigned i = 0; i < p->count; i++)
-        json_object_set_new(o, p->item[i].name, json_integer(p->item[i].value));
-    return o;
-}
-
-static const char *path_name(oclf_path p)
-{
-    return p == OCLF_PATH_UNFUSED ? "unfused" : "fused";
-}
+/* ---- candidates (tune/records.h; the journal: tune/journal.h) ---------------------*/
 
 static int64_t param(const oclf_params *p, const char *name, int64_t dflt)
 {
     int64_t v;
     return oclf_params_get(p, name, &v) ? v : dflt;
-}
-
-typedef struct journal {
-    FILE *f;
-    json_t *done; /* key -> {"ok", "time_ns"} from a resumed journal */
-} journal;
-
-/* mkdir -p of the folder holding `path`, so the journal can start before
- * the first database write creates it. */
-static void make_parent(const char *path)
-{
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        mkdir(dir, 0755);
-        *p = '/';
-    }
-}
-
-static void journal_open(journal *j, const char *path, int resume)
-{
-    j->done = json_object();
-    make_parent(path);
-    if (resume) {
-        FILE *f = fopen(path, "r");
-        char line[4096];
-        while (f && fgets(line, sizeof line, f)) {
-            json_t *e = json_loads(line, 0, NULL); /* a torn last line is skipped */
-            const char *k = json_string_value(json_object_get(e, "key"));
-            if (k)
-                json_object_set(j->done, k, e);
-            json_decref(e);
-        }
-        if (f)
-            fclose(f);
-    }
-    j->f = fopen(path, resume ? "a" : "w");
-    if (!j->f)
-        fprintf(stderr, "oclfuse-tune: cannot write journal %s; measurements are not saved\n",
-                path);
-}
-
-static void journal_add(journal *j, const cand *c, const char *error)
-{
-    if (!j->f)
-        return;
-    json_t *e = json_pack("{s:s, s:s, s:o, s:b, s:f}", "key", c->key, "path",
-                          path_name(c->ch.path), "params", params_json(&c->ch.params), "ok",
-                          c->state > 0, "time_ns", c->time_ns);
-    if (error)
-        json_object_set_new(e, "error", json_string(error));
-    char *s = json_dumps(e, JSON_COMPACT);
-    if (s) {
-        /* One line per measurement, flushed, so a crash loses at most it. */
-        fprintf(j->f, "%s\n", s);
-        fflush(j->f);
-        fsync(fileno(j->f));
-    }
-    free(s);
-    json_decref(e);
 }
 
 /* ---- parallel compile -------------------------------------------------------------*/
@@ -281,16 +194,6 @@ static int hamming(const cand *a, const cand *b)
 
 /* ---- one job ------------------------------------------------------------------------*/
 
-typedef struct result {
-    const op_desc *op;
-    oclf_dtype dtype;
-    char shape[64];
-    int have;
-    cand best, fused, unfused;
-    double default_ns;
-    double bytes;
-    int measured, failed;
-} result;
 
 typedef struct tuner {
     op_env env;
@@ -356,23 +259,47 @@ static const cand *pick(const cand *c, int n, oclf_path path)
     return best;
 }
 
-/* A winner other than the default is timed again against the default,
- * alternating, over several rounds: a single measurement on a busy machine
- * (or of a shape that runs in microseconds) can crown noise. The default is
- * kept unless the winner is faster in the medians by more than the tie
- * margin. */
-static const cand *confirm(tuner *t, const op_desc *op, void *inst, const cand *win,
-                           const cand *def)
+/* The confirmation rule. A winner other than the default is measured again
+ * beside the default, the two interleaved sample by sample (CONFIRM_SAMPLES
+ * batched samples each, tune/timing.h). It replaces the default only when
+ * a one-sided Mann-Whitney U test says its samples are smaller at
+ * p < CONFIRM_P (significant at the noise the shape showed) and its median
+ * is more than TIE below the default's (worth a record). Otherwise the
+ * default stays. Either way the journal gets the medians, the test's p and
+ * the bootstrap 95% interval of the ratio of medians, and why. */
+#define CONFIRM_P 0.01
+enum { CONFIRM_SAMPLES = 15 };
+
+static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, cand *def)
 {
-    enum { ROUNDS = 5 };
-    double tw[ROUNDS], td[ROUNDS];
-    for (int i = 0; i < ROUNDS; i++) {
-        tw[i] = op_time_ns(&t->env, op, inst, &win->ch, t->min_time, 3, i == 0);
-        td[i] = op_time_ns(&t->env, op, inst, &def->ch, t->min_time, 3, i == 0);
-        if (tw[i] < 0 || td[i] < 0)
-            return def;
+    const oclf_choice *chs[2] = {&win->ch, &def->ch};
+    tm_series s[2];
+    /* Up to a second per side: all 15 samples for calls under a few ms,
+     * at least 5 for slow ones. */
+    const tm_plan plan = {fmax(t->min_time * 1e9 / 5, 2e6), CONFIRM_SAMPLES, 1,
+                          fmax(4 * t->min_time * 1e9, 1e9)};
+    confirmation cf;
+    memset(&cf, 0, sizeof cf);
+    if (tm_measure(&t->env, op, inst, chs, 2, &plan, s, NULL) != 0) {
+        cf.why = "a call failed while confirming";
+        journal_confirm(&t->j, win->key, def->key, &cf);
+        return def;
     }
-    return op_median(tw, ROUNDS) * (1 + TIE) < op_median(td, ROUNDS) ? win : def;
+    cf.win_ns = tm_median(s[0].host, s[0].n);
+    cf.def_ns = tm_median(s[1].host, s[1].n);
+    cf.samples = s[0].n;
+    cf.p = tm_mwu_less(s[0].host, s[0].n, s[1].host, s[1].n);
+    tm_ratio_ci(s[0].host, s[0].n, s[1].host, s[1].n, &cf.ratio_lo, &cf.ratio_hi);
+    const double ratio = cf.win_ns / cf.def_ns;
+    cf.replaced = cf.p < CONFIRM_P && ratio < 1 - TIE;
+    cf.why = cf.replaced          ? "significant win beyond the tie margin"
+             : cf.p >= CONFIRM_P ? "win not significant at the measured noise"
+                                  : "significant but within the tie margin";
+    journal_confirm(&t->j, win->key, def->key, &cf);
+    /* The record carries the times measured side by side. */
+    win->time_ns = cf.win_ns;
+    def->time_ns = cf.def_ns;
+    return cf.replaced ? win : def;
 }
 
 /* Measures one candidate (or takes it from the journal). */
@@ -386,11 +313,19 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
         char msg[512] = "";
         if (!op->verify(&t->env, inst, &c->ch, msg, sizeof msg)) {
             c->state = -1;
-            journal_add(&t->j, c, msg);
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0, msg);
         } else {
-            c->time_ns = op_time_ns(&t->env, op, inst, &c->ch, t->min_time, 3, 2);
+            /* Screening: a few batched samples, enough to rank candidates;
+             * the winner is confirmed against the default afterwards. */
+            const oclf_choice *ch = &c->ch;
+            tm_series s;
+            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 1, 2 * t->min_time * 1e9};
+            c->time_ns = tm_measure(&t->env, op, inst, &ch, 1, &plan, &s, NULL) == 0
+                             ? tm_median(s.host, s.n)
+                             : -1;
             c->state = c->time_ns > 0 ? 1 : -1;
-            journal_add(&t->j, c, c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, c->state > 0, c->time_ns,
+                        c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
         }
     }
     if (c->state > 0)
@@ -548,7 +483,7 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
     if (u && (!f || u->time_ns * (1 + TIE) < f->time_ns))
         best = u;
     if (best && !best->is_default && c[0].state > 0 && !interrupted)
-        best = confirm(t, op, inst, best, &c[0]);
+        best = confirm(t, op, inst, &c[best - c], &c[0]);
     op->destroy(inst);
     if (small)
         op->destroy(small);
@@ -562,81 +497,6 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
         r->fused = *f;
     if (u)
         r->unfused = *u;
-}
-
-/* The database record for a finished job. */
-static json_t *make_record(const tuner *t, const result *r, const op_shape *shape)
-{
-    json_t *sh = json_object();
-    uint64_t dims[OP_MAX_DIMS];
-    const char *const *names;
-    const int nd = op_lib_shape(r->op, shape, dims, &names);
-    for (int k = 0; k < nd; k++)
-        json_object_set_new(sh, names[k], json_integer((json_int_t)dims[k]));
-    /* The default is recorded as an empty parameter set: "the heuristic",
-     * which keeps tracking the device if the heuristic improves. */
-    const oclf_params none = {0};
-    const cand *b = &r->best;
-    json_t *rec = json_pack("{s:s, s:s, s:o, s:{s:s, s:o}, s:f}", "op", r->op->name, "dtype",
-                            oclf_dtype_name(r->dtype), "shape", sh, "choice", "path",
-                            path_name(b->ch.path), "params",
-                            params_json(b->is_default ? &none : &b->ch.params), "time_ns",
-                            b->time_ns);
-    const cand *other = b->ch.path == OCLF_PATH_FUSED ? &r->unfused : &r->fused;
-    if (other->state > 0) {
-        json_t *alt = json_pack("{s:s, s:o, s:f}", "path", path_name(other->ch.path), "params",
-                                params_json(other->is_default ? &none : &other->ch.params),
-                                "time_ns", other->time_ns);
-        json_object_set_new(rec, "alternatives", json_pack("[o]", alt));
-    }
-    if (r->unfused.state > 0)
-        json_object_set_new(rec, "unfused_time_ns", json_real(r->unfused.time_ns));
-    if (r->fused.state > 0)
-        json_object_set_new(rec, "fused_time_ns", json_real(r->fused.time_ns));
-    if (r->default_ns > 0)
-        json_object_set_new(rec, "default_time_ns", json_real(r->default_ns));
-    json_object_set_new(rec, "copy_gbps", json_real(t->copy_gbps));
-    json_object_set_new(rec, "tuner", json_string(TUNER_NAME));
-    char date[32];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%d", &tm);
-    json_object_set_new(rec, "date", json_string(date));
-    return rec;
-}
-
-static void closing_table(const tuner *t, const result *res, int n)
-{
-    printf("\n%-15s %-5s %-12s %-36s %10s %10s %10s %7s %8s %6s\n", "op", "dtype", "shape",
-           "choice", "fused ms", "unfused ms", "default ms", "gain", "GB/s", "%copy");
-    for (int i = 0; i < n; i++) {
-        const result *r = &res[i];
-        if (!r->op)
-            continue;
-        char ch[128] = "(nothing measured)", fs[32] = "-", us[32] = "-", ds[32] = "-",
-             gs[32] = "-", bw[32] = "-", pc[32] = "-";
-        if (r->have) {
-            char pt[96];
-            params_text(&r->best.ch.params, pt, sizeof pt);
-            snprintf(ch, sizeof ch, "%s %s", path_name(r->best.ch.path),
-                     r->best.is_default ? "(default)" : pt);
-            const double gbps = r->bytes / r->best.time_ns;
-            snprintf(bw, sizeof bw, "%.1f", gbps);
-            if (t->copy_gbps > 0)
-                snprintf(pc, sizeof pc, "%.0f%%", 100 * gbps / t->copy_gbps);
-            if (r->default_ns > 0)
-                snprintf(gs, sizeof gs, "%.2fx", r->default_ns / r->best.time_ns);
-        }
-        if (r->fused.state > 0)
-            snprintf(fs, sizeof fs, "%.3f", r->fused.time_ns / 1e6);
-        if (r->unfused.state > 0)
-            snprintf(us, sizeof us, "%.3f", r->unfused.time_ns / 1e6);
-        if (r->default_ns > 0)
-            snprintf(ds, sizeof ds, "%.3f", r->default_ns / 1e6);
-        printf("%-15s %-5s %-12s %-36s %10s %10s %10s %7s %8s %6s\n", r->op->name,
-               oclf_dtype_name(r->dtype), r->shape, ch, fs, us, ds, gs, bw, pc);
-    }
 }
 
 int main(int argc, char **argv)
@@ -794,7 +654,7 @@ int main(int argc, char **argv)
         if (!r->have)
             continue;
         /* Merged per job, so an interrupted run keeps what it finished. */
-        json_t *arr = json_pack("[o]", make_record(&t, r, &jobs[i].shape));
+        json_t *arr = json_pack("[o]", make_record(r, &jobs[i].shape, t.copy_gbps));
         char *text = json_dumps(arr, JSON_COMPACT);
         if (!text || oclf_tuning_db_merge(t.env.ctx, db, text) != OCLF_SUCCESS) {
             fprintf(stderr, "%soclfuse-tune: cannot write %s: %s\n", t.tty && !quiet ? "\n" : "",
@@ -809,13 +669,11 @@ int main(int argc, char **argv)
     if (interrupted)
         fprintf(stderr, "oclfuse-tune: interrupted; %d of %d jobs written to %s\n", t.jobs_done,
                 nj, db);
-    closing_table(&t, res, nj);
+    closing_table(res, nj, t.copy_gbps);
     printf("\n%d jobs in %.0f s; database %s\n", t.jobs_done, now_s() - t.start, db);
     free(res);
     free(jobs);
-    if (t.j.f)
-        fclose(t.j.f);
-    json_decref(t.j.done);
+    journal_close(&t.j);
     op_env_close(&t.env);
     return rc;
 }

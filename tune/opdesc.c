@@ -252,43 +252,6 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double op_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
-                  double min_seconds, int min_reps, int warmups)
-{
-    /* Warm-up: builds programs and faults pages in. */
-    for (int i = 0; i < warmups; i++) {
-        if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS)
-            return -1;
-    }
-    if (clFinish(env->queue) != CL_SUCCESS)
-        return -1;
-    enum { MAX_REPS = 1000 };
-    double *t = malloc(MAX_REPS * sizeof *t);
-    if (!t)
-        return -1;
-    int n = 0;
-    const double start = now_ns();
-    /* Host time around each whole call: the unfused path is several
-     * launches and its cost includes the gaps between them. */
-    while (n < MAX_REPS && (n < min_reps || now_ns() - start < min_seconds * 1e9)) {
-        double t0 = now_ns();
-        if (op->run(env, inst, choice, NULL) != OCLF_SUCCESS || clFinish(env->queue) != CL_SUCCESS) {
-            free(t);
-            return -1;
-        }
-        t[n++] = now_ns() - t0;
-    }
-    double med = op_median(t, n);
-    free(t);
-    return med;
-}
-
 /* Plain copies in the shapes a GPU and a CPU like best (one vector per
  * work-item; a contiguous 16 KiB chunk per work-item). The best of them is
  * the bandwidth any streaming kernel on this device can hope for, so every

@@ -102,16 +102,8 @@ int op_list_devices(const char *tool);
  * the yardstick for every op's achieved bandwidth. */
 double op_copy_gbps(const op_env *env);
 
-/* Median wall time in ns of `run` with `choice`, after `warmups` untimed
- * calls, repeated until min_seconds have passed (at least min_reps times).
- * <0 on error. */
-double op_time_ns(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
-                  double min_seconds, int min_reps, int warmups);
-
 /* Is `name` in the comma-separated list (NULL: everything)? */
 int op_listed(const char *list, const char *name);
-/* Sorts v[0..n) and returns its median. */
-double op_median(double *v, int n);
 
 /* Helpers for descriptors. */
 void op_fill_random(oclf_dtype dtype, void *host, size_t n, float lo, float hi, uint64_t seed);

@@ -1,0 +1,138 @@
+/*
+ * The timing shared by the tuner and the benchmark: its statistics against
+ * values worked out by hand, and batched, interleaved sampling of a
+ * decode-size call on the device.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "opdesc.h"
+#include "timing.h"
+
+START_TEST(median_odd_even)
+{
+    const double odd[5] = {5, 1, 4, 2, 3}, even[4] = {4, 1, 3, 2};
+    ck_assert_double_eq(tm_median(odd, 5), 3);
+    ck_assert_double_eq(tm_median(even, 4), 2.5);
+    ck_assert_double_eq(odd[0], 5); /* left as it was */
+}
+END_TEST
+
+/* U = 9 of 9 pairs, mean 4.5, variance 3*3*7/12: z = 4/sqrt(5.25). */
+START_TEST(mwu_separated)
+{
+    const double a[3] = {1, 2, 3}, b[3] = {4, 5, 6};
+    ck_assert_double_eq_tol(tm_mwu_less(a, 3, b, 3), 0.040428, 1e-5);
+    ck_assert_double_eq_tol(tm_mwu_less(b, 3, a, 3), 1 - 0.040428, 1e-5);
+    ck_assert_double_eq_tol(tm_mwu_differ(a, 3, b, 3), 2 * 0.040428, 1e-5);
+}
+END_TEST
+
+/* Ties: U = 14.5, tied groups {1,1} {2,2} {3,3} {4,4} shrink the variance
+ * to 20/12 * (10 - 24/72); z = 4 / sqrt(that). */
+START_TEST(mwu_ties)
+{
+    const double a[4] = {1, 1, 2, 5}, b[5] = {2, 3, 3, 4, 4};
+    ck_assert_double_eq_tol(tm_mwu_less(a, 4, b, 5), 0.159493, 1e-5);
+    ck_assert_double_eq_tol(tm_mwu_differ(a, 4, b, 5), 0.318985, 1e-5);
+    const double same[4] = {7, 7, 7, 7};
+    ck_assert_double_eq(tm_mwu_differ(same, 4, same, 4), 1); /* no variance: no evidence */
+}
+END_TEST
+
+START_TEST(ratio_interval)
+{
+    double a[15], b[15];
+    for (int i = 0; i < 15; i++)
+        b[i] = 100 + i, a[i] = 0.5 * b[i];
+    double lo, hi;
+    tm_ratio_ci(a, 15, b, 15, &lo, &hi);
+    /* each resample draws a and b independently, so the interval is wide
+     * around 0.5 but must contain it and stay inside the extreme ratios */
+    ck_assert(lo <= 0.5 && hi >= 0.5);
+    ck_assert(lo >= 50.0 / 114 && hi <= 57.0 / 100);
+    tm_median_ci(b, 15, &lo, &hi);
+    ck_assert(lo <= 107 && hi >= 107 && lo >= 100 && hi <= 114);
+}
+END_TEST
+
+/* The machine's speed drifts 3x over the rounds; one path is always 10%
+ * faster than the other in the same round. The paired ratio sees 0.9 and
+ * nothing else; the ratio of the medians cannot. */
+START_TEST(paired_ratio_cancels_drift)
+{
+    double a[15], b[15], lo, hi;
+    for (int i = 0; i < 15; i++)
+        b[i] = 100 * (1 + 2.0 * ((i * 7) % 15) / 14), a[i] = 0.9 * b[i];
+    ck_assert_double_eq_tol(tm_paired_ratio(a, b, 15, &lo, &hi), 0.9, 1e-12);
+    ck_assert_double_eq_tol(lo, 0.9, 1e-12);
+    ck_assert_double_eq_tol(hi, 0.9, 1e-12);
+    tm_ratio_ci(a, 15, b, 15, &lo, &hi);
+    ck_assert(hi - lo > 0.2);
+}
+END_TEST
+
+/* A 1x8192 rms_norm runs in tens of microseconds: the samples must batch
+ * many calls and be interleaved (every choice has every sample). */
+START_TEST(batched_samples)
+{
+    op_env env;
+    char err[512];
+    ck_assert_msg(op_env_open(&env, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    const op_desc *op = op_find("rms_norm");
+    op_shape shape;
+    ck_assert(op_parse_shape(op, "1x8192", &shape));
+    void *inst = op->create(&env, &shape, OCLF_F32, err, sizeof err);
+    ck_assert_msg(inst, "%s", err);
+    oclf_choice fused = {0}, unfused = {0};
+    fused.path = OCLF_PATH_FUSED;
+    unfused.path = OCLF_PATH_UNFUSED;
+    const oclf_choice *chs[2] = {&fused, &unfused};
+    tm_series s[2];
+    const tm_plan plan = {2e6, 7, 1, 0};
+    int failed = -1;
+    ck_assert_int_eq(tm_measure(&env, op, inst, chs, 2, &plan, s, &failed), 0);
+    for (int c = 0; c < 2; c++) {
+        ck_assert_int_eq(s[c].n, 7);
+        ck_assert_int_gt(s[c].reps, 1);
+        for (int i = 0; i < s[c].n; i++) {
+            ck_assert(s[c].host[i] > 0 && s[c].host[i] * s[c].reps >= 0.3 * plan.sample_ns);
+            /* device time is a part of the host span, or absent */
+            ck_assert(s[c].dev[i] < 0 || s[c].dev[i] <= 1.5 * s[c].host[i]);
+        }
+    }
+    ck_assert(tm_call_us(&env, op, inst, &fused, 16, 3) > 0);
+    ck_assert(tm_plain_launch_us(&env, 14, 16, 3) > 0);
+
+    /* A failing call is reported with the choice it came from. */
+    oclf_choice bad = {0};
+    bad.path = OCLF_PATH_FUSED;
+    oclf_params_set(&bad.params, "WGS", 3);
+    oclf_params_set(&bad.params, "LAYOUT", 1);
+    const oclf_choice *with_bad[2] = {&fused, &bad};
+    ck_assert_int_eq(tm_measure(&env, op, inst, with_bad, 2, &plan, s, &failed), -1);
+    ck_assert_int_eq(failed, 1);
+    op->destroy(inst);
+    op_env_close(&env);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("timing");
+    TCase *tc = tcase_create("timing");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, median_odd_even);
+    tcase_add_test(tc, mwu_separated);
+    tcase_add_test(tc, mwu_ties);
+    tcase_add_test(tc, ratio_interval);
+    tcase_add_test(tc, paired_ratio_cancels_drift);
+    tcase_add_test(tc, batched_samples);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
