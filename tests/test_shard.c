@@ -516,13 +516,9 @@ int main(int argc, char **argv)
         tcase_add_test(tc, bad_arguments);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    const int failed = th_run_suite(s);
     devs_close();
     if (icd[0])
         icd_remove(icd);
-    return failed ? 1 : 0;
+    return failed;
 }
