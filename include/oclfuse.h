@@ -482,6 +482,71 @@ OCLF_API oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, ocl
                                   const oclf_l2_topk_options *options, const oclf_choice *choice,
                                   cl_uint num_events, const cl_event *wait_list, cl_event *event);
 
+
+/* ------------------------------------------------------------------------ */
+/* Sharded L2 top-k (README "Sharded search"): one database split across
+ * buffers, devices and platforms, searched as if it were one.              */
+
+/* A piece of the database: `n` rows of D elements of `dtype` in `x` (offset
+ * and row stride as everywhere), searched with `ctx` on `queue` (the queue
+ * must belong to ctx's context and device). Row i of the shard has global id
+ * first_id + i; the shards' id ranges must not overlap, and need not be
+ * contiguous. `x_norms` and `allowed` are the shard's own |x|^2 and allowed
+ * mask (indexed by the shard's row, as in oclf_l2_topk_options), NULL for
+ * none. `choice` is this shard's oclf_l2_topk choice, NULL for automatic. */
+typedef struct oclf_l2_shard {
+    oclf_context *ctx;
+    cl_command_queue queue;
+    oclf_buf x;
+    size_t n;
+    oclf_dtype dtype;
+    int64_t first_id;
+    const oclf_buf *x_norms;
+    const oclf_buf *allowed;
+    const oclf_choice *choice;
+} oclf_l2_shard;
+
+/* Searches nq host queries (f32, row i at q + i * q_stride, q_stride >= d)
+ * against every shard and writes the k nearest rows of all shards together
+ * to the host arrays dist [nq, k] and idx [nq, k] (global ids), in the total
+ * order of oclf_l2_topk: ties between shards go to the smaller global id,
+ * NaN distances come last, and k beyond the rows allowed in all shards is
+ * padded with -1 / FLT_MAX. The result equals one oclf_l2_topk over the
+ * concatenated database whenever every shard computes distances with the
+ * same formula and parameters (same device kind, or an explicit choice).
+ *
+ * Every shard is enqueued on its own queue before the call waits for any,
+ * so shards on different devices run concurrently; the call blocks until
+ * all are done and merges on the host (oclf_l2_topk_merge). Empty shards
+ * (n = 0) contribute nothing. `options` (precision, max_temp_bytes per
+ * shard) may be NULL; its x_norms and allowed must be NULL (they are per
+ * shard here).
+ *
+ * Errors are recorded for oclf_last_error(NULL), naming the shard
+ * ("oclf_l2_topk_sharded: shard 2: ..."). Statuses: OCLF_INVALID_ARGUMENT
+ * for NULL pointers, num_shards == 0, d == 0, k == 0, q_stride < d, a shard
+ * without context, queue or buffer, a queue of another context or device, a
+ * negative first_id or overlapping id ranges, options with x_norms or
+ * allowed; any status of oclf_l2_topk for a shard it rejects. On failure
+ * dist and idx are not written. */
+OCLF_API oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t num_shards,
+                                          size_t nq, size_t d, size_t k, const float *q,
+                                          size_t q_stride, float *dist, int64_t *idx,
+                                          const oclf_l2_topk_options *options);
+
+/* The host merge behind oclf_l2_topk_sharded, for callers that gather
+ * per-shard lists themselves (one per MPI rank, say): `lists` candidate
+ * lists, list j holding nq rows of list_k[j] entries at dists[j] and ids[j]
+ * (row i at i * list_k[j]), each row sorted in the total order with padding
+ * (id -1) last, ids already global. Writes the k first of their union to
+ * dist/idx [nq, k], padded with -1 / FLT_MAX. OCLF_INVALID_ARGUMENT for NULL
+ * pointers (a list with list_k[j] = 0 may have NULL arrays) or k == 0;
+ * OCLF_OUT_OF_RESOURCES when host memory runs out. Errors go to
+ * oclf_last_error(NULL). */
+OCLF_API oclf_status oclf_l2_topk_merge(size_t nq, size_t k, size_t lists,
+                                        const float *const *dists, const int64_t *const *ids,
+                                        const size_t *list_k, float *dist, int64_t *idx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@ packages=(
   libclblast-dev libjansson-dev check libsubunit-dev
   oclgrind liboclgrind-dev g++ valgrind clang libclang-rt-dev
   clang-15 libclc-15
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${packages[@]}"; do

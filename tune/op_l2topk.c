@@ -14,6 +14,13 @@ typedef struct l2_inst {
     float *hq;
     void *hx;
     cl_mem q, x, dist, idx;
+    /* A database larger than one buffer may be (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
+     * is searched as `shards` buffers by oclf_l2_topk_sharded, its results on
+     * the host in hd/hi; x is then NULL. */
+    size_t shards;
+    oclf_l2_shard *sh;
+    float *hd;
+    int64_t *hi;
 } l2_inst;
 
 static void l2_destroy(void *p)
@@ -25,8 +32,39 @@ static void l2_destroy(void *p)
     for (int i = 0; i < 4; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
+    for (size_t j = 0; in->sh && j < in->shards; j++)
+        if (in->sh[j].x.mem)
+            clReleaseMemObject(in->sh[j].x.mem);
+    free(in->sh), free(in->hd), free(in->hi);
     free(in->hq), free(in->hx);
     free(in);
+}
+
+/* Splits the database into the fewest even buffers of at most per_max
+ * rows and says how many on stderr (stdout is the bench's table). */
+static int l2_shard(const op_env *env, l2_inst *in, size_t per_max, char *err, size_t errlen)
+{
+    const size_t es = oclf_dtype_size(in->dtype);
+    in->shards = (in->n + per_max - 1) / per_max;
+    const size_t per = (in->n + in->shards - 1) / in->shards;
+    in->sh = calloc(in->shards, sizeof *in->sh);
+    in->hd = malloc(in->nq * in->k * sizeof *in->hd + 4);
+    in->hi = malloc(in->nq * in->k * sizeof *in->hi + 8);
+    if (!in->sh || !in->hd || !in->hi) {
+        snprintf(err, errlen, "out of host memory");
+        return 0;
+    }
+    for (size_t j = 0; j < in->shards; j++) {
+        const size_t first = j * per, rows = first + per <= in->n ? per : in->n - first;
+        in->sh[j] = (oclf_l2_shard){env->ctx, env->queue, {NULL, 0, 0}, rows, in->dtype,
+                                    (int64_t)first, NULL, NULL, NULL};
+        if (!(in->sh[j].x.mem = op_upload(env, (const char *)in->hx + first * in->d * es,
+                                          rows * in->d * es, err, errlen)))
+            return 0;
+    }
+    fprintf(stderr, "l2_topk: %zu rows x %zu %s exceed one buffer: %zu shards of <= %zu rows\n",
+            in->n, in->d, oclf_dtype_name(in->dtype), in->shards, per);
+    return 1;
 }
 
 /* Shape: nq x N x D x k. */
@@ -53,8 +91,22 @@ static void *l2_create(const op_env *env, const op_shape *s, oclf_dtype dt, char
     }
     op_fill_random(OCLF_F32, in->hq, in->nq * in->d, -1.0f, 1.0f, 11);
     op_fill_random(dt, in->hx, in->n * in->d, -1.0f, 1.0f, 12);
+    /* Rows per buffer: what the device allocates at most, or fewer when
+     * $OCLF_L2_SHARD_BYTES asks (to exercise sharding on small shapes). */
+    cl_ulong max_alloc = 0;
+    clGetDeviceInfo(env->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc,
+                    NULL);
+    const char *cap = getenv("OCLF_L2_SHARD_BYTES");
+    if (cap && strtoull(cap, NULL, 10) && strtoull(cap, NULL, 10) < max_alloc)
+        max_alloc = strtoull(cap, NULL, 10);
+    const size_t row_bytes = in->d > 0 ? in->d * es : 1;
+    const size_t per_max = max_alloc / row_bytes ? max_alloc / row_bytes : 1;
+    if (in->n > per_max && !l2_shard(env, in, per_max, err, errlen)) {
+        l2_destroy(in);
+        return NULL;
+    }
     if (!(in->q = op_upload(env, in->hq, in->nq * in->d * 4, err, errlen)) ||
-        !(in->x = op_upload(env, in->hx, in->n * in->d * es, err, errlen)) ||
+        (!in->shards && !(in->x = op_upload(env, in->hx, in->n * in->d * es, err, errlen))) ||
         !(in->dist = op_upload(env, NULL, in->nq * in->k * 4, err, errlen)) ||
         !(in->idx = op_upload(env, NULL, in->nq * in->k * 8, err, errlen))) {
         l2_destroy(in);
@@ -66,6 +118,19 @@ static void *l2_create(const op_env *env, const op_shape *s, oclf_dtype dt, char
 static oclf_status l2_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
 {
     l2_inst *in = p;
+    if (in->shards) {
+        /* Blocking, merged on the host; the marker gives the caller its
+         * event after the whole search. */
+        for (size_t j = 0; j < in->shards; j++)
+            in->sh[j].choice = ch;
+        oclf_status st = oclf_l2_topk_sharded(in->sh, in->shards, in->nq, in->d, in->k, in->hq,
+                                              in->d, in->hd, in->hi, NULL);
+        if (st)
+            return st;
+        return ev && clEnqueueMarkerWithWaitList(env->queue, 0, NULL, ev) != CL_SUCCESS
+                   ? OCLF_OPENCL_ERROR
+                   : OCLF_SUCCESS;
+    }
     oclf_buf q = {in->q, 0, 0}, x = {in->x, 0, 0}, d = {in->dist, 0, 0}, i = {in->idx, 0, 0};
     return oclf_l2_topk(env->ctx, env->queue, in->dtype, in->nq, in->n, in->d, in->k, q, x, d, i,
                         NULL, ch, 0, NULL, ev);
@@ -80,7 +145,8 @@ static int l2_verify(const op_env *env, void *p, const oclf_choice *ch, char *ms
     l2_inst *in = p;
     oclf_status st = l2_run(env, in, ch, NULL);
     if (st != OCLF_SUCCESS) {
-        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        snprintf(msg, len, "%s: %s", oclf_status_string(st),
+                 oclf_last_error(in->shards ? NULL : env->ctx));
         return 0;
     }
     if (in->nq == 0)
@@ -89,8 +155,14 @@ static int l2_verify(const op_env *env, void *p, const oclf_choice *ch, char *ms
     int64_t *gi = malloc(in->nq * in->k * 8 + 8);
     double *rd = malloc(in->k * sizeof *rd + 8), *all = malloc(in->n * sizeof *all + 8);
     int64_t *ri = malloc(in->k * 8 + 8);
-    int ok = gd && gi && rd && all && ri && op_download(env, in->dist, gd, in->nq * in->k * 4) == 0 &&
+    int ok = gd && gi && rd && all && ri;
+    if (ok && in->shards) {
+        memcpy(gd, in->hd, in->nq * in->k * 4);
+        memcpy(gi, in->hi, in->nq * in->k * 8);
+    } else if (ok) {
+        ok = op_download(env, in->dist, gd, in->nq * in->k * 4) == 0 &&
              op_download(env, in->idx, gi, in->nq * in->k * 8) == 0;
+    }
     if (!ok)
         snprintf(msg, len, "cannot read the result back");
     size_t qs[2] = {0, in->nq - 1};

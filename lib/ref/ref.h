@@ -92,5 +92,11 @@ void oclf_ref_l2_topk_allowed(oclf_dtype dtype, size_t nq, size_t n, size_t d, s
 /* All n squared distances of one query, fp64. */
 void oclf_ref_l2_dists(oclf_dtype dtype, size_t n, size_t d, const float *q, const void *x,
                        size_t xs, double *out);
+/* Merge of per-shard top-k lists (rows sorted, padding id -1 last, ids
+ * global): every real entry of every list pooled and fully sorted in the
+ * same total order, the first k kept, padded with -1 / FLT_MAX. */
+void oclf_ref_l2_merge(size_t nq, size_t k, size_t lists, const float *const *dists,
+                       const int64_t *const *ids, const size_t *list_k, float *dist,
+                       int64_t *idx);
 
 #endif

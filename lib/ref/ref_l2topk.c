@@ -62,3 +62,26 @@ void oclf_ref_l2_topk(oclf_dtype dtype, size_t nq, size_t n, size_t d, size_t k,
 {
     oclf_ref_l2_topk_allowed(dtype, nq, n, d, k, q, qs, x, xs, NULL, dist, idx);
 }
+
+void oclf_ref_l2_merge(size_t nq, size_t k, size_t lists, const float *const *dists,
+                       const int64_t *const *ids, const size_t *list_k, float *dist,
+                       int64_t *idx)
+{
+    size_t total = 0;
+    for (size_t j = 0; j < lists; j++)
+        total += list_k[j];
+    cand *c = malloc((total + 1) * sizeof *c);
+    for (size_t qi = 0; qi < nq; qi++) {
+        size_t m = 0;
+        for (size_t j = 0; j < lists; j++)
+            for (size_t e = 0; e < list_k[j]; e++)
+                if (ids[j][qi * list_k[j] + e] >= 0)
+                    c[m++] = (cand){dists[j][qi * list_k[j] + e], ids[j][qi * list_k[j] + e]};
+        qsort(c, m, sizeof *c, cand_cmp);
+        for (size_t e = 0; e < k; e++) {
+            dist[qi * k + e] = e < m ? (float)c[e].d : FLT_MAX;
+            idx[qi * k + e] = e < m ? c[e].i : -1;
+        }
+    }
+    free(c);
+}
