@@ -98,6 +98,12 @@ OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const c
  * (-D parameters). Cached in memory for the context's life and on disk. */
 OCLF_HIDDEN oclf_status oclf_program_get(oclf_context *ctx, const char *source,
                                          const char *options, oclf_program **out);
+/* A program from generated text (after common.h). `key` stands for the
+ * text in the in-memory cache: equal keys must mean equal text. The disk
+ * cache hashes the text itself. */
+OCLF_HIDDEN oclf_status oclf_program_get_generated(oclf_context *ctx, const char *key,
+                                                   const char *text, const char *options,
+                                                   oclf_program **out);
 /* A kernel object from the program's pool; give it back with
  * oclf_kernel_put once enqueued (OpenCL copies arguments at enqueue, so the
  * object can be reused at once; pooling keeps clSetKernelArg races away from

@@ -92,4 +92,10 @@ void oclf_ref_l2_topk_allowed(oclf_dtype dtype, size_t nq, size_t n, size_t d, s
 void oclf_ref_l2_dists(oclf_dtype dtype, size_t n, size_t d, const float *q, const void *x,
                        size_t xs, double *out);
 
+/* ---- elementwise expressions ---------------------------------------------- */
+/* Philox4x32-10: out = the block for counter ctr under key. */
+void oclf_ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* dropout(v, p) of element n (row * cols + col + offset) in stream `stream`. */
+double oclf_ref_dropout(double v, float p, uint64_t seed, uint64_t n, uint32_t stream);
+
 #endif
