@@ -138,48 +138,45 @@ static void advance(parser *p, size_t k)
  * binary exponent). 0 when malformed. */
 static size_t number_extent(const parser *p)
 {
-    size_t k = 0;
+    const int hex = peekc(p, 0) == '0' && (peekc(p, 1) == 'x' || peekc(p, 1) == 'X');
+    int (*const is_mant)(int) = hex ? is_xdigit : is_digit;
+    const int exp_mark = hex ? 'p' : 'e';
+    size_t k = hex ? 2 : 0;
     int digits = 0;
-    if (peekc(p, 0) == '0' && (peekc(p, 1) == 'x' || peekc(p, 1) == 'X')) {
-        k = 2;
-        while (is_xdigit(peekc(p, k)))
-            k++, digits++;
-        if (peekc(p, k) == '.')
-            for (k++; is_xdigit(peekc(p, k)); k++)
-                digits++;
-        if (!digits)
-            return 0;
-        if (peekc(p, k) == 'p' || peekc(p, k) == 'P') {
+    while (is_mant(peekc(p, k)))
+        k++, digits++;
+    if (peekc(p, k) == '.')
+        for (k++; is_mant(peekc(p, k)); k++)
+            digits++;
+    if (!digits)
+        return 0;
+    if ((peekc(p, k) | 0x20) == exp_mark) { /* the exponent is decimal in both */
+        k++;
+        if (peekc(p, k) == '+' || peekc(p, k) == '-')
             k++;
-            if (peekc(p, k) == '+' || peekc(p, k) == '-')
-                k++;
-            if (!is_digit(peekc(p, k)))
-                return 0;
-            while (is_digit(peekc(p, k)))
-                k++;
-        }
-    } else {
+        if (!is_digit(peekc(p, k)))
+            return 0;
         while (is_digit(peekc(p, k)))
-            k++, digits++;
-        if (peekc(p, k) == '.')
-            for (k++; is_digit(peekc(p, k)); k++)
-                digits++;
-        if (!digits)
-            return 0;
-        if (peekc(p, k) == 'e' || peekc(p, k) == 'E') {
             k++;
-            if (peekc(p, k) == '+' || peekc(p, k) == '-')
-                k++;
-            if (!is_digit(peekc(p, k)))
-                return 0;
-            while (is_digit(peekc(p, k)))
-                k++;
-        }
     }
     /* "1x" or "2.5e3foo" is one bad token, not a number and a name. */
     if (is_alpha(peekc(p, k)) || is_digit(peekc(p, k)) || peekc(p, k) == '.')
         return 0;
     return k;
+}
+
+/* The signed decimal exponent from buf[i], saturated far beyond any
+ * float's range. */
+static long read_exponent(const char *buf, size_t n, size_t i)
+{
+    int sign = 1;
+    long x = 0;
+    if (i < n && (buf[i] == '+' || buf[i] == '-'))
+        sign = buf[i++] == '-' ? -1 : 1;
+    for (; i < n && is_digit(buf[i]); i++)
+        if (x < 100000)
+            x = x * 10 + (buf[i] - '0');
+    return sign * x;
 }
 
 /* strtod in the C locale's spelling, written out so a caller's locale
@@ -203,17 +200,8 @@ static double parse_number(const char *s, size_t n)
         if (i < n && buf[i] == '.')
             for (i++; i < n && is_xdigit(buf[i]); i++, e -= 4)
                 m = m * 16.0 + (is_digit(buf[i]) ? buf[i] - '0' : (buf[i] | 0x20) - 'a' + 10);
-        if (i < n && (buf[i] == 'p' || buf[i] == 'P')) {
-            int sign = 1;
-            long x = 0;
-            i++;
-            if (buf[i] == '+' || buf[i] == '-')
-                sign = buf[i++] == '-' ? -1 : 1;
-            for (; i < n && is_digit(buf[i]); i++)
-                if (x < 100000)
-                    x = x * 10 + (buf[i] - '0');
-            e += (int)(sign * x);
-        }
+        if (i < n && (buf[i] | 0x20) == 'p')
+            e += (int)read_exponent(buf, n, i + 1);
         return ldexp(m, e);
     }
     /* Decimal: digits and fraction as an integer mantissa string with an
@@ -231,17 +219,8 @@ static double parse_number(const char *s, size_t n)
         for (i++; i < n && is_digit(buf[i]); i++)
             if (d < 100)
                 digits[d++] = buf[i], exp10--;
-    if (i < n && (buf[i] == 'e' || buf[i] == 'E')) {
-        int sign = 1;
-        long x = 0;
-        i++;
-        if (buf[i] == '+' || buf[i] == '-')
-            sign = buf[i++] == '-' ? -1 : 1;
-        for (; i < n && is_digit(buf[i]); i++)
-            if (x < 100000)
-                x = x * 10 + (buf[i] - '0');
-        exp10 += sign * x;
-    }
+    if (i < n && (buf[i] | 0x20) == 'e')
+        exp10 += read_exponent(buf, n, i + 1);
     snprintf(digits + d, sizeof digits - d, "e%ld", exp10);
     return strtod(digits, NULL);
 }
@@ -455,49 +434,33 @@ static int parse_unary(parser *p)
     return n;
 }
 
-static int parse_product(parser *p)
-{
-    int n = parse_unary(p);
-    while (!p->failed && (p->tk == '*' || p->tk == '/')) {
-        oclf_xop op = p->tk == '*' ? XOP_MUL : XOP_DIV;
-        int line = p->tk_line, col = p->tk_col;
-        next_token(p);
-        n = op_node(p, op, line, col, n, parse_unary(p), -1);
-    }
-    return n;
-}
+/* The left-associative binary levels, loosest first: each token with the
+ * operation it makes (token codes as next_token spells them). */
+static const struct {
+    const char *tokens;
+    oclf_xop ops[6];
+} levels[] = {
+    {"<l>gqx", {XOP_LT, XOP_LE, XOP_GT, XOP_GE, XOP_EQ, XOP_NE}},
+    {"+-", {XOP_ADD, XOP_SUB}},
+    {"*/", {XOP_MUL, XOP_DIV}},
+};
+#define NLEVELS ((int)(sizeof levels / sizeof levels[0]))
 
-static int parse_sum(parser *p)
+static int parse_binary(parser *p, int level)
 {
-    int n = parse_product(p);
-    while (!p->failed && (p->tk == '+' || p->tk == '-')) {
-        oclf_xop op = p->tk == '+' ? XOP_ADD : XOP_SUB;
-        int line = p->tk_line, col = p->tk_col;
-        next_token(p);
-        n = op_node(p, op, line, col, n, parse_product(p), -1);
-    }
-    return n;
-}
-
-static int parse_compare(parser *p)
-{
-    int n = parse_sum(p);
+    if (level == NLEVELS)
+        return parse_unary(p);
+    int n = parse_binary(p, level + 1);
     for (;;) {
-        if (p->failed)
+        if (p->failed || p->tk <= 0 || p->tk > 0x7f)
             return n;
-        oclf_xop op;
-        switch (p->tk) {
-        case '<': op = XOP_LT; break;
-        case 'l': op = XOP_LE; break;
-        case '>': op = XOP_GT; break;
-        case 'g': op = XOP_GE; break;
-        case 'q': op = XOP_EQ; break;
-        case 'x': op = XOP_NE; break;
-        default: return n;
-        }
+        const char *t = strchr(levels[level].tokens, p->tk);
+        if (!t)
+            return n;
+        const oclf_xop op = levels[level].ops[t - levels[level].tokens];
         int line = p->tk_line, col = p->tk_col;
         next_token(p);
-        n = op_node(p, op, line, col, n, parse_sum(p), -1);
+        n = op_node(p, op, line, col, n, parse_binary(p, level + 1), -1);
     }
 }
 
@@ -509,7 +472,7 @@ static int parse_expr(parser *p)
         fail_at(p, p->tk_line, p->tk_col, "nested more than %d deep", OCLF_EXPR_MAX_DEPTH);
         return 0;
     }
-    int n = parse_compare(p);
+    int n = parse_binary(p, 0);
     if (!p->failed && p->tk == '?') {
         int line = p->tk_line, col = p->tk_col;
         next_token(p);
