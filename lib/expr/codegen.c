@@ -168,7 +168,7 @@ static void emit_op(oclf_xbuf *o, const oclf_xnode *n, const char *a, const char
 static const char prelude[] =
     "/* Generated elementwise expression. */\n"
     "/* Philox4x32-10 (Salmon et al., SC'11): 10 rounds, key bumped between. */\n"
-    "inline uint x_philox_first(uint4 c, uint2 k)\n"
+    "static inline uint x_philox_first(uint4 c, uint2 k)\n"
     "{\n"
     "    for (int i = 0; i < 10; i++) {\n"
     "        if (i) {\n"
@@ -181,7 +181,7 @@ static const char prelude[] =
     "    }\n"
     "    return c.x;\n"
     "}\n"
-    "inline float x_dropout(float v, float p, ulong seed, ulong n, uint stream)\n"
+    "static inline float x_dropout(float v, float p, ulong seed, ulong n, uint stream)\n"
     "{\n"
     "    const uint w = x_philox_first((uint4)((uint)n, (uint)(n >> 32), stream, 0u),\n"
     "                                  (uint2)((uint)seed, (uint)(seed >> 32)));\n"
