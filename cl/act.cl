@@ -1,5 +1,5 @@
 /*
- * Activation-and-multiply (SPEC §3): out[t, i] = act(x) * y.
+ * Activation-and-multiply: out[t, i] = act(x) * y.
  *
  * Fused kernel: act_and_mul. Unfused building blocks: act_rows (activation
  * into an fp32 temporary) and mul_rows (temporary times the other half).
@@ -13,7 +13,9 @@
  *      multiple of VEC; `nsplit` chunks per row). A row is usually one
  *      chunk; the host splits rows only when there are too few of them to
  *      occupy the device (decode batches of a handful of tokens).
- *   1: a work-group per row, consecutive work-items on consecutive vectors.
+ *   1: a work-group per chunk of a row (a row, unless it is split as
+ *      above, so a decode batch still spreads over the compute units),
+ *      consecutive work-items on consecutive vectors.
  * Neither needs a barrier: every output depends on two inputs only.
  */
 
@@ -35,8 +37,10 @@
     const uint lane = 0, nlanes = 1
 #elif OCLF_LAYOUT == 1
 #define ACT_SETUP                                                              \
-    const ulong row = get_group_id(0);                                         \
-    const uint begin = 0, end = d;                                             \
+    const ulong grp = get_group_id(0);                                         \
+    const ulong row = grp / nsplit;                                            \
+    const uint begin = (uint)(grp % nsplit) * chunk;                           \
+    const uint end = min(d, begin + chunk);                                    \
     const uint lane = get_local_id(0), nlanes = OCLF_WGS
 #else
 #error "OCLF_LAYOUT must be 0 or 1"
@@ -67,9 +71,9 @@
         const T near = fma(q, a, a);                                           \
         return t > 0.927734375f ? far : near;                                  \
     }
-inline float erf_float(float a) OCLF_ERF_BODY(float)
+static inline float erf_float(float a) OCLF_ERF_BODY(float)
 #if OCLF_VEC > 1
-inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
+static inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
 #else
 #define erf_floatv erf_float
 #endif
@@ -79,8 +83,10 @@ inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
  * the FATRELU threshold. */
 #define F_SILU(T, a) ((a) / (1.0f + exp(-(a))))
 #define F_GELU(T, a) (0.5f * (a) * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)))
+/* 0.5 a (1 + tanh z) == a sigmoid(2z); the sigmoid form has no 1 + tanh to
+ * cancel where tanh saturates short of -1 far below zero. */
 #define F_GELU_TANH(T, a)                                                      \
-    (0.5f * (a) * (1.0f + tanh(0.79788456080286536f * ((a) + 0.044715f * (a) * (a) * (a)))))
+    ((a) / (1.0f + exp(-1.5957691216057308f * ((a) + 0.044715f * (a) * (a) * (a)))))
 #define F_FATRELU(T, a) ((a) > p0 ? (a) : (T)(0.0f))
 
 /* SWIGLU_OAI halves, p0 = alpha, p1 = limit. Comparisons rather than

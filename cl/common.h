@@ -37,11 +37,11 @@ typedef ushort stor_t;
 #endif
 
 /* bf16 -> f32 is exact: the bits go to the top half. */
-inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
+static inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
 
 /* f32 -> bf16 with round-to-nearest-even; NaN stays a quiet NaN (adding the
  * rounding bias to a NaN could carry it into infinity). */
-inline ushort f32_to_bf16(float f)
+static inline ushort f32_to_bf16(float f)
 {
     uint u = as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -68,7 +68,7 @@ inline ushort f32_to_bf16(float f)
 #define ROUND_STOR(v) (v)
 #elif OCLF_DTYPE == 1
 /* `half` variables need cl_khr_fp16; a ushort holds the bits instead. */
-inline float oclf_round_half(float v)
+static inline float oclf_round_half(float v)
 {
     ushort h;
     vstore_half_rte(v, 0, (__private half *)&h);
@@ -121,12 +121,12 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
  * faults at an odd element offset); vloadN of ushort has no such
  * assumption, and the private copy costs nothing once registers hold it. */
 typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
-inline floatv oclf_ldv_half(global const half *p)
+static inline floatv oclf_ldv_half(global const half *p)
 {
     ushortv h = OCLF_CAT(vload, OCLF_VEC)(0, (global const ushort *)p);
     return OCLF_CAT(vload_half, OCLF_VEC)(0, (private const half *)&h);
 }
-inline void oclf_stv_half(global half *p, floatv v)
+static inline void oclf_stv_half(global half *p, floatv v)
 {
     ushortv h;
     OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (private half *)&h);
@@ -138,8 +138,8 @@ inline void oclf_stv_half(global half *p, floatv v)
 typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
 typedef OCLF_CAT(uint, OCLF_VEC) uintv;
 typedef OCLF_CAT(int, OCLF_VEC) intv;
-inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
-inline ushortv f32v_to_bf16v(floatv f)
+static inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
+static inline ushortv f32v_to_bf16v(floatv f)
 {
     uintv u = OCLF_CAT(as_uint, OCLF_VEC)(f);
     intv nan = (u & 0x7fffffffu) > 0x7f800000u; /* comparisons give -1/0 ints */
@@ -164,7 +164,7 @@ inline ushortv f32v_to_bf16v(floatv f)
 #if OCLF_DTYPE == 0 || OCLF_VEC == 1
 #define ROUNDV(v) ROUND_STOR(v)
 #elif OCLF_DTYPE == 1
-inline floatv oclf_round_halfv(floatv v)
+static inline floatv oclf_round_halfv(floatv v)
 {
     ushort h[OCLF_VEC];
     OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (__private half *)h);
@@ -226,7 +226,7 @@ inline floatv oclf_round_halfv(floatv v)
  * the total. `scratch` holds OCLF_WGS floats. Pairwise (tree) order keeps the
  * fp32 error at O(log n). The leading barrier makes back-to-back calls on
  * the same scratch safe. Work-group size must be OCLF_WGS, a power of two. */
-inline float wg_sum(float v, __local float *scratch)
+static inline float wg_sum(float v, __local float *scratch)
 {
     const uint lid = get_local_id(0);
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -1,5 +1,5 @@
 /*
- * L2 distance + top-k (SPEC §5).
+ * L2 distance + top-k.
  *
  * Build options: OCLF_DTYPE (database storage), OCLF_VEC (vector width over
  * D), OCLF_QB x OCLF_RB (queries x database rows of the register block),
@@ -47,7 +47,7 @@
 
 /* Distances are clamped at 0 (the expansion can go slightly negative);
  * `d > 0 ? d : 0` also turns -0 into +0 and leaves NaN to its own key. */
-inline uint dist_key(float d)
+static inline uint dist_key(float d)
 {
     if (isnan(d))
         return KEY_NAN;
@@ -55,7 +55,7 @@ inline uint dist_key(float d)
     return as_uint(d) | 0x80000000u;
 }
 
-inline float key_dist(uint k)
+static inline float key_dist(uint k)
 {
     if (k == KEY_EMPTY)
         return FLT_MAX; /* FAISS's padding for k > N */
@@ -64,7 +64,7 @@ inline float key_dist(uint k)
     return as_float(k & 0x7fffffffu);
 }
 
-inline bool kv_less(uint ka, long ia, uint kb, long ib)
+static inline bool kv_less(uint ka, long ia, uint kb, long ib)
 {
     return ka < kb || (ka == kb && (ulong)ia < (ulong)ib);
 }
@@ -73,7 +73,7 @@ inline bool kv_less(uint ka, long ia, uint kb, long ib)
  * and returns the new root (its index in *root_idx) from what the sift read
  * anyway. An entry's index is read only where its key ties or it moves up:
  * the heaps live in global memory and every byte of theirs is traffic. */
-inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx,
+static inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, long idx,
                       long *root_idx)
 {
     uint pos = 0, rootk = key;
@@ -114,7 +114,7 @@ inline uint heap_sift(__global uint *hk, __global long *hi, uint n, uint key, lo
  * its heap, so a rejected row never displaces an allowed one. */
 #define ROW_ALLOWED(r) (!has_allow || ((allow[ao + (r) / 8] >> ((r) % 8)) & 1))
 
-inline void heap_clear(__global uint *hk, __global long *hi, uint k)
+static inline void heap_clear(__global uint *hk, __global long *hi, uint k)
 {
     for (uint e = 0; e < k; e++) {
         hk[e] = KEY_EMPTY;
@@ -134,7 +134,7 @@ inline void heap_clear(__global uint *hk, __global long *hi, uint k)
  * the same sum inside its register block from the vectors it loads anyway,
  * in this order (vector fma over whole VEC chunks, VSUM, scalar fma tail), so
  * duplicated rows get bit-identical norms on either path. */
-inline float x_norm(__global const stor_t *p, uint d)
+static inline float x_norm(__global const stor_t *p, uint d)
 {
     floatv a = VSPLAT(0.0f);
     uint c = 0;
@@ -166,9 +166,9 @@ inline float x_norm(__global const stor_t *p, uint d)
     }                                                                          \
     return s;
 
-inline float q_norm(__global const float *p, uint d) { Q_NORM_BODY }
+static inline float q_norm(__global const float *p, uint d) { Q_NORM_BODY }
 #if OCLF_QLOCAL
-inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
+static inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
 #endif
 
 /* ---- register block --------------------------------------------------------- */
@@ -275,6 +275,62 @@ inline float q_norm_local(__local const float *p, uint d) { Q_NORM_BODY }
     }                                                                          \
     FOR_IJ(STORE_TILE)
 
+#ifndef OCLF_XSTAGE
+#define OCLF_XSTAGE 0
+#endif
+#if OCLF_XSTAGE
+/* XSTAGE: the tile's rows pass through local memory in chunks of
+ * OCLF_XSTAGE columns, loaded by the whole work-group with consecutive
+ * work-items on consecutive elements of a row (coalesced on a GPU, where a
+ * work-item reading its own rows touches as many rows per load as the
+ * warp has row blocks). The row stride in local memory is one float longer
+ * than a chunk so that the row blocks' reads fall in different banks. The
+ * accumulators live across the chunks and the sums run in BLOCK's order
+ * (whole vectors in column order, VSUM, then the scalar tail, which is read
+ * from global memory), so the keys and the norms are BLOCK's bits. */
+#define XS_STRIDE (OCLF_XSTAGE + 1)
+#if OCLF_VEC == 1
+#define VLOADL(p) (*(p))
+#else
+#define VLOADL(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))
+#endif
+#define LOAD_QC(i) const floatv vq##i = VLOADQ(qp##i + c0 + c);
+#define LOAD_XL(j) const floatv vx##j = VLOADL(lx + (rb * OCLF_RB + (j)) * XS_STRIDE + c);
+#define STAGED_BLOCK(ND, NS, NSUM, NSS)                                        \
+    FOR_IJ(DECL_ACC)                                                           \
+    FOR_R(ND)                                                                  \
+    const uint dvec = d / OCLF_VEC * OCLF_VEC;                                 \
+    for (uint c0 = 0; c0 < dvec; c0 += OCLF_XSTAGE) {                          \
+        const uint dc = min((uint)OCLF_XSTAGE, dvec - c0);                     \
+        barrier(CLK_LOCAL_MEM_FENCE);                                          \
+        for (uint e = lid; e < tr * dc; e += wgs) {                            \
+            const uint r = e / dc, cc = e - r * dc;                            \
+            lx[r * XS_STRIDE + cc] = LD(x + xo + min(t0 + r, r1 - 1) * xs, c0 + cc); \
+        }                                                                      \
+        barrier(CLK_LOCAL_MEM_FENCE);                                          \
+        if (active) {                                                          \
+            for (uint c = 0; c < dc; c += OCLF_VEC) {                          \
+                FOR_Q(LOAD_QC)                                                 \
+                FOR_R(LOAD_XL)                                                 \
+                FOR_IJ(DO_STEP)                                                \
+                FOR_R(NS)                                                      \
+            }                                                                  \
+        }                                                                      \
+    }                                                                          \
+    if (active) {                                                              \
+        FOR_IJ(DECL_SUM)                                                       \
+        FOR_R(NSUM)                                                            \
+        FOR_R(DECL_XP)                                                         \
+        for (uint c = dvec; c < d; c++) {                                      \
+            FOR_Q(LOAD_QS)                                                     \
+            FOR_R(LOAD_XS)                                                     \
+            FOR_IJ(DO_STEPS)                                                   \
+            FOR_R(NSS)                                                         \
+        }                                                                      \
+        FOR_IJ(STORE_TILE)
+/* (closed by the caller: it stores the norms, then ends the block) */
+#endif
+
 /*
  * Fused scan. Work-group (query group, database slice): `qg` queries (a
  * multiple of QB) against rows [slice * per, min(n, (slice + 1) * per)),
@@ -312,7 +368,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
                       __global const uchar *allow, ulong ao, uint has_allow,
                       __global uint *hk, __global long *hi, ulong nq, ulong n, uint d, uint k,
                       uint qg, ulong per, uint nslices, __local uint *tile, __local float *lxn,
-                      __local float *lqn, __local float *lq)
+                      __local float *lqn, __local float *lq, __local float *lx)
 {
     const uint lid = get_local_id(0), wgs = get_local_size(0);
     const uint ngq = (uint)((nq + qg - 1) / qg);
@@ -373,7 +429,31 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
         /* Work-items whose whole row block lies past the slice's end (its
          * last, short tile) compute nothing: phase 2 reads only the rows
          * that exist. */
-        if (lid < nqb * nrb && rbase < r1) {
+        const int active = lid < nqb * nrb && rbase < r1;
+#if OCLF_XSTAGE
+        /* Every work-item takes part in the chunk loads and their barriers;
+         * the query pointers are clamped, so they are valid for all. */
+        {
+            FOR_Q(DECL_QP)
+#if OCLF_FORMULA == 1 && OCLF_XNORM != 2
+            /* The norms are summed by every work-item (the loads are shared
+             * anyway), stored by the first query block. */
+            STAGED_BLOCK(NORM_DECL, NORM_STEP, NORM_SUM, NORM_STEPS)
+                if (qb == 0) {
+                    if (has_xn) {
+                        FOR_R(NORM_GIVEN)
+                    } else {
+                        FOR_R(NORM_STORE)
+                    }
+                }
+            }
+#else
+            STAGED_BLOCK(NONE, NONE, NONE, NONE)
+            }
+#endif
+        }
+#else
+        if (active) {
             FOR_Q(DECL_QP)
             FOR_R(DECL_XP)
 #if OCLF_FORMULA == 1 && OCLF_XNORM == 2
@@ -394,6 +474,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
             BLOCK(NONE, NONE, NONE, NONE)
 #endif
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < qcount) {
             const uint cnt = (uint)min((ulong)tr, r1 - t0);

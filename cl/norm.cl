@@ -1,5 +1,5 @@
 /*
- * Normalization family (SPEC §1-2).
+ * Normalization family.
  *
  * Fused kernels, one launch each: rms_norm, add_rms_norm, layer_norm,
  * add_layer_norm. Unfused building blocks: add_rows, rms_stats, ln_stats,

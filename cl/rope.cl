@@ -1,5 +1,5 @@
 /*
- * Rotary embedding and fused QK-norm + RoPE (SPEC §4).
+ * Rotary embedding and fused QK-norm + RoPE.
  *
  * Fused kernel: qk_norm_rope. Building blocks: rotary_embedding (also the
  * public op) and head_rms_norm (the unfused norm half).
@@ -43,7 +43,7 @@ typedef half cstor_t;
 #define CLOADV_(n, p, i)                                                       \
     OCLF_CAT(oclf_cload_half, n)((global const ushort *)((p) + (i)))
 #define CLOAD_HALF_FN_(n)                                                      \
-    inline OCLF_CAT(float, n) OCLF_CAT(oclf_cload_half, n)(global const ushort *p) \
+    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_cload_half, n)(global const ushort *p) \
     {                                                                          \
         OCLF_CAT(ushort, n) h = OCLF_CAT(vload, n)(0, p);                      \
         return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \

@@ -121,6 +121,16 @@ OCLF_API oclf_status oclf_context_create(cl_context context, cl_device_id device
  * queues that used it first. NULL is accepted. */
 OCLF_API void oclf_context_destroy(oclf_context *ctx);
 
+/* The device class every heuristic of this context follows:
+ * CL_DEVICE_TYPE_GPU, _CPU or _ACCELERATOR (0 for a NULL context). It is
+ * the device's own type unless the environment variable OCLF_DEVICE_CLASS
+ * is "gpu" or "cpu" when the context is created: then the library treats
+ * the device as that class, and a GPU class also caps the limits it plans
+ * with at 1024 work-items a group and 48 KiB of local memory, so a GPU's
+ * defaults can run and be checked on a CPU device. Another value of the
+ * variable makes oclf_context_create fail with OCLF_INVALID_ARGUMENT. */
+OCLF_API cl_device_type oclf_context_device_type(const oclf_context *ctx);
+
 /* The detail of the last failed call on this thread for this context (pass
  * NULL after a failed oclf_context_create). Empty string when none. The
  * pointer stays valid until the next call on this thread. */
@@ -223,7 +233,7 @@ OCLF_API oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op, oclf
                                          char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
-/* Normalization (SPEC §1-2). Rows are independent; `cols` is the hidden size.
+/* Normalization. Rows are independent; `cols` is the hidden size.
  * `weight` and `bias` are vectors of `cols` elements of `dtype`, or NULL for
  * 1 and 0. Row strides may exceed cols. Statuses: OCLF_INVALID_ARGUMENT for
  * NULL handles, cols == 0, stride < cols, a buffer smaller than the ranges
@@ -267,7 +277,7 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
                                          const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Activation-and-multiply (SPEC §3): the gated MLP's elementwise step.       */
+/* Activation-and-multiply: the gated MLP's elementwise step.       */
 
 typedef enum oclf_act {
     /* x / (1 + exp(-x)) */
@@ -317,7 +327,7 @@ OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
                                       const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Rotary embedding and fused QK-norm + RoPE (SPEC §4).                       */
+/* Rotary embedding and fused QK-norm + RoPE.                       */
 
 typedef enum oclf_rope_style {
     OCLF_ROPE_NEOX = 0, /* pairs (j, j + R/2): rotate-half, Llama/NeoX */
@@ -382,7 +392,7 @@ OCLF_API oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue q
  * for 1); the normalized values stay in fp32 for the rotation and are rounded
  * once. V heads are not touched. The unfused path (per-head RMSNorm kernel,
  * then the rotary_embedding kernel) rounds the normalized heads to storage
- * in between, as separate calls would, so it agrees within the SPEC
+ * in between, as separate calls would, so it agrees within the dtype's
  * tolerances rather than bit for bit in f16/bf16.
  * Statuses: those of oclf_rotary_embedding, plus eps < 0 or not finite and a
  * weight that overlaps qkv; nq == 0 is invalid, nk and nv may be 0. */
@@ -394,7 +404,7 @@ OCLF_API oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue
                                        const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* L2 distance + top-k (SPEC §5): exact nearest-neighbour search.            */
+/* L2 distance + top-k: exact nearest-neighbour search.            */
 
 /* Which distance formulas a call may use.
  *  OCLF_L2_FAST (default): either. The expansion |q|^2 + |x|^2 - 2 q.x is
@@ -454,7 +464,10 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * local memory once instead of read per row tile), XNORM (how the scan
  * sums |x|^2: inside its distance loop by every work-item (0) or by the
  * first query block's (1), or (2) in a pass over each tile before the
- * loop; same bits every way). Unfused: SLICES (candidate lists per
+ * loop; same bits every way), XSTAGE (0, or a power of two from VEC to
+ * 256: the tile's rows pass through local memory in chunks of that many
+ * columns, loaded by the whole work-group along each row, coalesced on a
+ * GPU; same bits as 0; the GPU default is 64). Unfused: SLICES (candidate lists per
  * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,

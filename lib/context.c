@@ -124,6 +124,18 @@ oclf_status oclf_context_create(cl_context context, cl_device_id device,
     return OCLF_SUCCESS;
 }
 
+cl_device_type oclf_context_device_type(const oclf_context *ctx)
+{
+    if (!ctx)
+        return 0;
+    /* The heuristics test the CPU flag first (a simulator may claim both). */
+    if (ctx->info.type & CL_DEVICE_TYPE_CPU)
+        return CL_DEVICE_TYPE_CPU;
+    if (ctx->info.type & CL_DEVICE_TYPE_GPU)
+        return CL_DEVICE_TYPE_GPU;
+    return CL_DEVICE_TYPE_ACCELERATOR;
+}
+
 void oclf_context_destroy(oclf_context *ctx)
 {
     if (!ctx)

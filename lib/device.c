@@ -5,9 +5,12 @@
  */
 #include "internal.h"
 
+#include <CL/cl_ext.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static cl_int get_str(cl_device_id dev, cl_device_info what, char *buf, size_t len)
 {
@@ -43,6 +46,45 @@ const char *oclf_device_type_name(cl_device_type type)
     if (type & CL_DEVICE_TYPE_ACCELERATOR)
         return "ACCELERATOR";
     return "OTHER";
+}
+
+/* Whether the platform's version string names `what` (case-insensitive):
+ * how a compiler is recognised for its quirks. */
+static bool platform_is(const oclf_device_info *o, const char *what)
+{
+    const size_t n = strlen(what);
+    for (const char *p = o->platform_version; *p; p++)
+        if (strncasecmp(p, what, n) == 0)
+            return true;
+    return false;
+}
+
+/* OCLF_DEVICE_CLASS=gpu (or cpu) makes the library treat the device as that
+ * class: every heuristic, staging decision and quirk define follows it. The
+ * GPU class also lowers the limits to what GPUs commonly give (1024
+ * work-items a group, 48 KiB of on-chip local memory), so the defaults a GPU
+ * gets run, and are checked, on the CPU devices of a machine without one.
+ * Lowering a limit is always safe on the real device underneath. */
+static oclf_status apply_class_override(const oclf_context *ctx, oclf_device_info *o)
+{
+    const char *cls = getenv("OCLF_DEVICE_CLASS");
+    if (!cls || !*cls)
+        return OCLF_SUCCESS;
+    if (strcmp(cls, "gpu") == 0) {
+        o->type = CL_DEVICE_TYPE_GPU;
+        o->local_is_global = false;
+        if (o->max_wgs > 1024)
+            o->max_wgs = 1024;
+        if (o->local_mem > 48 * 1024)
+            o->local_mem = 48 * 1024;
+    } else if (strcmp(cls, "cpu") == 0) {
+        o->type = CL_DEVICE_TYPE_CPU;
+        o->local_is_global = true;
+    } else {
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "OCLF_DEVICE_CLASS is \"%s\"; expected \"gpu\" or \"cpu\"", cls);
+    }
+    return OCLF_SUCCESS;
 }
 
 oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_device_info *o)
@@ -93,10 +135,25 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
             o->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
             o->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
             o->subgroups = strstr(ext, "cl_khr_subgroups") != NULL;
+            o->has_uuid =
+                strstr(ext, "cl_khr_device_uuid") != NULL &&
+                clGetDeviceInfo(dev, CL_DEVICE_UUID_KHR, sizeof o->device_uuid, o->device_uuid,
+                                NULL) == CL_SUCCESS &&
+                clGetDeviceInfo(dev, CL_DRIVER_UUID_KHR, sizeof o->driver_uuid, o->driver_uuid,
+                                NULL) == CL_SUCCESS;
         }
         free(ext);
     }
-    return OCLF_SUCCESS;
+    o->split_tail_miscompile = platform_is(o, "pocl");
+    /* The lockstep width, from the vendors' attribute queries (an unknown
+     * query fails harmlessly on other devices). */
+    cl_uint width = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof width, &width, NULL) !=
+            CL_SUCCESS &&
+        clGetDeviceInfo(dev, CL_DEVICE_WARP_SIZE_NV, sizeof width, &width, NULL) != CL_SUCCESS)
+        width = 0;
+    o->simd_width = width >= 8 && width <= 128 && !(width & (width - 1)) ? width : 32;
+    return apply_class_override(ctx, o);
 }
 
 void oclf_device_fingerprint(const oclf_device_info *info, char *buf, size_t len)

@@ -16,25 +16,16 @@
 
 #include <string.h>
 
-static const oclf_op_info op_info[OCLF_OP_COUNT_] = {
-    [OCLF_OP_RMS_NORM] = {"rms_norm", 2, {"rows", "cols"}, oclf_norm_heuristic,
-                          oclf_norm_validate},
-    [OCLF_OP_ADD_RMS_NORM] = {"add_rms_norm", 2, {"rows", "cols"}, oclf_norm_heuristic,
-                              oclf_norm_validate},
-    [OCLF_OP_LAYER_NORM] = {"layer_norm", 2, {"rows", "cols"}, oclf_norm_heuristic,
-                            oclf_norm_validate},
-    [OCLF_OP_ADD_LAYER_NORM] = {"add_layer_norm", 2, {"rows", "cols"}, oclf_norm_heuristic,
-                                oclf_norm_validate},
-    [OCLF_OP_ACT_AND_MUL] = {"act_and_mul", 2, {"rows", "d"}, oclf_act_heuristic,
-                             oclf_act_validate},
-    [OCLF_OP_ROTARY_EMBEDDING] = {"rotary_embedding", 4,
-                                  {"tokens", "heads", "head_dim", "rot_dim"},
-                                  oclf_rope_heuristic, oclf_rope_validate},
-    [OCLF_OP_QK_NORM_ROPE] = {"qk_norm_rope", 4, {"tokens", "heads", "head_dim", "rot_dim"},
-                              oclf_rope_heuristic, oclf_rope_validate},
-    [OCLF_OP_L2_TOPK] = {"l2_topk", 4, {"nq", "n", "d", "k"}, oclf_l2topk_heuristic,
-                         oclf_l2topk_validate},
+static const oclf_op_info op_info[] = {
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) \
+    [OCLF_OP_##ID] = {#name, ndims, {d0, d1, d2, d3}, oclf_##family##_heuristic, \
+                      oclf_##family##_validate},
+#include "ops.def"
+#undef OCLF_OP
 };
+/* A row missing here would leave a NULL name for strcmp to read. */
+_Static_assert(sizeof op_info / sizeof op_info[0] == OCLF_OP_COUNT_,
+               "every op in ops.def has a dispatch row");
 
 const oclf_op_info *oclf_op_get(oclf_op op)
 {

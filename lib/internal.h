@@ -50,6 +50,21 @@ typedef struct oclf_device_info {
     cl_uint opencl_c_major, opencl_c_minor;
     bool fp16, fp64, subgroups;
     bool local_is_global; /* no dedicated local memory (CPUs) */
+    /* The device compiler miscomputes a work-group kernel whose lanes run
+     * vector loops over a head split at a width VEC does not divide, after
+     * a global barrier (the fused item-structure qk_norm_rope with LAYOUT
+     * 1, VEC >= 4 and R/2 not a multiple of VEC: wrong heads and stores
+     * outside the buffer, while a simulator runs the same kernel right and
+     * race-free). Ops keep that combination off such a device. */
+    bool split_tail_miscompile;
+    /* cl_khr_device_uuid: some vendors version their compiler apart from
+     * CL_DRIVER_VERSION, so the program cache keys on these too. */
+    /* Work-items that execute in lockstep (a warp or wavefront) where the
+     * driver says so, else 32: a GPU work-group narrower than this leaves
+     * lanes idle. */
+    cl_uint simd_width;
+    bool has_uuid;
+    unsigned char device_uuid[16], driver_uuid[16];
 } oclf_device_info;
 
 OCLF_HIDDEN oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev,
@@ -64,6 +79,7 @@ OCLF_HIDDEN const char *oclf_device_type_name(cl_device_type type);
 
 typedef struct oclf_program oclf_program;
 struct oclf_tune_cache;
+typedef void (*oclf_program_sink_fn)(void *user, const char *source, const char *options);
 
 struct oclf_context {
     cl_context cl;
@@ -79,6 +95,9 @@ struct oclf_context {
     int validate;
     oclf_log_fn log;
     void *log_user;
+
+    oclf_program_sink_fn program_sink; /* see oclf_context_set_program_sink */
+    void *program_sink_user;
 
     pthread_mutex_t lock; /* guards programs, tune */
     pthread_cond_t built; /* a program finished building */
@@ -104,6 +123,12 @@ OCLF_HIDDEN oclf_status oclf_program_get(oclf_context *ctx, const char *source,
 OCLF_HIDDEN oclf_status oclf_program_get_generated(oclf_context *ctx, const char *key,
                                                    const char *text, const char *options,
                                                    oclf_program **out);
+/* For the cross-compile suite (tests/gpu_variants.c): while a sink is set,
+ * oclf_program_get hands each (source, options) it is asked for to the sink
+ * and builds nothing (OCLF_UNSUPPORTED), so an op's deep validation lists
+ * the exact programs a parameter set needs without a device compiler. */
+OCLF_HIDDEN void oclf_context_set_program_sink(oclf_context *ctx, oclf_program_sink_fn fn,
+                                               void *user);
 /* A kernel object from the program's pool; give it back with
  * oclf_kernel_put once enqueued (OpenCL copies arguments at enqueue, so the
  * object can be reused at once; pooling keeps clSetKernelArg races away from
@@ -155,14 +180,9 @@ OCLF_HIDDEN void oclf_hash_str(oclf_hash *h, const char *s);
 
 /* Op identifiers shared by dispatch, the tuning database, bench and tuner. */
 typedef enum oclf_op {
-    OCLF_OP_RMS_NORM,
-    OCLF_OP_ADD_RMS_NORM,
-    OCLF_OP_LAYER_NORM,
-    OCLF_OP_ADD_LAYER_NORM,
-    OCLF_OP_ACT_AND_MUL,
-    OCLF_OP_ROTARY_EMBEDDING,
-    OCLF_OP_QK_NORM_ROPE,
-    OCLF_OP_L2_TOPK,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) OCLF_OP_##ID,
+#include "ops.def"
+#undef OCLF_OP
     OCLF_OP_COUNT_
 } oclf_op;
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
@@ -282,6 +302,9 @@ OCLF_HIDDEN oclf_status oclf_check_dtype(const oclf_context *ctx, oclf_dtype dty
  * the buffer (CL_MEM_SIZE); `what` names the argument in the error. */
 OCLF_HIDDEN oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf,
                                       size_t rows, size_t cols, size_t elem, oclf_operand *out);
+/* A vector of n elements: its stride is ignored, as the header promises. */
+OCLF_HIDDEN oclf_status oclf_check_vector(const oclf_context *ctx, const char *what, oclf_buf buf,
+                                          size_t n, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
 /* 1 when two operands that share a cl_mem and a row stride can never share
@@ -319,7 +342,8 @@ OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_para
                                         oclf_row_cfg *cfg);
 /* Default row structure for rows of `width` elements: on a CPU a row per
  * work-item, cpu_wgs of them per group, 16-wide vectors; on a GPU a
- * work-group per row of gpu_min_wgs..256 work-items covering the row with
+ * work-group per row of gpu_min_wgs (at least the device's lockstep width)
+ * up to 256 work-items covering the row with
  * 16-byte vectors. Writes LAYOUT, WGS and VEC; returns the WGS chosen. */
 OCLF_HIDDEN size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
                                       size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out);
@@ -369,6 +393,12 @@ OCLF_HIDDEN oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue 
 /* A device temporary that lives until the commands using it complete
  * (OpenCL defers the release of a buffer still in use). */
 OCLF_HIDDEN oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out);
+
+/* The most work-items one launch asks for: some runtimes take the global
+ * size as 32 bits and reject 2^32 or more (ROCm). Row kernels whose
+ * work-groups loop over rows fit larger shapes by giving each group more
+ * rows; the others refuse the call. */
+#define OCLF_MAX_LAUNCH_ITEMS ((size_t)UINT32_MAX)
 
 static inline size_t oclf_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 

@@ -42,6 +42,13 @@ oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_
     return st != OCLF_SUCCESS ? st : oclf_check_dtype(ctx, dtype);
 }
 
+oclf_status oclf_check_vector(const oclf_context *ctx, const char *what, oclf_buf buf, size_t n,
+                              size_t elem, oclf_operand *out)
+{
+    buf.stride = 0;
+    return oclf_check_2d(ctx, what, buf, n ? 1 : 0, n, elem, out);
+}
+
 oclf_status oclf_check_2d(const oclf_context *ctx, const char *what, oclf_buf buf, size_t rows,
                           size_t cols, size_t elem, oclf_operand *out)
 {
@@ -151,7 +158,8 @@ size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t wi
      * them to cover the row in a few passes. */
     const int vec = dtype == OCLF_F32 ? 4 : 8;
     const uint64_t want = (width + (uint64_t)vec - 1) / (uint64_t)vec;
-    size_t wgs = gpu_min_wgs;
+    /* never narrower than a warp or wavefront: the rest of its lanes idle */
+    size_t wgs = gpu_min_wgs > d->simd_width ? gpu_min_wgs : d->simd_width;
     while (wgs < want && wgs < 256)
         wgs *= 2;
     while (wgs > d->max_wgs && wgs > 1)

@@ -6,7 +6,9 @@
  * text is the device-quirk defines (as options), common.h, then the op file.
  * On disk a program is keyed by a hash of everything that could change the
  * binary: assembled source, options, device vendor/name, driver, platform
- * version and the file format version below.
+ * version, the device and driver UUIDs where cl_khr_device_uuid gives them
+ * (a compiler can change under an unchanged driver version string) and the
+ * file format version below.
  */
 #include "internal.h"
 
@@ -249,6 +251,10 @@ static oclf_status build(oclf_context *ctx, const char *name, const char *genera
     oclf_hash_str(&key, ctx->info.name);
     oclf_hash_str(&key, ctx->info.driver);
     oclf_hash_str(&key, ctx->info.platform_version);
+    if (ctx->info.has_uuid) {
+        oclf_hash_update(&key, ctx->info.device_uuid, sizeof ctx->info.device_uuid);
+        oclf_hash_update(&key, ctx->info.driver_uuid, sizeof ctx->info.driver_uuid);
+    }
 
     cl_int err = CL_SUCCESS;
     cl_program prog = NULL;
@@ -323,9 +329,21 @@ static void program_free(oclf_program *p)
     free(p);
 }
 
+void oclf_context_set_program_sink(oclf_context *ctx, oclf_program_sink_fn fn, void *user)
+{
+    ctx->program_sink = fn;
+    ctx->program_sink_user = user;
+}
+
 static oclf_status program_get(oclf_context *ctx, const char *source, const char *generated,
                                const char *options, oclf_program **out)
 {
+    *out = NULL;
+    if (ctx->program_sink) {
+        ctx->program_sink(ctx->program_sink_user, source, options);
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: programs are being listed, not built",
+                         source);
+    }
     pthread_mutex_lock(&ctx->lock);
     for (;;) {
         oclf_program *p = ctx->programs;

@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static th_env env;
 static int ready;
@@ -104,6 +105,19 @@ void th_download(cl_mem mem, void *host, size_t bytes)
     if (bytes)
         ck_assert_int_eq(clEnqueueReadBuffer(th_get()->queue, mem, CL_TRUE, 0, bytes, host, 0,
                                              NULL, NULL), CL_SUCCESS);
+}
+
+int th_platform_is(const char *what)
+{
+    char version[256] = "";
+    if (clGetPlatformInfo(th_get()->platform, CL_PLATFORM_VERSION, sizeof version - 1, version,
+                          NULL) != CL_SUCCESS)
+        return 0;
+    const size_t n = strlen(what);
+    for (const char *p = version; *p; p++)
+        if (strncasecmp(p, what, n) == 0)
+            return 1;
+    return 0;
 }
 
 oclf_choice th_choice(oclf_path path)

@@ -29,6 +29,10 @@ typedef struct th_env {
 th_env *th_get(void);
 void th_teardown(void);
 
+/* 1 when the test platform's version string names `what`
+ * (case-insensitive): for checks that depend on a known compiler defect. */
+int th_platform_is(const char *what);
+
 /* Deterministic pseudo-random floats in [lo, hi). */
 void th_seed(uint64_t seed);
 float th_uniform(float lo, float hi);

@@ -7,8 +7,10 @@ OpenCL runtime, so the same binaries run there) and judges the result.
   oclgrind_run.py traffic EXE PLUGIN  global load/store bytes per op call,
                                       counted by the oclgrind_traffic plugin,
                                       against the op's minimum
-  oclgrind_run.py device  EXE [ARGS]  oclgrind as a second device with GPU-like
-                                      limits (256 work-items, 32 KiB local)
+  oclgrind_run.py device[-N] EXE [ARGS]  oclgrind as a second device with a
+                                      GPU's limits (N work-items a group, 256
+                                      by default; 48 KiB local memory) and the
+                                      GPU defaults (OCLF_DEVICE_CLASS=gpu)
 
 Exit 77 (skip) when oclgrind is not installed.
 """
@@ -39,8 +41,10 @@ def main():
         return 77
     env = dict(os.environ)
     # Programs oclgrind built are cached apart from the POCL ones (the cache key
-    # holds the device fingerprint anyway).
-    env["OCLF_CACHE_DIR"] = env.get("OCLF_CACHE_DIR", "") + "-oclgrind-" + mode
+    # holds the device fingerprint anyway); without a cache folder given (a
+    # run outside meson), none, rather than a folder in the working directory.
+    base_cache = env.get("OCLF_CACHE_DIR", "")
+    env["OCLF_CACHE_DIR"] = base_cache + "-oclgrind-" + mode if base_cache else ""
     env.pop("OCLF_TEST_PLATFORM", None)
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "oclgrind.log")
@@ -65,10 +69,14 @@ def main():
         elif mode == "traffic":
             plugin = os.path.abspath(args.pop(0))
             cmd = ["oclgrind", "--plugins", plugin, "--log", log, exe, "traffic"] + args
-        elif mode == "device":
-            cmd = ["oclgrind", "--max-wgsize", "256", "--local-mem-size", "32768",
+        elif mode == "device" or mode.startswith("device-"):
+            wgs = mode[len("device-"):] if mode != "device" else "256"
+            cmd = ["oclgrind", "--max-wgsize", wgs, "--local-mem-size", "49152",
                    "--check-api", "--log", log, exe] + args
             env["OCLF_TEST_QUICK"] = "1"
+            # oclgrind calls itself both a CPU and a GPU, and the heuristics
+            # test the CPU flag first: make them take the GPU's path.
+            env["OCLF_DEVICE_CLASS"] = "gpu"
         else:
             print("unknown mode", mode)
             return 2

@@ -211,6 +211,37 @@ START_TEST(test_special_values)
 }
 END_TEST
 
+/* GELU-tanh far below zero: 0.5 x (1 + tanh z) cancels where an f32 tanh
+ * saturates above -1 and leaves about 6e-8 x y; x sigmoid(2z) does not. */
+START_TEST(test_gelu_tanh_negative)
+{
+    th_env *e = th_get();
+    const float xs[] = {-6.0f, -10.0f, -30.0f, -100.0f, -1000.0f};
+    const size_t d = sizeof xs / sizeof *xs;
+    float in[2 * sizeof xs / sizeof *xs];
+    for (size_t i = 0; i < d; i++)
+        in[i] = xs[i], in[d + i] = 900.0f / xs[i];
+    oclf_activation act = variant(OCLF_ACT_GELU_TANH);
+    double want[sizeof xs / sizeof *xs];
+    oclf_ref_act_and_mul(OCLF_F32, &act, 1, d, in, 2 * d, want);
+    for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
+        cl_mem mi = th_upload(in, sizeof in), mo = th_alloc(d * 4);
+        oclf_choice ch = th_choice((oclf_path)p);
+        TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, 1, d, (oclf_buf){mi, 0, 0},
+                               (oclf_buf){mo, 0, 0}, &ch, 0, NULL, NULL));
+        float got[sizeof xs / sizeof *xs];
+        th_download(mo, got, sizeof got);
+        for (size_t i = 0; i < d; i++) {
+            ck_assert_msg(fabs(want[i]) < 1e-6, "reference gelu_tanh(%g) * %g = %g, not ~0",
+                          (double)xs[i], (double)in[d + i], want[i]);
+            ck_assert_msg(fabs(got[i]) < 1e-6, "gelu_tanh(%g) * %g = %g on path %d, not ~0",
+                          (double)xs[i], (double)in[d + i], (double)got[i], p);
+        }
+        clReleaseMemObject(mi), clReleaseMemObject(mo);
+    }
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 typedef struct bad_env {
@@ -232,6 +263,39 @@ static void bad_check_untouched(bad_env *b)
 }
 
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
+
+/* A work-group per row of 1024 work-items over 2^22 + 1 rows would ask for
+ * more than 2^32 work-items, which some runtimes reject: the call is
+ * refused before anything runs. */
+START_TEST(test_launch_range)
+{
+    th_env *e = th_get();
+    const size_t rows = ((size_t)1 << 22) + 1, d = 1;
+    size_t max_wgs = 0;
+    clGetDeviceInfo(e->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    if (max_wgs < 1024)
+        return; /* the launch cannot be asked for on this device */
+    float *x = th_random(OCLF_F32, rows * 2 * d, -1, 1), *y = th_random(OCLF_F32, rows * d, -1, 1);
+    float *after = malloc(rows * d * sizeof *after);
+    cl_mem mx = th_upload(x, rows * 2 * d * 4), my = th_upload(y, rows * d * 4);
+    oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    oclf_activation act = {OCLF_ACT_SILU, 0, 0, 0, 0};
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 1);
+    oclf_params_set(&ch.params, "WGS", 1024);
+    oclf_params_set(&ch.params, "VEC", 1);
+    cl_event ev = NULL;
+    TH_EXPECT_FAIL(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, rows, d, bx, by, &ch, 0,
+                                    NULL, &ev),
+                   OCLF_UNSUPPORTED, "launch range", {
+                       th_download(my, after, rows * d * 4);
+                       ck_assert(memcmp(after, y, rows * d * 4) == 0);
+                       ck_assert_ptr_null(ev);
+                   });
+    free(x), free(y), free(after);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+}
+END_TEST
 
 START_TEST(test_bad_arguments)
 {
@@ -325,8 +389,10 @@ static Suite *act_suite(void)
     tcase_add_loop_test(t, test_matrix_default, 0, NVARIANTS * 3);
     tcase_add_loop_test(t, test_structures, 0, NVARIANTS * 3);
     tcase_add_test(t, test_special_values);
+    tcase_add_test(t, test_gelu_tanh_negative);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
+    tcase_add_test(b, test_launch_range);
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);
     return s;

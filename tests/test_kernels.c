@@ -14,7 +14,8 @@
  *                          load/store byte counts (--inst-counts) can be
  *                          attributed to the call.
  *
- * An op that lands later is one more line in `cases`.
+ * The rows of `cases` are indexed by the op list (lib/ops.def): an op that
+ * lands later without its row here fails the run.
  */
 #include "opdesc.h"
 
@@ -22,8 +23,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The op list's rows, by index, and their names. */
+enum {
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) K_##ID,
+#include "../lib/ops.def"
+#undef OCLF_OP
+    K_COUNT
+};
+static const char *const op_names[K_COUNT] = {
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) [K_##ID] = #name,
+#include "../lib/ops.def"
+#undef OCLF_OP
+};
+
 typedef struct kcase {
-    const char *op;
     /* Small shapes with vector tails and several work-groups. */
     const char *shapes;
     /* Kernel structures, ';'-separated NAME=VALUE lists. */
@@ -52,11 +65,11 @@ typedef struct kcase {
 #define ROPE_TRAFFIC "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4"
 #define NORM_TRAFFIC "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4"
 
-static const kcase cases[] = {
-    {"rms_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
-    {"add_rms_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
-    {"layer_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
-    {"add_layer_norm", "5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
+static const kcase cases[K_COUNT] = {
+    [K_RMS_NORM] = {"5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
+    [K_ADD_RMS_NORM] = {"5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
+    [K_LAYER_NORM] = {"5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
+    [K_ADD_LAYER_NORM] = {"5x77,2x8", NORM_CONFIGS, NORM_TRAFFIC, "4x200", 0, 1},
     /* nq x N x D x k: a k beyond N, query blocks with padding, several
      * slices, odd D; the queries read from global memory and from the
      * group's copy in local memory (QLOCAL), the latter with several query
@@ -66,17 +79,18 @@ static const kcase cases[] = {
      * per group (QG == QB) each database row is loaded by one work-item,
      * which computes its norm in the same pass, and QLOCAL loads the
      * queries once; the heaps in global memory add a few percent. */
-    {"l2_topk", "3x100x5x4,1x37x3x40",
+    [K_L2_TOPK] = {"3x100x5x4,1x37x3x40",
      "SLICES=0;QB=1,RB=4,VEC=4,QG=4,WGS=16,SLICES=3,QLOCAL=0,XNORM=0;"
      "QB=2,RB=4,VEC=4,QG=4,WGS=8,SLICES=2,QLOCAL=0,XNORM=2;"
-     "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=1",
+     "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=1;"
+     "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=0,XSTAGE=16",
      "QB=2,RB=4,VEC=4,QG=2,WGS=16,SLICES=1,QLOCAL=1,XNORM=1", "2x2048x32x4", 1, 1},
-    {"act_and_mul", "5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2",
+    [K_ACT_AND_MUL] = {"5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2",
      "LAYOUT=1,WGS=16,VEC=4", "4x200", 0, 1},
     /* tokens x nq x nk x nv x hd x R */
-    {"rotary_embedding", "3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, ROPE_TRAFFIC,
+    [K_ROTARY_EMBEDDING] = {"3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, ROPE_TRAFFIC,
      "4x2x1x1x32x32", 0, 1},
-    {"qk_norm_rope", "3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, ROPE_TRAFFIC, "4x2x1x1x32x32",
+    [K_QK_NORM_ROPE] = {"3x2x1x1x20x12,2x1x2x1x37x18", ROPE_CONFIGS, ROPE_TRAFFIC, "4x2x1x1x32x32",
      0, 1},
 };
 
@@ -170,13 +184,19 @@ int main(int argc, char **argv)
     const char *ext = getenv("OCLF_KERNELS_EXTERNAL");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const kcase *k = &cases[i];
+        const char *name = op_names[i];
+        if (!k->shapes) {
+            printf("FAIL %s: no row in the kernel-check table\n", name);
+            failed++;
+            continue;
+        }
         if (ext && *ext == '1' && !k->external_unfused)
             continue;
-        if (argc > 2 && strcmp(argv[2], k->op) != 0)
+        if (argc > 2 && strcmp(argv[2], name) != 0)
             continue;
-        const op_desc *op = op_find(k->op);
+        const op_desc *op = op_find(name);
         if (!op) {
-            printf("FAIL %s: no descriptor\n", k->op);
+            printf("FAIL %s: no descriptor\n", name);
             failed++;
             continue;
         }

@@ -340,9 +340,9 @@ START_TEST(test_structures)
 }
 END_TEST
 
-/* The explicit structure the QLOCAL and XNORM cases share: two queries x
- * four rows of float4, three slices. */
-static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int formula)
+/* The explicit structure the QLOCAL, XNORM and XSTAGE cases share: two
+ * queries x four rows of float4, three slices. */
+static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int formula, int xstage)
 {
     oclf_params p = {0};
     oclf_params_set(&p, "QB", 2);
@@ -354,6 +354,7 @@ static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int for
     oclf_params_set(&p, "FORMULA", formula);
     oclf_params_set(&p, "QLOCAL", qlocal);
     oclf_params_set(&p, "XNORM", xnorm);
+    oclf_params_set(&p, "XSTAGE", xstage);
     return p;
 }
 
@@ -367,21 +368,26 @@ START_TEST(test_qlocal)
 {
     static const struct {
         oclf_dtype dt;
-        int qlocal, xnorm, qg, wgs, formula, norms, pad;
+        int qlocal, xnorm, qg, wgs, formula, norms, pad, xstage;
     } v[] = {
-        {OCLF_F32, 1, 1, 6, 12, 1, 0, 3}, {OCLF_F32, 1, 1, 2, 16, 1, 0, 0},
-        {OCLF_F32, 0, 1, 6, 12, 1, 0, 3}, {OCLF_F32, 1, 0, 6, 12, 1, 0, 0},
-        {OCLF_F16, 1, 1, 6, 12, 1, 1, 0}, {OCLF_BF16, 1, 1, 6, 12, 0, 0, 0},
+        {OCLF_F32, 1, 1, 6, 12, 1, 0, 3, 0},   {OCLF_F32, 1, 1, 2, 16, 1, 0, 0, 0},
+        {OCLF_F32, 0, 1, 6, 12, 1, 0, 3, 0},   {OCLF_F32, 1, 0, 6, 12, 1, 0, 0, 0},
+        {OCLF_F16, 1, 1, 6, 12, 1, 1, 0, 0},   {OCLF_BF16, 1, 1, 6, 12, 0, 0, 0, 0},
+        /* rows staged in chunks of 16 (a short last chunk of 12, then the
+         * scalar tail) and of 64, each dtype, both formulas and XNORM 2 */
+        {OCLF_F32, 1, 0, 6, 12, 1, 0, 3, 16},  {OCLF_F32, 0, 2, 6, 12, 1, 0, 0, 64},
+        {OCLF_F16, 1, 0, 6, 12, 1, 1, 0, 16},  {OCLF_BF16, 0, 0, 6, 12, 0, 0, 3, 64},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
-        oclf_params p = qlocal_params(v[i].qlocal, v[i].xnorm, v[i].qg, v[i].wgs, v[i].formula);
+        oclf_params p = qlocal_params(v[i].qlocal, v[i].xnorm, v[i].qg, v[i].wgs, v[i].formula,
+                                      v[i].xstage);
         l2_case c = L2C(v[i].dt, 7, 1000, 77, 10, DATA_INT, 40, 2, (size_t)v[i].pad,
                         (size_t)v[i].pad ? 5 : 0, v[i].norms);
         c.path = OCLF_PATH_FUSED;
         c.params = &p;
         run_case(&c);
     }
-    oclf_params p = qlocal_params(1, 1, 6, 12, 1);
+    oclf_params p = qlocal_params(1, 1, 6, 12, 1, 0);
     l2_case f = L2C(OCLF_F32, 7, 1000, 77, 20, DATA_FLOAT, 0, 0, 0, 0, 0);
     f.path = OCLF_PATH_FUSED;
     f.params = &p;
@@ -411,8 +417,8 @@ static float norm_in_kernel_order(oclf_dtype dt, const void *x, size_t row, size
 /* One fused call with the shared structure, six queries a group; results
  * to gd, gi. */
 static void fused_raw(oclf_dtype dt, size_t nq, size_t n, size_t d, size_t k, const float *q,
-                      const void *x, const float *norms, int qlocal, int xnorm, float *gd,
-                      int64_t *gi)
+                      const void *x, const float *norms, int qlocal, int xnorm, int xstage,
+                      float *gd, int64_t *gi)
 {
     th_env *e = th_get();
     cl_mem mq = th_upload(q, nq * d * 4), mx = th_upload(x, n * d * oclf_dtype_size(dt));
@@ -423,7 +429,7 @@ static void fused_raw(oclf_dtype dt, size_t nq, size_t n, size_t d, size_t k, co
     oclf_l2_topk_options_init(&opt);
     opt.x_norms = norms ? &bn : NULL;
     oclf_choice ch = th_choice(OCLF_PATH_FUSED);
-    ch.params = qlocal_params(qlocal, xnorm, 6, 12, 1);
+    ch.params = qlocal_params(qlocal, xnorm, 6, 12, 1, xstage);
     TH_OK(oclf_l2_topk(e->ctx, e->queue, dt, nq, n, d, k, bq, bx, bd, bi, &opt, &ch, 0, NULL,
                        NULL));
     th_download(md, gd, nq * k * 4);
@@ -443,10 +449,12 @@ START_TEST(test_scan_norms)
     enum { NQ = 7, N = 1000, D = 77, K = 20 };
     static const struct {
         oclf_dtype dt;
-        int qlocal, xnorm, norms;
+        int qlocal, xnorm, norms, xstage;
     } runs[] = {
-        {OCLF_F32, 1, 1, 0}, {OCLF_F32, 0, 1, 0}, {OCLF_F32, 1, 0, 0}, {OCLF_F32, 1, 1, 1},
-        {OCLF_F32, 0, 2, 0}, {OCLF_F16, 1, 1, 0}, {OCLF_F16, 1, 1, 1}, {OCLF_F16, 0, 2, 0},
+        {OCLF_F32, 1, 1, 0, 0},  {OCLF_F32, 0, 1, 0, 0},  {OCLF_F32, 1, 0, 0, 0},
+        {OCLF_F32, 1, 1, 1, 0},  {OCLF_F32, 0, 2, 0, 0},  {OCLF_F32, 1, 0, 0, 16},
+        {OCLF_F32, 0, 1, 1, 64}, {OCLF_F32, 0, 2, 0, 32}, {OCLF_F16, 1, 1, 0, 0},
+        {OCLF_F16, 1, 1, 1, 0},  {OCLF_F16, 0, 2, 0, 0},  {OCLF_F16, 1, 0, 0, 16},
     };
     static float gd[2][NQ * K];
     static int64_t gi[2][NQ * K];
@@ -465,13 +473,14 @@ START_TEST(test_scan_norms)
                 norms[i] = norm_in_kernel_order(dt, x, i, D);
         }
         fused_raw(dt, NQ, N, D, K, q, x, runs[r].norms ? norms : NULL, runs[r].qlocal,
-                  runs[r].xnorm, gd[!first], gi[!first]);
+                  runs[r].xnorm, runs[r].xstage, gd[!first], gi[!first]);
         if (!first)
             ck_assert_msg(memcmp(gd[0], gd[1], sizeof gd[0]) == 0 &&
                               memcmp(gi[0], gi[1], sizeof gi[0]) == 0,
-                          "%s: QLOCAL = %d, XNORM = %d, norms passed %d: the lists differ from "
-                          "the first run's",
-                          oclf_dtype_name(dt), runs[r].qlocal, runs[r].xnorm, runs[r].norms);
+                          "%s: QLOCAL = %d, XNORM = %d, norms passed %d, XSTAGE = %d: the lists "
+                          "differ from the first run's",
+                          oclf_dtype_name(dt), runs[r].qlocal, runs[r].xnorm, runs[r].norms,
+                          runs[r].xstage);
     }
     free(q), free(x), free(norms);
 }
@@ -614,6 +623,18 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "RB", 5);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "RB");
+    /* 3 is not among the register-block sizes the header lists */
+    memset(&ch, 0, sizeof ch);
+    ch.path = OCLF_PATH_FUSED;
+    oclf_params_set(&ch.params, "RB", 3);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "RB = 3");
+    memset(&ch, 0, sizeof ch);
+    ch.path = OCLF_PATH_FUSED;
+    oclf_params_set(&ch.params, "QB", 3);
+    oclf_params_set(&ch.params, "QG", 3);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "QB = 3");
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
     oclf_params_set(&ch.params, "QB", 4);
@@ -636,6 +657,15 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "XNORM", 3);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "XNORM");
+    ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "VEC", 16);
+    oclf_params_set(&ch.params, "XSTAGE", 8); /* not a multiple of VEC */
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "XSTAGE");
+    ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "XSTAGE", 512);
+    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "XSTAGE");
     /* QLOCAL = 1 where QG x D floats exceed the device's local memory (the
      * tile itself fits): refused with a sentence, before any launch. */
     cl_ulong local_mem = 0;
@@ -647,7 +677,7 @@ START_TEST(test_bad_arguments)
         oclf_buf BQ = {mbq, 0, 0}, BX = {mbx, 0, 0};
         memset(&ch, 0, sizeof ch);
         ch.path = OCLF_PATH_FUSED;
-        ch.params = qlocal_params(1, 1, 32, 32, 1);
+        ch.params = qlocal_params(1, 1, 32, 32, 1, 0);
         EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, big_d, K, BQ, BX, Dd, I, NULL, &ch, 0, NULL,
                             NULL),
                OCLF_INVALID_ARGUMENT, "QLOCAL = 1");

@@ -59,7 +59,8 @@ static norm_result run_case(const norm_case *c)
     cl_mem mx = th_upload(x, n * es), mr = th_upload(res, n * es), my = th_upload(y, n * es);
     cl_mem mw = th_upload(w, c->cols * es), mb = th_upload(b, c->cols * es);
     oclf_buf bx = {mx, c->offset, c->pad ? stride : 0}, br = {mr, c->offset, stride};
-    oclf_buf by = {my, c->offset, stride}, bw = {mw, 0, 0}, bb = {mb, 0, 0};
+    /* A vector's stride is ignored, so one below the width is accepted. */
+    oclf_buf by = {my, c->offset, stride}, bw = {mw, 0, 1}, bb = {mb, 0, 1};
     const oclf_buf *pw = c->weight ? &bw : NULL, *pb = c->bias ? &bb : NULL;
     const float eps = 1e-5f;
     cl_event ev = NULL;
@@ -329,6 +330,41 @@ static void bad_free(bad_env *b)
 
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 
+/* A work-group per row of 1024 work-items over 2^22 + 1 rows asks for
+ * more than 2^32 work-items, past what some runtimes take: the groups take
+ * two rows each instead, and every row is still normalized. */
+START_TEST(test_launch_range)
+{
+    th_env *e = th_get();
+    const size_t rows = ((size_t)1 << 22) + 1, cols = 1;
+    size_t max_wgs = 0;
+    clGetDeviceInfo(e->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    if (max_wgs < 1024 || quick())
+        return; /* the shape cannot be asked for here, or is too long to simulate */
+    float *x = malloc(rows * sizeof *x);
+    for (size_t i = 0; i < rows; i++)
+        x[i] = (i % 7) ? -2.0f : 3.0f;
+    cl_mem mx = th_upload(x, rows * 4), my = th_alloc(rows * 4);
+    oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 1);
+    oclf_params_set(&ch.params, "WGS", 1024);
+    oclf_params_set(&ch.params, "VEC", 1);
+    oclf_params_set(&ch.params, "STAGE", 0);
+    oclf_params_set(&ch.params, "ROWS", 1);
+    TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 0.0f, &ch, 0, NULL,
+                        NULL));
+    float *y = malloc(rows * sizeof *y);
+    th_download(my, y, rows * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < rows; i++)
+        bad += y[i] != (x[i] < 0 ? -1.0f : 1.0f);
+    ck_assert_msg(bad == 0, "%zu of %zu rows wrong", bad, rows);
+    free(x), free(y);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     th_env *e = th_get();
@@ -404,6 +440,7 @@ START_TEST(test_bad_arguments)
            OCLF_INVALID_ARGUMENT, "STAGE");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "LAYOUT", 0);
+    oclf_params_set(&ch.params, "STAGE", 0); /* a GPU's default stages */
     oclf_params_set(&ch.params, "ROWS", 2);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "ROWS");
@@ -421,6 +458,10 @@ static Suite *norm_suite(void)
     tcase_add_loop_test(t, test_large_mean, 0, 3);
     tcase_add_test(t, test_in_place);
     suite_add_tcase(s, t);
+    TCase *l = tcase_create("launch");
+    tcase_set_timeout(l, 600);
+    tcase_add_test(l, test_launch_range);
+    suite_add_tcase(s, l);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);

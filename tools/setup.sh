@@ -8,6 +8,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libjansson-dev check libsubunit-dev
   oclgrind liboclgrind-dev g++ valgrind clang libclang-rt-dev
+  clang-15 libclc-15
 )
 missing=()
 for p in "${packages[@]}"; do

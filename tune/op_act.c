@@ -100,9 +100,10 @@ static double act_bytes(const op_shape *s, oclf_dtype dt)
 static int act_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
                      oclf_params *out, int max)
 {
-    (void)dt;
     (void)path;
-    return op_row_space(env, s->d[1], 1, 64, 16, out, max);
+    /* The activations keep several temporaries per element alive: wider
+     * vectors spill on a GPU. */
+    return op_gpu_vector_cap(env, dt, out, op_row_space(env, s->d[1], 1, 64, 16, out, max));
 }
 
 const op_desc op_act_and_mul = {

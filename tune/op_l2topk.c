@@ -166,6 +166,7 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
     cl_device_local_mem_type lmt = CL_LOCAL;
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
     const uint64_t nq = s->d[0] ? s->d[0] : 1, d = s->d[2] ? s->d[2] : 1;
+    const int gpu = op_is_gpu(env);
     static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
     static const int nrbs[] = {4, 8, 16, 32};
     for (int formula = 1; formula >= 0; formula--)
@@ -189,16 +190,28 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                         if (formula == 0 &&
                             ql != (lmt != CL_GLOBAL && base + copy <= local_mem / 2))
                             continue;
-                        oclf_params p;
-                        memset(&p, 0, sizeof p);
-                        oclf_params_set(&p, "FORMULA", formula);
-                        oclf_params_set(&p, "QB", (int64_t)qb);
-                        oclf_params_set(&p, "RB", rbs[b]);
-                        oclf_params_set(&p, "VEC", vecs[c]);
-                        oclf_params_set(&p, "QG", (int64_t)qg);
-                        oclf_params_set(&p, "WGS", (int64_t)wgs);
-                        oclf_params_set(&p, "QLOCAL", ql);
-                        op_space_add(out, &n, max, &p);
+                        if (gpu && qb * (uint64_t)rbs[b] * (uint64_t)vecs[c] >
+                                       OP_GPU_MAX_BLOCK_FLOATS)
+                            continue;
+                        /* GPUs: rows loaded through local memory in
+                         * chunks of 64 columns (coalesced) or each by its
+                         * own work-item. */
+                        for (int xs = 0; xs <= (gpu ? 64 : 0); xs += 64) {
+                            const uint64_t chunk = xs ? tr * (uint64_t)(xs + 1) * 4 : 0;
+                            if (base + (ql ? copy : 0) + chunk > local_mem)
+                                continue;
+                            oclf_params p;
+                            memset(&p, 0, sizeof p);
+                            oclf_params_set(&p, "FORMULA", formula);
+                            oclf_params_set(&p, "QB", (int64_t)qb);
+                            oclf_params_set(&p, "RB", rbs[b]);
+                            oclf_params_set(&p, "VEC", vecs[c]);
+                            oclf_params_set(&p, "QG", (int64_t)qg);
+                            oclf_params_set(&p, "WGS", (int64_t)wgs);
+                            oclf_params_set(&p, "QLOCAL", ql);
+                            oclf_params_set(&p, "XSTAGE", xs);
+                            op_space_add(out, &n, max, &p);
+                        }
                     }
     return n;
 }

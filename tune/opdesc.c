@@ -11,12 +11,15 @@
 #include <string.h>
 #include <time.h>
 
-extern const op_desc op_rms_norm, op_add_rms_norm, op_layer_norm, op_add_layer_norm;
-extern const op_desc op_act_and_mul, op_rotary_embedding, op_qk_norm_rope, op_l2_topk;
+/* One descriptor per row of the op list, named op_<name>. */
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) extern const op_desc op_##name;
+#include "../lib/ops.def"
+#undef OCLF_OP
 
 const op_desc *const op_table[] = {
-    &op_rms_norm,    &op_add_rms_norm,     &op_layer_norm,   &op_add_layer_norm,
-    &op_act_and_mul, &op_rotary_embedding, &op_qk_norm_rope, &op_l2_topk,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) &op_##name,
+#include "../lib/ops.def"
+#undef OCLF_OP
     NULL,
 };
 
@@ -394,6 +397,25 @@ int op_download(const op_env *env, cl_mem mem, void *host, size_t bytes)
                    CL_SUCCESS
                ? 0
                : -1;
+}
+
+int op_is_gpu(const op_env *env)
+{
+    return oclf_context_device_type(env->ctx) == CL_DEVICE_TYPE_GPU;
+}
+
+int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int n)
+{
+    if (!op_is_gpu(env))
+        return n;
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t vec = 1;
+        oclf_params_get(&out[i], "VEC", &vec);
+        if ((size_t)vec * oclf_dtype_size(dtype) <= OP_GPU_MAX_VEC_BYTES)
+            out[kept++] = out[i];
+    }
+    return kept;
 }
 
 int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,

@@ -51,7 +51,7 @@ typedef struct op_desc {
     oclf_status (*run)(const op_env *env, void *inst, const oclf_choice *choice,
                        cl_event *event);
     /* Restores the inputs, runs once with `choice`, waits, compares with the
-     * reference under the SPEC tolerance. 1 when right; else 0 and why. */
+     * reference under the dtype's tolerance. 1 when right; else 0 and why. */
     int (*verify)(const op_env *env, void *inst, const oclf_choice *choice, char *msg,
                   size_t len);
     /* Inputs read once and outputs written once, in bytes. */
@@ -136,6 +136,20 @@ typedef struct op_stage_space {
     int rows_need_stage;
 } op_stage_space;
 int op_staged_row_space(const op_env *env, const op_stage_space *s, oclf_params *out, int max);
+/* 1 when the library plans for a GPU on this device (its class, which
+ * OCLF_DEVICE_CLASS may override). */
+int op_is_gpu(const op_env *env);
+/* Where the cross-compile suite (tests/gpu_compile.py) saw AMD's compiler
+ * spill registers to scratch memory, GPU search spaces stop: vectors of 16
+ * bytes for kernels that keep several temporaries per element, and 16
+ * accumulator floats in an l2_topk register block (QB x RB x VEC). */
+#define OP_GPU_MAX_VEC_BYTES 16
+#define OP_GPU_MAX_BLOCK_FLOATS 16
+/* On a GPU, keeps the points of out[0..n) whose VEC is at most
+ * OP_GPU_MAX_VEC_BYTES wide in `dtype`; returns how many are left (n
+ * elsewhere). */
+int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int n);
+
 /* Adds p to out[*n] when *n < max. */
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);
 

@@ -1,5 +1,5 @@
 /*
- * Activation-and-multiply (SPEC §3): oclf_act_and_mul.
+ * Activation-and-multiply: oclf_act_and_mul.
  *
  *   fused: act_and_mul          unfused: act_rows -> mul_rows (fp32 temporary)
  *
@@ -77,23 +77,26 @@ static oclf_status check_activation(oclf_context *ctx, const oclf_activation *a)
     return OCLF_SUCCESS;
 }
 
-/* Chunking for LAYOUT 0: split rows only when there are fewer of them than
- * work-items to keep every compute unit streaming (a few per unit). */
+/* Rows split into parts when there are fewer rows than the device needs
+ * to keep every compute unit streaming (a decode batch of 1-16 rows):
+ * LAYOUT 0 wants a few work-items per unit, LAYOUT 1 a few work-groups, each
+ * part at least MIN_CHUNK elements and (LAYOUT 1) a vector per work-item. */
 static void act_split(const oclf_context *ctx, const act_cfg *cfg, size_t rows, size_t d,
                       cl_uint *chunk, cl_uint *nsplit)
 {
     size_t parts = 1;
-    if (cfg->layout == 0) {
-        const size_t want = (size_t)(ctx->info.compute_units ? ctx->info.compute_units : 1) * 4 *
-                            (size_t)cfg->wgs;
-        if (rows < want) {
-            parts = (want + rows - 1) / rows;
-            size_t most = (d + MIN_CHUNK - 1) / MIN_CHUNK;
-            if (parts > most)
-                parts = most;
-            if (parts < 1)
-                parts = 1;
-        }
+    const size_t units = ctx->info.compute_units ? ctx->info.compute_units : 1;
+    const size_t want = units * 4 * (cfg->layout == 0 ? (size_t)cfg->wgs : 1);
+    if (rows > 0 && rows < want) {
+        parts = (want + rows - 1) / rows;
+        size_t min_chunk = MIN_CHUNK;
+        if (cfg->layout == 1 && min_chunk < (size_t)cfg->wgs * (size_t)cfg->vec)
+            min_chunk = (size_t)cfg->wgs * (size_t)cfg->vec;
+        const size_t most = (d + min_chunk - 1) / min_chunk;
+        if (parts > most)
+            parts = most;
+        if (parts < 1)
+            parts = 1;
     }
     size_t c = (d + parts - 1) / parts;
     c = oclf_round_up(c, (size_t)cfg->vec); /* chunks start on a vector boundary */
@@ -140,10 +143,10 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     cl_uint chunk, nsplit;
     act_split(ctx, &cfg, rows, d, &chunk, &nsplit);
     const size_t local = (size_t)cfg.wgs;
-    if (rows > SIZE_MAX / local / nsplit)
+    if (rows > OCLF_MAX_LAUNCH_ITEMS / local / nsplit)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op, rows);
     const size_t global =
-        cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * local;
+        cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * nsplit * local;
 
     char opts[160];
     act_options(opts, sizeof opts, dtype, &cfg);

@@ -1,5 +1,5 @@
 /*
- * L2 distance + top-k (SPEC §5).
+ * L2 distance + top-k.
  *
  *   fused:   l2_scan (distances in registers, candidate heaps per
  *            (query, slice)) -> l2_merge
@@ -22,15 +22,17 @@
 #define HEAP_ENTRY_BYTES 12u /* uint key + int64 index */
 
 typedef struct l2_cfg {
-    int formula, qb, rb, vec, qg, wgs, qlocal, xnorm;
+    int formula, qb, rb, vec, qg, wgs, qlocal, xnorm, xstage;
     int64_t slices, tile;
 } l2_cfg;
 
 /* Local memory of the scan: the tile (QG x rows), the rows' and the
- * queries' norms, and with QLOCAL the group's queries (QG x D floats). */
-static uint64_t scan_local_bytes(uint64_t qg, uint64_t tr, uint64_t d, int qlocal)
+ * queries' norms, with QLOCAL the group's queries (QG x D floats) and with
+ * XSTAGE a chunk of the tile's rows (rows x (XSTAGE + 1) floats). */
+static uint64_t scan_local_bytes(uint64_t qg, uint64_t tr, uint64_t d, int qlocal, int xstage)
 {
-    return (qg * tr + tr + qg) * 4 + (qlocal ? qg * d * 4 : 0);
+    return (qg * tr + tr + qg) * 4 + (qlocal ? qg * d * 4 : 0) +
+           (xstage ? tr * ((uint64_t)xstage + 1) * 4 : 0);
 }
 
 void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -50,9 +52,13 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
      * bound by reading the database, so one query against 4 rows of float16
      * vectors; from 4 queries on, 2 queries x 2 rows of float16 is the block
      * whose accumulators and operands fill the register file exactly (4 x 4
-     * of float8 spills and ran at half the speed here). GPUs have registers
-     * to spare: 4 x 4 of float4. */
-    int qb = nq < 4 ? 1 : (cpu ? 2 : 4), rb = cpu && nq >= 4 ? 2 : 4;
+     * of float8 spills and ran at half the speed here). GPUs: at most 16
+     * accumulator floats, 1 x 2 or 2 x 2 of float4. Without a required
+     * work-group size the compiler must leave room for 1024 work-items a
+     * group, and AMD's (gfx90a, gfx1100) spilled the scan's registers to
+     * scratch from 32 accumulators on (tests/gpu_compile.py); fewer rows per
+     * block also give a staged tile (XSTAGE, below) more work-items. */
+    int qb = nq < 4 ? 1 : 2, rb = cpu ? (nq < 4 ? 4 : 2) : 2;
     /* Query groups of at most 32 (CPU) / 16 (GPU) queries, balanced so the
      * last group is not mostly padding. */
     uint64_t gmax = cpu ? 32 : 16;
@@ -77,14 +83,28 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
      * nothing: on a CPU it ran level with reading the queries from global
      * memory at 10^6 rows and about 5% slower with the database in cache. */
     const uint64_t d = shape->dim[2] ? shape->dim[2] : 1;
-    const int qlocal = !dev->local_is_global &&
-                       scan_local_bytes(qg, nrb * (uint64_t)rb, d, 1) <= dev->local_mem / 2;
+    /* GPUs also stage the tile's rows in chunks of 32 columns (128 bytes of
+     * f32), loaded by the whole group along each row (coalesced) instead of
+     * by each work-item down its own rows; the tile shrinks until the scan
+     * takes at most half of local memory. */
+    int xstage = cpu || dev->local_is_global ? 0 : 32;
+    while (xstage && nrb > 1 && scan_local_bytes(qg, nrb * (uint64_t)rb, d, 0, xstage) >
+                                    dev->local_mem / 2) {
+        nrb /= 2;
+        wgs = nqb * nrb;
+    }
+    if (scan_local_bytes(qg, nrb * (uint64_t)rb, d, 0, xstage) > dev->local_mem / 2)
+        xstage = 0;
+    const int qlocal =
+        !dev->local_is_global &&
+        scan_local_bytes(qg, nrb * (uint64_t)rb, d, 1, xstage) <= dev->local_mem / 2;
     oclf_params_set(out, "QB", qb);
     oclf_params_set(out, "RB", rb);
     oclf_params_set(out, "VEC", cpu ? 16 : 4);
     oclf_params_set(out, "QG", (int64_t)qg);
     oclf_params_set(out, "WGS", (int64_t)wgs);
     oclf_params_set(out, "QLOCAL", qlocal);
+    oclf_params_set(out, "XSTAGE", xstage);
     /* |x|^2 on CPUs by a plain pass over each tile ahead of the block loop,
      * which also brings the tile into cache (16 queries x 10^6 rows: 567-604
      * ms against 691-765 with the norms summed in the loop by the first
@@ -97,7 +117,7 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
 static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf_params *p,
                              uint64_t d, l2_cfg *cfg)
 {
-    int64_t v[9];
+    int64_t v[10];
     oclf_status st;
     memset(cfg, 0, sizeof *cfg);
     if ((st = oclf_param(ctx, p, "FORMULA", 0, 1, &v[0])) ||
@@ -119,11 +139,23 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
         (st = oclf_param(ctx, p, "QG", 1, 4096, &v[5])) ||
         (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])) ||
         (st = oclf_param(ctx, p, "QLOCAL", 0, 1, &v[7])) ||
-        (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])))
+        (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])) ||
+        (st = oclf_param(ctx, p, "XSTAGE", 0, 256, &v[9])))
         return st;
-    if (v[3] > 4 && v[3] != 8)
+    if (v[9] && (v[9] % v[4] || (v[9] & (v[9] - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter RB = %lld is not 1, 2, 3, 4 or 8", (long long)v[3]);
+                         "kernel parameter XSTAGE = %lld is neither 0 nor a power of two that "
+                         "VEC = %lld divides",
+                         (long long)v[9], (long long)v[4]);
+    /* Powers of two only, as the header lists them: the kernel would also
+     * build 3, but the tuner never searches it and the header never
+     * promised it. */
+    if (v[2] & (v[2] - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter QB = %lld is not 1, 2 or 4", (long long)v[2]);
+    if (v[3] & (v[3] - 1))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter RB = %lld is not 1, 2, 4 or 8", (long long)v[3]);
     if (v[4] & (v[4] - 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
@@ -144,8 +176,9 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
     cfg->wgs = (int)v[6];
     cfg->qlocal = (int)v[7];
     cfg->xnorm = (int)v[8];
+    cfg->xstage = (int)v[9];
     const uint64_t tr = (uint64_t)(cfg->wgs / nqb) * (uint64_t)cfg->rb;
-    const uint64_t local = scan_local_bytes((uint64_t)cfg->qg, tr, d, 0);
+    const uint64_t local = scan_local_bytes((uint64_t)cfg->qg, tr, d, 0, cfg->xstage);
     const uint64_t have = ctx->info.local_mem;
     if (local > have)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -153,7 +186,7 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
                          "device has %llu",
                          cfg->qg, cfg->wgs, cfg->rb, (unsigned long long)local,
                          (unsigned long long)have);
-    if (cfg->qlocal && scan_local_bytes((uint64_t)cfg->qg, tr, d, 1) > have)
+    if (cfg->qlocal && scan_local_bytes((uint64_t)cfg->qg, tr, d, 1, cfg->xstage) > have)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "l2_topk: QLOCAL = 1 copies QG = %d queries of D = %llu floats (%llu "
                          "bytes) to local memory, which with the tile's %llu bytes exceeds the "
@@ -163,12 +196,56 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
     return OCLF_SUCCESS;
 }
 
+/* The program a call with `cfg` on `path` runs. The unfused path uses the
+ * norm and merge kernels of the program that the fused heuristic builds for
+ * many queries, so both paths share one build. */
+static oclf_status l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                              oclf_path path, const l2_cfg *cfg, oclf_program **prog)
+{
+    l2_cfg pc = *cfg;
+    if (path == OCLF_PATH_UNFUSED) {
+        oclf_shape many = {{100, shape->dim[1], shape->dim[2], shape->dim[3]}};
+        oclf_params hp = {0};
+        oclf_l2topk_heuristic(ctx, dtype, &many, OCLF_PATH_FUSED, &hp);
+        oclf_status st = l2_config(ctx, OCLF_PATH_FUSED, &hp, shape->dim[2], &pc);
+        if (st != OCLF_SUCCESS)
+            return st;
+    }
+    char opts[200];
+    snprintf(opts, sizeof opts,
+             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
+             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d -DOCLF_XSTAGE=%d",
+             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm, pc.xstage);
+    return oclf_program_get(ctx, "l2topk.cl", opts, prog);
+}
+
+/* Work-group sizes of the launches (run_fused, run_unfused, merge_launch). */
+#define L2_MERGE_WGS 8
+#define L2_NORM_WGS 64
+#define L2_TILE_WGS 8
+
 oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                  const oclf_shape *shape, const oclf_resolved *r, int deep)
 {
-    (void)op, (void)dtype, (void)deep;
+    (void)op;
     l2_cfg cfg;
-    return l2_config(ctx, r->path, &r->params, shape->dim[2], &cfg);
+    oclf_program *prog;
+    oclf_status st = l2_config(ctx, r->path, &r->params, shape->dim[2], &cfg);
+    if (st != OCLF_SUCCESS || !deep ||
+        (st = l2_program(ctx, dtype, shape, r->path, &cfg, &prog)) != OCLF_SUCCESS)
+        return st;
+    /* A kernel's registers or local memory can lower its limit below the
+     * device's; only the built kernel reports it. */
+    static const char *const merge[] = {"l2_merge"}, *const scan[] = {"l2_scan"};
+    static const char *const norms[] = {"l2_q_norms", "l2_x_norms", "l2_to_f32"};
+    static const char *const tile[] = {"l2_tile_topk"};
+    if ((st = oclf_check_kernel_wgs(ctx, prog, merge, 1, L2_MERGE_WGS)))
+        return st;
+    if (r->path == OCLF_PATH_FUSED)
+        return oclf_check_kernel_wgs(ctx, prog, scan, 1, (size_t)cfg.wgs);
+    if ((st = oclf_check_kernel_wgs(ctx, prog, norms, 3, L2_NORM_WGS)))
+        return st;
+    return oclf_check_kernel_wgs(ctx, prog, tile, 1, L2_TILE_WGS);
 }
 
 typedef struct l2_call {
@@ -209,10 +286,8 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t nq, si
         c->has_xn = 1;
     }
     if (opt && opt->allowed) {
-        oclf_buf ab = *opt->allowed;
-        ab.stride = 0;
-        if ((st = oclf_check_2d(ctx, "l2_topk: allowed", ab, n ? 1 : 0, (n + 7) / 8, 1,
-                                &c->allow)))
+        if ((st = oclf_check_vector(ctx, "l2_topk: allowed", *opt->allowed, (n + 7) / 8, 1,
+                                    &c->allow)))
             return st;
         c->has_allow = 1;
     }
@@ -258,7 +333,8 @@ static oclf_status merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk, c
     oclf_arg a[] = {OCLF_ARG(hk),         OCLF_ARG(hi),   OCLF_ARG(nq),         OCLF_ARG(nslices),
                     OCLF_ARG(k),          OCLF_ARG(c->dist.mem), OCLF_ARG(dofs), OCLF_ARG(ds),
                     OCLF_ARG(c->idx.mem), OCLF_ARG(iofs), OCLF_ARG(is)};
-    return oclf_chain_launch(ch, prog, "l2_merge", a, 11, oclf_round_up(qn, 8), 8);
+    return oclf_chain_launch(ch, prog, "l2_merge", a, 11, oclf_round_up(qn, L2_MERGE_WGS),
+                             L2_MERGE_WGS);
 }
 
 static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *prog,
@@ -331,8 +407,10 @@ static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *pr
                             OCLF_ARG_LOCAL(tr * 4),
                             OCLF_ARG_LOCAL((size_t)cfg->qg * 4),
                             /* the queries' copy; one float when unused */
-                            OCLF_ARG_LOCAL(cfg->qlocal ? (size_t)cfg->qg * c->d * 4 : 4)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, 25,
+                            OCLF_ARG_LOCAL(cfg->qlocal ? (size_t)cfg->qg * c->d * 4 : 4),
+                            /* the rows' chunk; one float when unused */
+                            OCLF_ARG_LOCAL(cfg->xstage ? tr * ((size_t)cfg->xstage + 1) * 4 : 4)};
+            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, sizeof a / sizeof *a,
                                         ngq * slices * (size_t)cfg->wgs, (size_t)cfg->wgs)))
                 goto done;
         }
@@ -356,25 +434,26 @@ static oclf_status gemm_fail(const oclf_context *ctx, CLBlastStatusCode s)
                      "l2_topk: the GEMM library's Sgemm failed with status %d", (int)s);
 }
 
-/* -2 Q X_tile^T through the GEMM library. It takes no wait list, so a
- * barrier on the previous launch orders it on out-of-order queues too. */
+/* -2 Q X_tile^T through the GEMM library. The tile is cleared after the
+ * previous launch, and the GEMM, which takes no wait list, is ordered
+ * after the clear by a barrier on the clear's event: on an out-of-order
+ * queue nothing else orders the three. */
 static oclf_status gemm_launch(oclf_chain *ch, size_t m, size_t n, size_t kd, cl_mem a,
                                size_t ao, size_t lda, cl_mem b, size_t bo, size_t ldb, cl_mem cm)
 {
-    cl_int err;
-    if (ch->prev)
-        err = clEnqueueBarrierWithWaitList(ch->queue, 1, &ch->prev, NULL);
-    else
-        err = clEnqueueBarrierWithWaitList(ch->queue, ch->num_events, ch->wait_list, NULL);
-    if (err != CL_SUCCESS)
-        return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
     /* C is cleared first: the GEMM computes alpha A B + beta C and 0 * NaN
      * from a previous tile would survive beta = 0 in some implementations. */
     const float zero = 0.0f;
-    err = clEnqueueFillBuffer(ch->queue, cm, &zero, sizeof zero, 0, m * n * sizeof(float), 0,
-                              NULL, NULL);
+    cl_event cleared = NULL;
+    cl_int err = clEnqueueFillBuffer(ch->queue, cm, &zero, sizeof zero, 0, m * n * sizeof(float),
+                                     ch->prev ? 1 : ch->num_events,
+                                     ch->prev ? &ch->prev : ch->wait_list, &cleared);
     if (err != CL_SUCCESS)
         return oclf_fail_cl(ch->ctx, err, "clEnqueueFillBuffer(distance tile)");
+    err = clEnqueueBarrierWithWaitList(ch->queue, 1, &cleared, NULL);
+    clReleaseEvent(cleared);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
     cl_event ev = NULL;
     cl_command_queue qu = ch->queue;
     CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes,
@@ -445,7 +524,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
         oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo), OCLF_ARG(qs), OCLF_ARG(rows),
                         OCLF_ARG(d), OCLF_ARG(qn)};
         if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, 6,
-                                             oclf_round_up(c->nq, 64), 64)))
+                                             oclf_round_up(c->nq, L2_NORM_WGS), L2_NORM_WGS)))
             goto done;
     }
     for (size_t q0 = 0; q0 < c->nq; q0 += cq) {
@@ -458,14 +537,14 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xf)};
                 if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, 7,
-                                            oclf_round_up(tc * c->d, 64), 64)))
+                                            oclf_round_up(tc * c->d, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
             if (!c->has_xn) {
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xn)};
                 if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, 7,
-                                            oclf_round_up(tc, 64), 64)))
+                                            oclf_round_up(tc, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
             if ((st = gemm_launch(ch, qc, tc, c->d, c->q.mem, c->q.offset + q0 * c->q.stride,
@@ -486,7 +565,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
                             OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
                             OCLF_ARG(hi),  OCLF_ARG(am),   OCLF_ARG(ao),    OCLF_ARG(has_allow)};
             if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 17,
-                                        oclf_round_up(qc * slices, 8), 8)))
+                                        oclf_round_up(qc * slices, L2_TILE_WGS), L2_TILE_WGS)))
                 goto done;
         }
         if ((st = merge_launch(ch, prog, hk, hi, c, q0, qc, ns)))
@@ -553,24 +632,8 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
     if (nq == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
 
-    /* The unfused path uses the norm and merge kernels of the program that
-     * the fused heuristic builds for many queries, so both paths share one
-     * build. */
-    l2_cfg pc = cfg;
-    if (r.path == OCLF_PATH_UNFUSED) {
-        oclf_shape many = {{100, n, d, k}};
-        oclf_params hp = {0};
-        oclf_l2topk_heuristic(ctx, x_dtype, &many, OCLF_PATH_FUSED, &hp);
-        if ((st = l2_config(ctx, OCLF_PATH_FUSED, &hp, d, &pc)))
-            return st;
-    }
-    char opts[200];
-    snprintf(opts, sizeof opts,
-             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
-             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d",
-             (int)x_dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm);
     oclf_program *prog;
-    if ((st = oclf_program_get(ctx, "l2topk.cl", opts, &prog)))
+    if ((st = l2_program(ctx, x_dtype, &shape, r.path, &cfg, &prog)))
         return st;
 
     oclf_chain ch;

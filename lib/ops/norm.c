@@ -1,6 +1,6 @@
 /*
  * Normalization family: rms_norm, add_rms_norm, layer_norm, add_layer_norm
- * (SPEC §1-2), each fused (one kernel) or unfused (its composition):
+ *, each fused (one kernel) or unfused (its composition):
  *
  *   rms_norm        fused: rms_norm             unfused: rms_stats -> norm_apply
  *   add_rms_norm    fused: add_rms_norm         unfused: add_rows -> rms_norm
@@ -175,11 +175,13 @@ static oclf_status check_args(oclf_context *ctx, const norm_call *c, norm_operan
         CHECK(res, c->res, c->rows, "residual");
     if (c->kind != K_ADD_RMS)
         CHECK(y, c->y, c->rows, "out");
-    if (c->w)
-        CHECK(w, *c->w, 1, "weight");
-    if (c->b)
-        CHECK(b, *c->b, 1, "bias");
 #undef CHECK
+    snprintf(what, sizeof what, "%s: weight", op);
+    if (c->w && (st = oclf_check_vector(ctx, what, *c->w, c->cols, el, &o->w)))
+        return st;
+    snprintf(what, sizeof what, "%s: bias", op);
+    if (c->b && (st = oclf_check_vector(ctx, what, *c->b, c->cols, el, &o->b)))
+        return st;
 
     if (add && oclf_overlap(&o->x, &o->res))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: input and residual overlap", op);
@@ -221,9 +223,16 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         return st;
     if (c->rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    if (cfg.layout == 1 && c->rows > SIZE_MAX / (size_t)cfg.wgs)
+    if (cfg.layout == 0 && c->rows > OCLF_MAX_LAUNCH_ITEMS - (size_t)cfg.wgs)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range",
                          oclf_op_name(kind_op[c->kind]), c->rows);
+    if (cfg.layout == 1) {
+        /* A group per ROWS rows; past the launch range each group takes
+         * more of them (the kernels loop over a group's rows). */
+        const size_t max_groups = OCLF_MAX_LAUNCH_ITEMS / (size_t)cfg.wgs;
+        if ((c->rows + (size_t)cfg.rows_per_group - 1) / (size_t)cfg.rows_per_group > max_groups)
+            cfg.rows_per_group = (int)((c->rows + max_groups - 1) / max_groups);
+    }
 
     char opts[160];
     norm_options(opts, sizeof opts, c->dtype, &cfg);

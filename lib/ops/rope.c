@@ -1,5 +1,5 @@
 /*
- * Rotary embedding family (SPEC §4): rotary_embedding and qk_norm_rope.
+ * Rotary embedding family: rotary_embedding and qk_norm_rope.
  *
  *   rotary_embedding  one kernel (rotary_embedding); it has no unfused form
  *   qk_norm_rope      fused: qk_norm_rope
@@ -25,6 +25,14 @@ typedef struct rope_cfg {
     int rpg; /* tokens per work-group when staged */
 } rope_cfg;
 
+/* The vector width the fused item kernel must avoid on a device with
+ * split_tail_miscompile: 4 or more lanes' worth that leaves a scalar tail
+ * in the rotary half. */
+static int split_tail_vec(int vec, size_t rot)
+{
+    return vec >= 4 && (rot / 2) % (size_t)vec != 0;
+}
+
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
 void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
@@ -34,6 +42,13 @@ void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
      * (hd <= 512), so a CPU work-group gathers many of them: a CPU pays a
      * fixed cost per work-group that 4 heads of 512 bytes would not cover. */
     oclf_row_heuristic(ctx, dtype, shape->dim[2], 64, 32, out);
+    int64_t layout = 0, vec = 1;
+    oclf_params_get(out, "LAYOUT", &layout);
+    oclf_params_get(out, "VEC", &vec);
+    while (ctx->info.split_tail_miscompile && layout == 1 &&
+           split_tail_vec((int)vec, (size_t)shape->dim[3]))
+        vec /= 2;
+    oclf_params_set(out, "VEC", vec);
     /* The staged structure runs a token's heads one after another in one
      * group; whether that beats a group per head is the tuner's call. */
     oclf_params_set(out, "STAGE", 0);
@@ -48,8 +63,8 @@ static size_t stage_bytes(size_t hd, size_t rot, size_t rpg)
     return rpg * sizeof(int64_t) + (4 * hd + 2 * rot) * sizeof(float);
 }
 
-static oclf_status rope_config(const oclf_context *ctx, const oclf_params *p, size_t hd,
-                               size_t rot, rope_cfg *cfg)
+static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path path,
+                               const oclf_params *p, size_t hd, size_t rot, rope_cfg *cfg)
 {
     int64_t stage, rpg;
     oclf_status st;
@@ -67,6 +82,13 @@ static oclf_status rope_config(const oclf_context *ctx, const oclf_params *p, si
                          "STAGE = 1: heads of %zu and cos/sin rows of %zu floats for %lld tokens do "
                          "not fit %llu bytes of local memory",
                          hd, rot, (long long)rpg, (unsigned long long)ctx->info.local_mem);
+    if (ctx->info.split_tail_miscompile && op == OCLF_OP_QK_NORM_ROPE &&
+        path == OCLF_PATH_FUSED && cfg->row.layout == 1 && !stage &&
+        split_tail_vec(cfg->row.vec, rot))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "VEC = %d with LAYOUT = 1 and a rotary half of %zu is miscompiled by "
+                         "this device's compiler; take a VEC that divides %zu",
+                         cfg->row.vec, rot / 2, rot / 2);
     cfg->stage = (int)stage;
     cfg->rpg = (int)rpg;
     return OCLF_SUCCESS;
@@ -87,7 +109,7 @@ oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                const oclf_shape *shape, const oclf_resolved *r, int deep)
 {
     rope_cfg cfg;
-    oclf_status st = rope_config(ctx, &r->params, shape->dim[2], shape->dim[3], &cfg);
+    oclf_status st = rope_config(ctx, op, r->path, &r->params, shape->dim[2], shape->dim[3], &cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
     char opts[192];
@@ -142,10 +164,8 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
     memset(o, 0, sizeof *o);
     o->psize = rope->pos_type == OCLF_INT64 ? 8 : 4;
     char what[64];
-    oclf_buf pb = rope->positions;
-    pb.stride = 0; /* a vector */
     snprintf(what, sizeof what, "%s: positions", op);
-    if ((st = oclf_check_2d(ctx, what, pb, tokens ? 1 : 0, tokens, o->psize, &o->pos)))
+    if ((st = oclf_check_vector(ctx, what, rope->positions, tokens, o->psize, &o->pos)))
         return st;
     snprintf(what, sizeof what, "%s: cos_sin", op);
     return oclf_check_2d(ctx, what, rope->cos_sin, rope->max_pos, rope->rot_dim,
@@ -253,10 +273,10 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     rope_cfg cfg;
     oclf_status st;
     if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, r)) ||
-        (st = rope_config(ctx, &r->params, rope->head_dim, rope->rot_dim, &cfg)))
+        (st = rope_config(ctx, op, r->path, &r->params, rope->head_dim, rope->rot_dim, &cfg)))
         return st;
     l->local = (size_t)cfg.row.wgs;
-    if (heads != 0 && tokens > SIZE_MAX / heads / l->local)
+    if (heads != 0 && tokens > OCLF_MAX_LAUNCH_ITEMS / heads / l->local)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range",
                          oclf_op_name(op), tokens);
     if (cfg.stage)
@@ -383,10 +403,10 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
     if ((st = oclf_check_2d(ctx, what, qkv, tokens, width, el, &ox)))
         return st;
     snprintf(what, sizeof what, "%s: q_weight", op);
-    if (q_weight && (st = oclf_check_2d(ctx, what, *q_weight, 1, hd, el, &oqw)))
+    if (q_weight && (st = oclf_check_vector(ctx, what, *q_weight, hd, el, &oqw)))
         return st;
     snprintf(what, sizeof what, "%s: k_weight", op);
-    if (k_weight && (st = oclf_check_2d(ctx, what, *k_weight, 1, hd, el, &okw)))
+    if (k_weight && (st = oclf_check_vector(ctx, what, *k_weight, hd, el, &okw)))
         return st;
     if (oclf_overlap(&oqw, &ox) || oclf_overlap(&okw, &ox))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: a weight overlaps qkv", op);

@@ -4,7 +4,7 @@
  *
  * Inputs are read from the same stored (rounded) values the device reads;
  * outputs are doubles, compared with oclf_ref_compare under the per-dtype
- * tolerances of SPEC.md.
+ * tolerances (oclf_ref_tolerance).
  */
 #ifndef OCLF_REF_H
 #define OCLF_REF_H
@@ -27,7 +27,8 @@ void oclf_ref_set(oclf_dtype dtype, void *base, size_t i, float v);
 /* v rounded to `dtype` and widened back. */
 float oclf_ref_round(oclf_dtype dtype, float v);
 
-/* SPEC tolerances: |got - ref| <= atol + rtol * |ref|. */
+/* Per-dtype tolerances (f32 1e-5 and 1e-5, f16 2e-3 and 2e-3, bf16 1e-2 and
+ * 1.6e-2): |got - ref| <= atol + rtol * |ref|. */
 void oclf_ref_tolerance(oclf_dtype dtype, double *atol, double *rtol);
 
 /* Compares rows x cols of `got` (dtype, row stride gs) with `ref` (packed
@@ -36,7 +37,7 @@ void oclf_ref_tolerance(oclf_dtype dtype, double *atol, double *rtol);
 size_t oclf_ref_compare(oclf_dtype dtype, const void *got, size_t gs, const double *ref,
                         size_t rows, size_t cols, size_t *first_bad, double *max_err);
 
-/* ---- normalization (SPEC §1-2) ----------------------------------------- */
+/* ---- normalization ----------------------------------------- */
 /* x: rows x cols of dtype, row stride xs; w, b: cols of dtype or NULL;
  * y: rows x cols packed doubles. */
 void oclf_ref_rms_norm(oclf_dtype dtype, size_t rows, size_t cols, const void *x, size_t xs,
@@ -48,12 +49,12 @@ void oclf_ref_layer_norm(oclf_dtype dtype, size_t rows, size_t cols, const void 
 void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *in, size_t is,
                        void *res, size_t rs);
 
-/* ---- activation-and-multiply (SPEC §3) --------------------------------- */
+/* ---- activation-and-multiply --------------------------------- */
 /* in: rows x 2d of dtype, row stride is; out: rows x d packed doubles. */
 void oclf_ref_act_and_mul(oclf_dtype dtype, const oclf_activation *act, size_t rows, size_t d,
                           const void *in, size_t is, double *out);
 
-/* ---- rotary embedding (SPEC §4) ----------------------------------------- */
+/* ---- rotary embedding ----------------------------------------- */
 /* Host view of oclf_rope: positions widened to int64. */
 typedef struct oclf_ref_rope {
     int gptj;
@@ -75,7 +76,7 @@ void oclf_ref_rotary(oclf_dtype dtype, size_t tokens, size_t nh, const void *x, 
 void oclf_ref_qk_norm_rope(oclf_dtype dtype, size_t tokens, size_t nq, size_t nk, size_t nv,
                            const void *qkv, size_t ts, const void *qw, const void *kw, float eps,
                            const oclf_ref_rope *r, double *y);
-/* ---- L2 distance + top-k (SPEC §5) --------------------------------------- */
+/* ---- L2 distance + top-k --------------------------------------- */
 /* Exact k nearest rows of x (n rows of d in dtype, row stride xs) for each
  * of nq f32 queries (row stride qs): squared distances in fp64 from the
  * stored values, the total order of the spec (ties to the smaller index,

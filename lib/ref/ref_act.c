@@ -9,7 +9,9 @@ static double act_one(const oclf_activation *a, double x)
     case OCLF_ACT_SILU: return x / (1.0 + exp(-x));
     case OCLF_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case OCLF_ACT_GELU_TANH:
-        return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+        /* x sigmoid(2z), equal to 0.5 x (1 + tanh z) without its cancellation */
+        return x / (1.0 + exp(-2.0 * sqrt(2.0 / 3.14159265358979323846) *
+                              (x + 0.044715 * x * x * x)));
     case OCLF_ACT_FATRELU: return x > (double)a->threshold ? x : 0.0;
     default: return NAN;
     }

@@ -1,0 +1,126 @@
+/*
+ * Lists every OpenCL program the library can build for a GPU: for each op,
+ * dtype, path and shape (the op's test shape and its benchmark shapes), the
+ * heuristic default and every point of the tuner's search space, each
+ * resolved as dispatch would (the point laid over the heuristic) and passed
+ * to the op's deep validation with a program sink set, which records the
+ * (source, options) pair instead of building it.
+ *
+ * Run with OCLF_DEVICE_CLASS=gpu, so the heuristics and limits are a GPU's.
+ * Prints "source<TAB>options" once per distinct program; tests/gpu_compile.py
+ * cross-compiles them. Exits 1 when an op's deep validation accepts a
+ * parameter set without naming its program: the kernel limits of such a
+ * set would never be checked before launch.
+ */
+#include "../lib/internal.h"
+#include "opdesc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sink {
+    char **lines;
+    size_t n, cap;
+    int got; /* programs recorded by the current validation */
+} sink;
+
+static void record(void *user, const char *source, const char *options)
+{
+    sink *s = user;
+    s->got++;
+    char line[512];
+    snprintf(line, sizeof line, "%s\t%s", source, options);
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->lines[i], line) == 0)
+            return;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 256;
+        char **grown = realloc(s->lines, cap * sizeof *grown);
+        if (!grown)
+            return;
+        s->lines = grown;
+        s->cap = cap;
+    }
+    s->lines[s->n] = strdup(line);
+    if (s->lines[s->n])
+        s->n++;
+}
+
+/* One parameter set: dispatch's overlay on the heuristic, then the deep
+ * validation. Returns 1 when the set was accepted without a program. */
+static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
+                 const oclf_shape *shape, oclf_path path, const oclf_params *point)
+{
+    const oclf_op_info *info = oclf_op_get(op);
+    oclf_resolved r;
+    memset(&r, 0, sizeof r);
+    r.path = path;
+    info->heuristic(ctx, dtype, shape, path, &r.params);
+    for (unsigned i = 0; point && i < point->count; i++)
+        oclf_params_set(&r.params, point->item[i].name, point->item[i].value);
+    s->got = 0;
+    oclf_status st = info->validate(ctx, op, dtype, shape, &r, 1);
+    if (st == OCLF_SUCCESS && s->got == 0) {
+        fprintf(stderr, "%s %s path %d: deep validation accepted a parameter set without "
+                        "building its program\n",
+                info->name, oclf_dtype_name(dtype), (int)path);
+        return 1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    oclf_context_options opt;
+    oclf_context_options_init(&opt);
+    opt.no_tuning_db = 1;
+    op_env env;
+    char err[512];
+    if (op_env_open_opts(&env, getenv("OCLF_TEST_PLATFORM"), NULL, &opt, err, sizeof err)) {
+        fprintf(stderr, "gpu_variants: %s\n", err);
+        return 77;
+    }
+    sink s = {0};
+    oclf_context_set_program_sink(env.ctx, record, &s);
+    int bad = 0;
+    enum { MAXP = 4096 };
+    oclf_params *points = malloc(MAXP * sizeof *points);
+    for (int oi = 0; op_table[oi] && points; oi++) {
+        const op_desc *od = op_table[oi];
+        const oclf_op op = oclf_op_from_name(od->name);
+        char shapes[1024];
+        snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape, od->bench_shapes);
+        for (char *save = NULL, *tok = strtok_r(shapes, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            op_shape osh;
+            if (!op_parse_shape(od, tok, &osh))
+                continue;
+            oclf_shape shape = {{0}};
+            uint64_t dims[OP_MAX_DIMS] = {0};
+            int nd = op_lib_shape(od, &osh, dims, NULL);
+            for (int i = 0; i < nd && i < 4; i++)
+                shape.dim[i] = dims[i];
+            for (int dt = 0; dt < OCLF_DTYPE_COUNT_; dt++) {
+                for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
+                    if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
+                        continue;
+                    bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL);
+                    int n = od->space(&env, &osh, (oclf_dtype)dt, (oclf_path)path, points, MAXP);
+                    for (int i = 0; i < n; i++)
+                        bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
+                                     &points[i]);
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < s.n; i++) {
+        printf("%s\n", s.lines[i]);
+        free(s.lines[i]);
+    }
+    free(s.lines);
+    free(points);
+    oclf_context_set_program_sink(env.ctx, NULL, NULL);
+    op_env_close(&env);
+    return bad || !points ? 1 : 0;
+}
