@@ -187,7 +187,51 @@ static const char prelude[] =
     "                                  (uint2)((uint)seed, (uint)(seed >> 32)));\n"
     "    const float u = (float)(w >> 8) * 0x1.0p-24f;\n"
     "    return u >= p ? v / (1.0f - p) : 0.0f;\n"
-    "}\n";
+    "}\n"
+    "#if OCLF_VEC > 1\n"
+    "/* Whole chunks of OCLF_VEC elements: vector loads (element alignment\n"
+    " * is all vloadn needs), vector math, the same Philox per lane. */\n"
+    "typedef OCLF_CAT(float, OCLF_VEC) xf;\n"
+    "typedef OCLF_CAT(uint, OCLF_VEC) xu;\n"
+    "typedef OCLF_CAT(ushort, OCLF_VEC) xh;\n"
+    "#define XLOAD(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))\n"
+    "#define XSTORE(v, p) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p))\n"
+    "#define XLOADH(p) OCLF_CAT(vload_half, OCLF_VEC)(0, (p))\n"
+    "#define XSTOREH(v, p) OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)((v), 0, (p))\n"
+    "#define XBF16(h) OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16)\n"
+    "static inline xh x_to_bf16(xf f)\n"
+    "{\n"
+    "    const xu u = OCLF_CAT(as_uint, OCLF_VEC)(f);\n"
+    "    const xu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+    "    return OCLF_CAT(convert_ushort, OCLF_VEC)(select(r, (u >> 16) | 0x40u, (u & 0x7fffffffu) > 0x7f800000u));\n"
+    "}\n"
+    "#if OCLF_VEC == 2\n#define XLANES ((xu)(0, 1))\n"
+    "#elif OCLF_VEC == 4\n#define XLANES ((xu)(0, 1, 2, 3))\n"
+    "#elif OCLF_VEC == 8\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7))\n"
+    "#else\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))\n#endif\n"
+    "static inline xf x_dropout_v(xf v, xf p, ulong seed, ulong n, uint stream)\n"
+    "{\n"
+    "    /* counters n + lane, carrying into the high word */\n"
+    "    const xu lo = (xu)((uint)n) + XLANES;\n"
+    "    xu c0 = lo, c1 = (xu)((uint)(n >> 32)) + select((xu)0u, (xu)1u, lo < (xu)((uint)n));\n"
+    "    xu c2 = (xu)(stream), c3 = (xu)(0u);\n"
+    "    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);\n"
+    "    for (int i = 0; i < 10; i++) {\n"
+    "        if (i) {\n"
+    "            k0 += 0x9E3779B9u;\n"
+    "            k1 += 0xBB67AE85u;\n"
+    "        }\n"
+    "        const xu lo0 = 0xD2511F53u * c0, hi0 = mul_hi((xu)0xD2511F53u, c0);\n"
+    "        const xu lo1 = 0xCD9E8D57u * c2, hi1 = mul_hi((xu)0xCD9E8D57u, c2);\n"
+    "        c0 = hi1 ^ c1 ^ k0;\n"
+    "        c1 = lo1;\n"
+    "        c2 = hi0 ^ c3 ^ k1;\n"
+    "        c3 = lo0;\n"
+    "    }\n"
+    "    const xf u = OCLF_CAT(convert_float, OCLF_VEC)(c0 >> 8) * 0x1.0p-24f;\n"
+    "    return select((xf)0.0f, v / (1.0f - p), u >= p);\n"
+    "}\n"
+    "#endif\n";
 
 static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
                         unsigned n_inputs, const oclf_expr_decl *outputs, int temps)
@@ -214,18 +258,27 @@ static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
 
 /* Each work-item computes VEC consecutive elements of one row; the last
  * one of a row stops at the row's end. */
-static const char loop_head[] =
-    "{\n"
-    "    const ulong nch = (cols + OCLF_VEC - 1) / OCLF_VEC;\n"
-    "    const ulong gid = get_global_id(0);\n"
-    "    if (gid >= rows * nch)\n"
-    "        return;\n"
+#define LOOP_START                                                     \
+    "{\n"                                                              \
+    "    const ulong nch = (cols + OCLF_VEC - 1) / OCLF_VEC;\n"          \
+    "    const ulong gid = get_global_id(0);\n"                          \
+    "    if (gid >= rows * nch)\n"                                       \
+    "        return;\n"                                                  \
     "    const ulong r = gid / nch, c0 = (gid - r * nch) * OCLF_VEC;\n"
-    "    for (uint k = 0; k < OCLF_VEC; k++) {\n"
-    "        const ulong c = c0 + k;\n"
-    "        if (c >= cols)\n"
-    "            break;\n"
-    "        const ulong n = r * cols + c + offset;\n"
+#define LOOP_BODY                                                      \
+    "    for (uint k = 0; k < OCLF_VEC; k++) {\n"                        \
+    "        const ulong c = c0 + k;\n"                                  \
+    "        if (c >= cols)\n"                                           \
+    "            break;\n"                                               \
+    "        const ulong n = r * cols + c + offset;\n"                   \
+    "        (void)n;\n"
+static const char loop_head[] = LOOP_START LOOP_BODY;
+static const char loop_body[] = LOOP_BODY;
+/* The fused kernel first takes a whole chunk as vectors when it can. */
+static const char vec_head[] = LOOP_START
+    "#if OCLF_VEC > 1\n"
+    "    if (c0 + OCLF_VEC <= cols) {\n"
+    "        const ulong c = c0, n = r * cols + c + offset;\n"
     "        (void)n;\n";
 
 static void operand(char *buf, size_t len, const oclf_xgraph *g, const oclf_expr_decl *inputs,
@@ -271,6 +324,61 @@ static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl 
     oclf_xbuf_printf(b, ";\n");
 }
 
+/* ---- whole vectors (fused path, OCLF_VEC > 1) ---- */
+
+static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
+{
+    const oclf_expr_decl *in = &inputs[i];
+    if (in->kind == OCLF_EXPR_SCALAR || in->kind == OCLF_EXPR_COL) {
+        oclf_xbuf_printf(b, "(xf)(");
+        emit_load(b, inputs, i);
+        oclf_xbuf_printf(b, ")");
+        return;
+    }
+    const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOAD(";
+    oclf_xbuf_printf(b, "%sin%d + (", pre, i);
+    index_of(b, in, i);
+    oclf_xbuf_printf(b, ")%s", in->dtype == OCLF_BF16 ? "))" : ")");
+}
+
+static void emit_vstore(oclf_xbuf *b, oclf_dtype d, int j, int k)
+{
+    const char *st = d == OCLF_F32 ? "XSTORE(v%d" : d == OCLF_F16 ? "XSTOREH(v%d" : "XSTORE(x_to_bf16(v%d)";
+    oclf_xbuf_printf(b, "        ");
+    oclf_xbuf_printf(b, st, k);
+    oclf_xbuf_printf(b, ", out%d + (out%d_o + r * out%d_s + c));\n", j, j, j);
+}
+
+static void emit_vvalue(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs, int k)
+{
+    const oclf_xnode *n = &g->node[k];
+    oclf_xbuf_printf(b, "        const xf v%d = ", k);
+    char a[16], bb[16], c[16];
+    snprintf(a, sizeof a, "v%d", n->a[0]);
+    snprintf(bb, sizeof bb, "v%d", n->a[1]);
+    snprintf(c, sizeof c, "v%d", n->a[2]);
+    /* Vector comparisons give -1 for true: select turns them into 1 or 0. */
+    static const char *const cmp[] = {"<", "<=", ">", ">=", "==", "!="};
+    switch (n->op) {
+    case XOP_INPUT: emit_vload(b, inputs, n->input); break;
+    case XOP_CONST: oclf_xbuf_printf(b, "(xf)(%af)", (double)n->value); break;
+    case XOP_LT: case XOP_LE: case XOP_GT: case XOP_GE: case XOP_EQ: case XOP_NE:
+        oclf_xbuf_printf(b, "select((xf)0.0f, (xf)1.0f, %s %s %s)", a, cmp[n->op - XOP_LT], bb);
+        break;
+    case XOP_SELECT: oclf_xbuf_printf(b, "select(%s, %s, %s != 0.0f)", c, bb, a); break;
+    case XOP_RELU: oclf_xbuf_printf(b, "select(%s, (xf)0.0f, %s < 0.0f)", a, a); break;
+    case XOP_DROPOUT: oclf_xbuf_printf(b, "x_dropout_v(%s, %s, seed, n, %du)", a, bb, n->stream); break;
+    default: {
+        char p[3][24];
+        snprintf(p[0], sizeof p[0], "(%s)", a);
+        snprintf(p[1], sizeof p[1], "(%s)", bb);
+        snprintf(p[2], sizeof p[2], "(%s)", c);
+        emit_op(b, n, p[0], p[1], p[2]);
+    }
+    }
+    oclf_xbuf_printf(b, ";\n");
+}
+
 void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
                        const oclf_expr_decl *outputs, oclf_xbuf *b)
 {
@@ -279,7 +387,12 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
     /* Fused: every node once, in order, then every output. */
     oclf_xbuf_printf(b, "kernel void expr_fused(");
     emit_params(b, g, inputs, n_inputs, outputs, 0);
-    oclf_xbuf_printf(b, ")\n%s", loop_head);
+    oclf_xbuf_printf(b, ")\n%s", vec_head);
+    for (int k = 0; k < g->n_nodes; k++)
+        emit_vvalue(b, g, inputs, k);
+    for (int j = 0; j < g->n_outputs; j++)
+        emit_vstore(b, outputs[j].dtype, j, g->output[j]);
+    oclf_xbuf_printf(b, "        return;\n    }\n#endif\n%s", loop_body);
     for (int k = 0; k < g->n_nodes; k++)
         emit_value(b, g, inputs, k, 1);
     for (int j = 0; j < g->n_outputs; j++) {
