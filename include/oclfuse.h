@@ -482,7 +482,6 @@ OCLF_API oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, ocl
                                   const oclf_l2_topk_options *options, const oclf_choice *choice,
                                   cl_uint num_events, const cl_event *wait_list, cl_event *event);
 
-
 /* ------------------------------------------------------------------------ */
 /* Sharded L2 top-k (README "Sharded search"): one database split across
  * buffers, devices and platforms, searched as if it were one.              */
@@ -546,6 +545,71 @@ OCLF_API oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t nu
 OCLF_API oclf_status oclf_l2_topk_merge(size_t nq, size_t k, size_t lists,
                                         const float *const *dists, const int64_t *const *ids,
                                         const size_t *list_k, float *dist, int64_t *idx);
+
+/* ------------------------------------------------------------------------ */
+/* Generated elementwise kernels (see README "Elementwise expressions").
+ *
+ * Source: statements `name = expr;` over declared names. Operators + - * /,
+ * unary -, comparisons < <= > >= == != (1 or 0), c ? a : b; functions exp
+ * log log1p expm1 sqrt rsqrt abs tanh erf sigmoid relu gelu gelu_tanh silu
+ * (one argument), min max pow (two), clamp(x, lo, hi), dropout(e, p) with p
+ * a literal or a scalar input. Literals: decimal or C99 hex floats. All
+ * arithmetic in fp32; each output rounded once to its dtype. Statements may
+ * come in any order; an intermediate used twice is computed once.
+ *
+ * dropout: Philox4x32-10 keyed by the 64-bit seed; counter (low word first)
+ * {n lo, n hi, k, 0} with n = row * cols + col + offset (mod 2^64) and k the
+ * dropout's index (0, 1, ... in the order the outputs need them); u = top 24
+ * bits of the first word * 2^-24; kept when u >= p, then e / (1 - p), else 0.
+ *
+ * Limits: source 16384 bytes, 64 statements, 256 nodes after sharing, 16
+ * inputs, 8 outputs, names of 31 characters, nesting 64 deep. Bad source is
+ * OCLF_INVALID_ARGUMENT with "line:column: what" in oclf_last_error. */
+typedef enum oclf_expr_kind {
+    OCLF_EXPR_MATRIX = 0, /* [rows, cols]: own dtype, offset and row stride */
+    OCLF_EXPR_ROW = 1,    /* [cols], the same for every row (a bias) */
+    OCLF_EXPR_COL = 2,    /* [rows], the same for every column (a row scale) */
+    OCLF_EXPR_SCALAR = 3  /* one float per call; changing it never recompiles */
+} oclf_expr_kind;
+
+/* An input (any kind) or an output (kind OCLF_EXPR_MATRIX only). */
+typedef struct oclf_expr_decl {
+    const char *name;
+    oclf_expr_kind kind;
+    oclf_dtype dtype; /* ignored for scalars */
+} oclf_expr_decl;
+
+typedef struct oclf_expr oclf_expr;
+
+/* Parses and checks `source`, then builds its program (cached in memory and
+ * on disk, keyed by the expression's canonical form and dtypes, never by the
+ * caller's spelling). The object is immutable: any thread may run it until
+ * oclf_expr_release. */
+OCLF_API oclf_status oclf_expr_compile(oclf_context *ctx, const char *source,
+                                       const oclf_expr_decl *inputs, unsigned n_inputs,
+                                       const oclf_expr_decl *outputs, unsigned n_outputs,
+                                       oclf_expr **out);
+/* Canonical form (for logs and tuning records). */
+OCLF_API const char *oclf_expr_canonical(const oclf_expr *expr);
+OCLF_API void oclf_expr_release(oclf_expr *expr);
+
+/* One input's value in a run: `buf` for arrays, `scalar` for scalars. */
+typedef struct oclf_expr_arg {
+    oclf_buf buf;
+    float scalar;
+} oclf_expr_arg;
+
+/* Computes every output over rows x cols. inputs[i] matches the i-th
+ * declared input, outputs[j] the j-th output. An output may be exactly the
+ * elements of a matrix input of its dtype (in place); any other overlap is
+ * rejected. choice: path FUSED (one kernel; the default) or UNFUSED (a
+ * kernel per operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16:
+ * elements per work-item) and WGS (work-group size). */
+OCLF_API oclf_status oclf_expr_run(const oclf_expr *expr, cl_command_queue queue, size_t rows,
+                                   size_t cols, const oclf_expr_arg *inputs,
+                                   const oclf_buf *outputs, uint64_t seed, uint64_t offset,
+                                   const oclf_choice *choice, cl_uint num_events,
+                                   const cl_event *wait_list, cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -117,6 +117,12 @@ OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const c
  * (-D parameters). Cached in memory for the context's life and on disk. */
 OCLF_HIDDEN oclf_status oclf_program_get(oclf_context *ctx, const char *source,
                                          const char *options, oclf_program **out);
+/* A program from generated text (after common.h). `key` stands for the
+ * text in the in-memory cache: equal keys must mean equal text. The disk
+ * cache hashes the text itself. */
+OCLF_HIDDEN oclf_status oclf_program_get_generated(oclf_context *ctx, const char *key,
+                                                   const char *text, const char *options,
+                                                   oclf_program **out);
 /* For the cross-compile suite (tests/gpu_variants.c): while a sink is set,
  * oclf_program_get hands each (source, options) it is asked for to the sink
  * and builds nothing (OCLF_UNSUPPORTED), so an op's deep validation lists

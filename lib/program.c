@@ -82,13 +82,21 @@ oclf_status oclf_source_load(oclf_context *ctx, const char *name, char **text, s
 }
 
 /* common.h + op source, with #line so build logs name the right file. */
-static oclf_status assemble(oclf_context *ctx, const char *name, char **out)
+static oclf_status assemble(oclf_context *ctx, const char *name, const char *generated,
+                            char **out)
 {
     char *common = NULL, *body = NULL;
     size_t nc = 0, nb = 0;
     oclf_status st = oclf_source_load(ctx, "common.h", &common, &nc);
-    if (st == OCLF_SUCCESS)
+    if (st == OCLF_SUCCESS && generated) {
+        nb = strlen(generated);
+        if (!(body = malloc(nb + 1)))
+            st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "out of host memory");
+        else
+            memcpy(body, generated, nb + 1);
+    } else if (st == OCLF_SUCCESS) {
         st = oclf_source_load(ctx, name, &body, &nb);
+    }
     if (st == OCLF_SUCCESS) {
         size_t n = nc + nb + strlen(name) + 64;
         *out = malloc(n);
@@ -222,10 +230,11 @@ static oclf_status build_failed(oclf_context *ctx, cl_program prog, cl_int err, 
                      name, options, oclf_cl_error_name(err), log);
 }
 
-static oclf_status build(oclf_context *ctx, const char *name, const char *options, cl_program *out)
+static oclf_status build(oclf_context *ctx, const char *name, const char *generated,
+                         const char *options, cl_program *out)
 {
     char *text = NULL;
-    oclf_status st = assemble(ctx, name, &text);
+    oclf_status st = assemble(ctx, name, generated, &text);
     if (st != OCLF_SUCCESS)
         return st;
 
@@ -326,8 +335,8 @@ void oclf_context_set_program_sink(oclf_context *ctx, oclf_program_sink_fn fn, v
     ctx->program_sink_user = user;
 }
 
-oclf_status oclf_program_get(oclf_context *ctx, const char *source, const char *options,
-                             oclf_program **out)
+static oclf_status program_get(oclf_context *ctx, const char *source, const char *generated,
+                               const char *options, oclf_program **out)
 {
     *out = NULL;
     if (ctx->program_sink) {
@@ -377,7 +386,7 @@ oclf_status oclf_program_get(oclf_context *ctx, const char *source, const char *
 
     /* Built outside the lock, so threads compile different programs at once. */
     cl_program prog = NULL;
-    oclf_status st = build(ctx, source, options, &prog);
+    oclf_status st = build(ctx, source, generated, options, &prog);
 
     pthread_mutex_lock(&ctx->lock);
     if (st == OCLF_SUCCESS) {
@@ -396,6 +405,18 @@ oclf_status oclf_program_get(oclf_context *ctx, const char *source, const char *
     pthread_mutex_unlock(&ctx->lock);
     *out = p;
     return st;
+}
+
+oclf_status oclf_program_get(oclf_context *ctx, const char *source, const char *options,
+                             oclf_program **out)
+{
+    return program_get(ctx, source, NULL, options, out);
+}
+
+oclf_status oclf_program_get_generated(oclf_context *ctx, const char *key, const char *text,
+                                       const char *options, oclf_program **out)
+{
+    return program_get(ctx, key, text, options, out);
 }
 
 void oclf_programs_release(oclf_context *ctx)

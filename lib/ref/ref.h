@@ -99,4 +99,10 @@ void oclf_ref_l2_merge(size_t nq, size_t k, size_t lists, const float *const *di
                        const int64_t *const *ids, const size_t *list_k, float *dist,
                        int64_t *idx);
 
+/* ---- elementwise expressions ---------------------------------------------- */
+/* Philox4x32-10: out = the block for counter ctr under key. */
+void oclf_ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* dropout(v, p) of element n (row * cols + col + offset) in stream `stream`. */
+double oclf_ref_dropout(double v, float p, uint64_t seed, uint64_t n, uint32_t stream);
+
 #endif

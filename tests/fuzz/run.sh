@@ -19,9 +19,12 @@ cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefin
 clang "${cflags[@]}" "$src/tests/fuzz/fuzz_cache.c" "$src/lib/cache_format.c" -o "$out/fuzz_cache"
 # The tuning-database parser needs the library around it (op table, errors):
 # the whole library is built into the target, instrumented like the parser.
-clang "${cflags[@]}" "$src/tests/fuzz/fuzz_tunedb.c" "$src"/lib/*.c "$src"/lib/ops/*.c \
+clang "${cflags[@]}" "$src/tests/fuzz/fuzz_tunedb.c" "$src"/lib/*.c "$src"/lib/ops/*.c "$src"/lib/expr/*.c \
   "$gen/cl_sources.c" "$gen/tune_dbs.c" -o "$out/fuzz_tunedb" \
   -lOpenCL -ljansson -lclblast -lpthread -lm
+# The expression parser and code generator stand alone.
+clang "${cflags[@]}" "$src/tests/fuzz/fuzz_expr.c" "$src"/lib/expr/*.c "$src/lib/error.c" \
+  -o "$out/fuzz_expr" -lOpenCL -lpthread -lm
 status=0
 for t in "$out"/fuzz_*; do
   name=$(basename "$t"); name=${name#fuzz_}

@@ -1,0 +1,446 @@
+/*
+ * Code generation for elementwise expressions: the canonical form (the
+ * cache key) and the OpenCL source. Only generated identifiers (in<i>,
+ * out<j>, v<k>, t<k>) and numbers re-printed from their parsed values reach
+ * the source: nothing the caller wrote is copied into it.
+ */
+#include "expr.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void oclf_xbuf_printf(oclf_xbuf *b, const char *fmt, ...)
+{
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if (b->s && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap - b->len <= (size_t)n)
+            cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->failed = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+static const char *const kind_tag[] = {"m", "r", "c", "s"};
+
+void oclf_expr_canonical_form(const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                              unsigned n_inputs, const oclf_expr_decl *outputs, oclf_xbuf *out)
+{
+    oclf_xbuf_printf(out, "in");
+    for (unsigned i = 0; i < n_inputs; i++)
+        oclf_xbuf_printf(out, "%c%s%s%s", i ? ',' : ':', kind_tag[inputs[i].kind],
+                         inputs[i].kind == OCLF_EXPR_SCALAR ? "" : ".",
+                         inputs[i].kind == OCLF_EXPR_SCALAR ? "" : oclf_dtype_name(inputs[i].dtype));
+    oclf_xbuf_printf(out, ";");
+    for (int k = 0; k < g->n_nodes; k++) {
+        const oclf_xnode *n = &g->node[k];
+        if (n->op == XOP_INPUT)
+            oclf_xbuf_printf(out, "n%d=in%d;", k, n->input);
+        else if (n->op == XOP_CONST)
+            oclf_xbuf_printf(out, "n%d=%a;", k, (double)n->value);
+        else {
+            oclf_xbuf_printf(out, "n%d=%s(", k, oclf_xop_name(n->op));
+            for (int a = 0; a < oclf_xop_arity(n->op); a++)
+                oclf_xbuf_printf(out, "%sn%d", a ? "," : "", n->a[a]);
+            oclf_xbuf_printf(out, ");");
+        }
+    }
+    oclf_xbuf_printf(out, "out");
+    for (int j = 0; j < g->n_outputs; j++)
+        oclf_xbuf_printf(out, "%cn%d.%s", j ? ',' : ':', g->output[j],
+                         oclf_dtype_name(outputs[j].dtype));
+}
+
+static const char *ctype(oclf_dtype d)
+{
+    return d == OCLF_F32 ? "float" : d == OCLF_F16 ? "half" : "ushort";
+}
+
+/* Where input i's element (r, c) lives. */
+static void index_of(oclf_xbuf *b, const oclf_expr_decl *in, int i)
+{
+    switch (in->kind) {
+    case OCLF_EXPR_MATRIX: oclf_xbuf_printf(b, "in%d_o + r * in%d_s + c", i, i); break;
+    case OCLF_EXPR_ROW: oclf_xbuf_printf(b, "in%d_o + c", i); break;
+    default: oclf_xbuf_printf(b, "in%d_o + r", i); break;
+    }
+}
+
+static void emit_load(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
+{
+    const oclf_expr_decl *in = &inputs[i];
+    if (in->kind == OCLF_EXPR_SCALAR) {
+        oclf_xbuf_printf(b, "in%d", i);
+        return;
+    }
+    if (in->dtype == OCLF_F32) {
+        oclf_xbuf_printf(b, "in%d[", i);
+        index_of(b, in, i);
+        oclf_xbuf_printf(b, "]");
+    } else if (in->dtype == OCLF_F16) {
+        oclf_xbuf_printf(b, "vload_half(");
+        index_of(b, in, i);
+        oclf_xbuf_printf(b, ", in%d)", i);
+    } else {
+        oclf_xbuf_printf(b, "bf16_to_f32(in%d[", i);
+        index_of(b, in, i);
+        oclf_xbuf_printf(b, "])");
+    }
+}
+
+static void emit_store(oclf_xbuf *b, oclf_dtype d, int j, const char *v)
+{
+    const char *idx = "out%d_o + r * out%d_s + c";
+    char at[96];
+    snprintf(at, sizeof at, idx, j, j);
+    if (d == OCLF_F32)
+        oclf_xbuf_printf(b, "        out%d[%s] = %s;\n", j, at, v);
+    else if (d == OCLF_F16)
+        oclf_xbuf_printf(b, "        vstore_half_rte(%s, %s, out%d);\n", v, at, j);
+    else
+        oclf_xbuf_printf(b, "        out%d[%s] = f32_to_bf16(%s);\n", j, at, v);
+}
+
+/* The value of operation node k from operand spellings a, b, c. */
+static void emit_op(oclf_xbuf *o, const oclf_xnode *n, const char *a, const char *b, const char *c)
+{
+    switch (n->op) {
+    case XOP_NEG: oclf_xbuf_printf(o, "-%s", a); break;
+    case XOP_ADD: oclf_xbuf_printf(o, "%s + %s", a, b); break;
+    case XOP_SUB: oclf_xbuf_printf(o, "%s - %s", a, b); break;
+    case XOP_MUL: oclf_xbuf_printf(o, "%s * %s", a, b); break;
+    case XOP_DIV: oclf_xbuf_printf(o, "%s / %s", a, b); break;
+    case XOP_LT: oclf_xbuf_printf(o, "%s < %s ? 1.0f : 0.0f", a, b); break;
+    case XOP_LE: oclf_xbuf_printf(o, "%s <= %s ? 1.0f : 0.0f", a, b); break;
+    case XOP_GT: oclf_xbuf_printf(o, "%s > %s ? 1.0f : 0.0f", a, b); break;
+    case XOP_GE: oclf_xbuf_printf(o, "%s >= %s ? 1.0f : 0.0f", a, b); break;
+    case XOP_EQ: oclf_xbuf_printf(o, "%s == %s ? 1.0f : 0.0f", a, b); break;
+    case XOP_NE: oclf_xbuf_printf(o, "%s != %s ? 1.0f : 0.0f", a, b); break;
+    case XOP_SELECT: oclf_xbuf_printf(o, "%s != 0.0f ? %s : %s", a, b, c); break;
+    case XOP_EXP: oclf_xbuf_printf(o, "exp(%s)", a); break;
+    case XOP_LOG: oclf_xbuf_printf(o, "log(%s)", a); break;
+    case XOP_LOG1P: oclf_xbuf_printf(o, "log1p(%s)", a); break;
+    case XOP_EXPM1: oclf_xbuf_printf(o, "expm1(%s)", a); break;
+    case XOP_SQRT: oclf_xbuf_printf(o, "sqrt(%s)", a); break;
+    case XOP_RSQRT: oclf_xbuf_printf(o, "rsqrt(%s)", a); break;
+    case XOP_ABS: oclf_xbuf_printf(o, "fabs(%s)", a); break;
+    case XOP_TANH: oclf_xbuf_printf(o, "tanh(%s)", a); break;
+    case XOP_ERF: oclf_xbuf_printf(o, "erf(%s)", a); break;
+    case XOP_SIGMOID: oclf_xbuf_printf(o, "1.0f / (1.0f + exp(-%s))", a); break;
+    /* relu keeps NaN, as frameworks do (fmax would drop it). */
+    case XOP_RELU: oclf_xbuf_printf(o, "%s < 0.0f ? 0.0f : %s", a, a); break;
+    case XOP_GELU: oclf_xbuf_printf(o, "0.5f * %s * (1.0f + erf(%s * 0.70710678118654752f))", a, a); break;
+    case XOP_GELU_TANH:
+        oclf_xbuf_printf(o, "0.5f * %s * (1.0f + tanh(0.79788456080286536f * (%s + 0.044715f * %s * %s * %s)))",
+                         a, a, a, a, a);
+        break;
+    case XOP_SILU: oclf_xbuf_printf(o, "%s / (1.0f + exp(-%s))", a, a); break;
+    case XOP_MIN: oclf_xbuf_printf(o, "fmin(%s, %s)", a, b); break;
+    case XOP_MAX: oclf_xbuf_printf(o, "fmax(%s, %s)", a, b); break;
+    case XOP_POW: oclf_xbuf_printf(o, "pow(%s, %s)", a, b); break;
+    case XOP_CLAMP: oclf_xbuf_printf(o, "fmin(fmax(%s, %s), %s)", a, b, c); break;
+    case XOP_DROPOUT: oclf_xbuf_printf(o, "x_dropout(%s, %s, seed, n, %du)", a, b, n->stream); break;
+    default: oclf_xbuf_printf(o, "0.0f"); break;
+    }
+}
+
+static const char prelude[] =
+    "/* Generated elementwise expression. */\n"
+    "/* Philox4x32-10 (Salmon et al., SC'11): 10 rounds, key bumped between. */\n"
+    "static inline uint x_philox_first(uint4 c, uint2 k)\n"
+    "{\n"
+    "    for (int i = 0; i < 10; i++) {\n"
+    "        if (i) {\n"
+    "            k.x += 0x9E3779B9u;\n"
+    "            k.y += 0xBB67AE85u;\n"
+    "        }\n"
+    "        const uint lo0 = 0xD2511F53u * c.x, hi0 = mul_hi(0xD2511F53u, c.x);\n"
+    "        const uint lo1 = 0xCD9E8D57u * c.z, hi1 = mul_hi(0xCD9E8D57u, c.z);\n"
+    "        c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);\n"
+    "    }\n"
+    "    return c.x;\n"
+    "}\n"
+    "static inline float x_dropout(float v, float p, ulong seed, ulong n, uint stream)\n"
+    "{\n"
+    "    const uint w = x_philox_first((uint4)((uint)n, (uint)(n >> 32), stream, 0u),\n"
+    "                                  (uint2)((uint)seed, (uint)(seed >> 32)));\n"
+    "    const float u = (float)(w >> 8) * 0x1.0p-24f;\n"
+    "    return u >= p ? v / (1.0f - p) : 0.0f;\n"
+    "}\n"
+    "#if OCLF_VEC > 1\n"
+    "/* Whole chunks of OCLF_VEC elements: vector loads (element alignment\n"
+    " * is all vloadn needs), vector math, the same Philox per lane. */\n"
+    "typedef OCLF_CAT(float, OCLF_VEC) xf;\n"
+    "typedef OCLF_CAT(uint, OCLF_VEC) xu;\n"
+    "typedef OCLF_CAT(ushort, OCLF_VEC) xh;\n"
+    "#define XLOAD(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))\n"
+    "#define XSTORE(v, p) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p))\n"
+    "#define XLOADH(p) OCLF_CAT(vload_half, OCLF_VEC)(0, (p))\n"
+    "#define XSTOREH(v, p) OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)((v), 0, (p))\n"
+    "#define XBF16(h) OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16)\n"
+    "static inline xh x_to_bf16(xf f)\n"
+    "{\n"
+    "    const xu u = OCLF_CAT(as_uint, OCLF_VEC)(f);\n"
+    "    const xu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+    "    return OCLF_CAT(convert_ushort, OCLF_VEC)(select(r, (u >> 16) | 0x40u, (u & 0x7fffffffu) > 0x7f800000u));\n"
+    "}\n"
+    "#if OCLF_VEC == 2\n#define XLANES ((xu)(0, 1))\n"
+    "#elif OCLF_VEC == 4\n#define XLANES ((xu)(0, 1, 2, 3))\n"
+    "#elif OCLF_VEC == 8\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7))\n"
+    "#else\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))\n#endif\n"
+    "static inline xf x_dropout_v(xf v, xf p, ulong seed, ulong n, uint stream)\n"
+    "{\n"
+    "    /* counters n + lane, carrying into the high word */\n"
+    "    const xu lo = (xu)((uint)n) + XLANES;\n"
+    "    xu c0 = lo, c1 = (xu)((uint)(n >> 32)) + select((xu)0u, (xu)1u, lo < (xu)((uint)n));\n"
+    "    xu c2 = (xu)(stream), c3 = (xu)(0u);\n"
+    "    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);\n"
+    "    for (int i = 0; i < 10; i++) {\n"
+    "        if (i) {\n"
+    "            k0 += 0x9E3779B9u;\n"
+    "            k1 += 0xBB67AE85u;\n"
+    "        }\n"
+    "        const xu lo0 = 0xD2511F53u * c0, hi0 = mul_hi((xu)0xD2511F53u, c0);\n"
+    "        const xu lo1 = 0xCD9E8D57u * c2, hi1 = mul_hi((xu)0xCD9E8D57u, c2);\n"
+    "        c0 = hi1 ^ c1 ^ k0;\n"
+    "        c1 = lo1;\n"
+    "        c2 = hi0 ^ c3 ^ k1;\n"
+    "        c3 = lo0;\n"
+    "    }\n"
+    "    const xf u = OCLF_CAT(convert_float, OCLF_VEC)(c0 >> 8) * 0x1.0p-24f;\n"
+    "    return select((xf)0.0f, v / (1.0f - p), u >= p);\n"
+    "}\n"
+    "#endif\n";
+
+static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                        unsigned n_inputs, const oclf_expr_decl *outputs, int temps)
+{
+    for (unsigned i = 0; i < n_inputs; i++) {
+        const oclf_expr_decl *in = &inputs[i];
+        if (in->kind == OCLF_EXPR_SCALAR)
+            oclf_xbuf_printf(b, "float in%u, ", i);
+        else if (in->kind == OCLF_EXPR_MATRIX)
+            oclf_xbuf_printf(b, "global const %s *restrict in%u, ulong in%u_o, ulong in%u_s, ",
+                             ctype(in->dtype), i, i, i);
+        else
+            oclf_xbuf_printf(b, "global const %s *restrict in%u, ulong in%u_o, ", ctype(in->dtype), i, i);
+    }
+    for (int j = 0; j < g->n_outputs; j++)
+        oclf_xbuf_printf(b, "global %s *out%d, ulong out%d_o, ulong out%d_s, ", ctype(outputs[j].dtype),
+                         j, j, j);
+    oclf_xbuf_printf(b, "ulong rows, ulong cols, ulong seed, ulong offset");
+    if (temps)
+        for (int k = 0; k < g->n_nodes; k++)
+            if (g->node[k].op > XOP_CONST)
+                oclf_xbuf_printf(b, ", global float *t%d", k);
+}
+
+/* Each work-item computes VEC consecutive elements of one row; the last
+ * one of a row stops at the row's end. */
+#define LOOP_START                                                     \
+    "{\n"                                                              \
+    "    const ulong nch = (cols + OCLF_VEC - 1) / OCLF_VEC;\n"          \
+    "    const ulong gid = get_global_id(0);\n"                          \
+    "    if (gid >= rows * nch)\n"                                       \
+    "        return;\n"                                                  \
+    "    const ulong r = gid / nch, c0 = (gid - r * nch) * OCLF_VEC;\n"
+#define LOOP_BODY                                                      \
+    "    for (uint k = 0; k < OCLF_VEC; k++) {\n"                        \
+    "        const ulong c = c0 + k;\n"                                  \
+    "        if (c >= cols)\n"                                           \
+    "            break;\n"                                               \
+    "        const ulong n = r * cols + c + offset;\n"                   \
+    "        (void)n;\n"
+static const char loop_head[] = LOOP_START LOOP_BODY;
+static const char loop_body[] = LOOP_BODY;
+/* The fused kernel first takes a whole chunk as vectors when it can. */
+static const char vec_head[] = LOOP_START
+    "#if OCLF_VEC > 1\n"
+    "    if (c0 + OCLF_VEC <= cols) {\n"
+    "        const ulong c = c0, n = r * cols + c + offset;\n"
+    "        (void)n;\n";
+
+static void operand(char *buf, size_t len, const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                    int k, int fused)
+{
+    const oclf_xnode *n = &g->node[k];
+    if (fused || n->op > XOP_CONST) {
+        if (fused)
+            snprintf(buf, len, "v%d", k);
+        else
+            snprintf(buf, len, "t%d[r * cols + c]", k);
+        return;
+    }
+    if (n->op == XOP_CONST) {
+        snprintf(buf, len, "%af", (double)n->value);
+        return;
+    }
+    oclf_xbuf t = {0};
+    emit_load(&t, inputs, n->input);
+    snprintf(buf, len, "%s", t.failed || !t.s ? "0.0f" : t.s);
+    free(t.s);
+}
+
+static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs, int k,
+                       int fused)
+{
+    const oclf_xnode *n = &g->node[k];
+    oclf_xbuf_printf(b, "        const float v%d = ", k);
+    if (n->op == XOP_INPUT)
+        emit_load(b, inputs, n->input);
+    else if (n->op == XOP_CONST)
+        oclf_xbuf_printf(b, "%af", (double)n->value);
+    else {
+        char s[3][160] = {"", "", ""};
+        for (int a = 0; a < oclf_xop_arity(n->op); a++)
+            operand(s[a], sizeof s[a], g, inputs, n->a[a], fused);
+        /* Operands in parentheses: each is one value, whatever it spells. */
+        char p[3][170];
+        for (int a = 0; a < 3; a++)
+            snprintf(p[a], sizeof p[a], "(%.160s)", s[a]);
+        emit_op(b, n, p[0], p[1], p[2]);
+    }
+    oclf_xbuf_printf(b, ";\n");
+}
+
+/* ---- whole vectors (fused path, OCLF_VEC > 1) ---- */
+
+static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
+{
+    const oclf_expr_decl *in = &inputs[i];
+    if (in->kind == OCLF_EXPR_SCALAR || in->kind == OCLF_EXPR_COL) {
+        oclf_xbuf_printf(b, "(xf)(");
+        emit_load(b, inputs, i);
+        oclf_xbuf_printf(b, ")");
+        return;
+    }
+    const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOAD(";
+    oclf_xbuf_printf(b, "%sin%d + (", pre, i);
+    index_of(b, in, i);
+    oclf_xbuf_printf(b, ")%s", in->dtype == OCLF_BF16 ? "))" : ")");
+}
+
+static void emit_vstore(oclf_xbuf *b, oclf_dtype d, int j, int k)
+{
+    const char *st = d == OCLF_F32 ? "XSTORE(v%d" : d == OCLF_F16 ? "XSTOREH(v%d" : "XSTORE(x_to_bf16(v%d)";
+    oclf_xbuf_printf(b, "        ");
+    oclf_xbuf_printf(b, st, k);
+    oclf_xbuf_printf(b, ", out%d + (out%d_o + r * out%d_s + c));\n", j, j, j);
+}
+
+static void emit_vvalue(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs, int k)
+{
+    const oclf_xnode *n = &g->node[k];
+    oclf_xbuf_printf(b, "        const xf v%d = ", k);
+    char a[16], bb[16], c[16];
+    snprintf(a, sizeof a, "v%d", n->a[0]);
+    snprintf(bb, sizeof bb, "v%d", n->a[1]);
+    snprintf(c, sizeof c, "v%d", n->a[2]);
+    /* Vector comparisons give -1 for true: select turns them into 1 or 0. */
+    static const char *const cmp[] = {"<", "<=", ">", ">=", "==", "!="};
+    switch (n->op) {
+    case XOP_INPUT: emit_vload(b, inputs, n->input); break;
+    case XOP_CONST: oclf_xbuf_printf(b, "(xf)(%af)", (double)n->value); break;
+    case XOP_LT: case XOP_LE: case XOP_GT: case XOP_GE: case XOP_EQ: case XOP_NE:
+        oclf_xbuf_printf(b, "select((xf)0.0f, (xf)1.0f, %s %s %s)", a, cmp[n->op - XOP_LT], bb);
+        break;
+    case XOP_SELECT: oclf_xbuf_printf(b, "select(%s, %s, %s != 0.0f)", c, bb, a); break;
+    case XOP_RELU: oclf_xbuf_printf(b, "select(%s, (xf)0.0f, %s < 0.0f)", a, a); break;
+    case XOP_DROPOUT: oclf_xbuf_printf(b, "x_dropout_v(%s, %s, seed, n, %du)", a, bb, n->stream); break;
+    default: {
+        char p[3][24];
+        snprintf(p[0], sizeof p[0], "(%s)", a);
+        snprintf(p[1], sizeof p[1], "(%s)", bb);
+        snprintf(p[2], sizeof p[2], "(%s)", c);
+        emit_op(b, n, p[0], p[1], p[2]);
+    }
+    }
+    oclf_xbuf_printf(b, ";\n");
+}
+
+void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
+                       const oclf_expr_decl *outputs, oclf_xbuf *b)
+{
+    oclf_xbuf_printf(b, "%s", prelude);
+
+    /* Fused: every node once, in order, then every output. */
+    oclf_xbuf_printf(b, "kernel void expr_fused(");
+    emit_params(b, g, inputs, n_inputs, outputs, 0);
+    oclf_xbuf_printf(b, ")\n%s", vec_head);
+    for (int k = 0; k < g->n_nodes; k++)
+        emit_vvalue(b, g, inputs, k);
+    for (int j = 0; j < g->n_outputs; j++)
+        emit_vstore(b, outputs[j].dtype, j, g->output[j]);
+    oclf_xbuf_printf(b, "        return;\n    }\n#endif\n%s", loop_body);
+    for (int k = 0; k < g->n_nodes; k++)
+        emit_value(b, g, inputs, k, 1);
+    for (int j = 0; j < g->n_outputs; j++) {
+        char v[16];
+        snprintf(v, sizeof v, "v%d", g->output[j]);
+        emit_store(b, outputs[j].dtype, j, v);
+    }
+    oclf_xbuf_printf(b, "    }\n}\n");
+
+    /* Unfused: a kernel per operation, reading leaves from their buffers
+     * and operations from their fp32 temporaries. */
+    int leaf_outputs = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const oclf_xnode *n = &g->node[k];
+        if (n->op <= XOP_CONST)
+            continue;
+        oclf_xbuf_printf(b, "kernel void expr_node%d(", k);
+        emit_params(b, g, inputs, n_inputs, outputs, 1);
+        oclf_xbuf_printf(b, ")\n%s", loop_head);
+        emit_value(b, g, inputs, k, 0);
+        if (n->uses)
+            oclf_xbuf_printf(b, "        t%d[r * cols + c] = v%d;\n", k, k);
+        for (int j = 0; j < g->n_outputs; j++) {
+            char v[16];
+            snprintf(v, sizeof v, "v%d", k);
+            if (g->output[j] == k)
+                emit_store(b, outputs[j].dtype, j, v);
+        }
+        oclf_xbuf_printf(b, "    }\n}\n");
+    }
+    for (int j = 0; j < g->n_outputs; j++)
+        leaf_outputs |= g->node[g->output[j]].op <= XOP_CONST;
+    if (leaf_outputs) {
+        oclf_xbuf_printf(b, "kernel void expr_leaves(");
+        emit_params(b, g, inputs, n_inputs, outputs, 1);
+        oclf_xbuf_printf(b, ")\n%s", loop_head);
+        char done[OCLF_EXPR_MAX_NODES] = {0};
+        for (int j = 0; j < g->n_outputs; j++) {
+            int k = g->output[j];
+            if (g->node[k].op > XOP_CONST)
+                continue;
+            char v[16];
+            if (!done[k])
+                emit_value(b, g, inputs, k, 0);
+            done[k] = 1;
+            snprintf(v, sizeof v, "v%d", k);
+            emit_store(b, outputs[j].dtype, j, v);
+        }
+        oclf_xbuf_printf(b, "    }\n}\n");
+    }
+}

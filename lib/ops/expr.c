@@ -1,0 +1,316 @@
+/*
+ * Elementwise expressions (generated kernels): oclf_expr_compile,
+ * oclf_expr_run, oclf_expr_release.
+ *
+ *   fused: expr_fused            unfused: expr_node<k> per operation (fp32
+ *                                temporaries), expr_leaves for outputs that
+ *                                are inputs or numbers
+ *
+ * Parameters: VEC (elements per work-item: 1, 2, 4, 8, 16), WGS (work-group
+ * size, a power of two up to the device limit). One program per (canonical
+ * form, VEC, WGS) holds both paths.
+ */
+#include "../internal.h"
+#include "../expr/expr.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct oclf_expr {
+    oclf_context *ctx;
+    unsigned n_inputs, n_outputs;
+    oclf_expr_decl inputs[OCLF_EXPR_MAX_INPUTS], outputs[OCLF_EXPR_MAX_OUTPUTS];
+    oclf_xgraph graph;
+    char *key;    /* "expr:" + canonical form */
+    char *source; /* generated OpenCL */
+    int vec, wgs; /* defaults for this device */
+};
+
+static const char *const OP_COMPILE = "oclf_expr_compile", *const OP_RUN = "oclf_expr_run";
+
+static void expr_free(oclf_expr *e)
+{
+    if (!e)
+        return;
+    free(e->key);
+    free(e->source);
+    free(e);
+}
+
+void oclf_expr_release(oclf_expr *expr) { expr_free(expr); }
+
+const char *oclf_expr_canonical(const oclf_expr *expr) { return expr ? expr->key + 5 : ""; }
+
+/* Defaults: a CPU work-item loops over a few neighbours (fewer index
+ * divisions per element); on a GPU neighbours go to neighbouring
+ * work-items, so each load instruction is coalesced. */
+static void expr_defaults(const oclf_context *ctx, int *vec, int *wgs)
+{
+    if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
+        *vec = 4;
+        *wgs = 64;
+    } else {
+        *vec = 1;
+        *wgs = 256;
+    }
+    while ((size_t)*wgs > ctx->info.max_wgs && *wgs > 1)
+        *wgs /= 2;
+}
+
+static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec, int wgs,
+                                oclf_program **prog)
+{
+    char opts[96];
+    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d -DOCLF_WGS=%d", vec, wgs);
+    return oclf_program_get_generated(ctx, e->key, e->source, opts, prog);
+}
+
+oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_expr_decl *inputs,
+                              unsigned n_inputs, const oclf_expr_decl *outputs, unsigned n_outputs,
+                              oclf_expr **out)
+{
+    if (!ctx)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", OP_COMPILE);
+    if (!out)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: out is NULL", OP_COMPILE);
+    *out = NULL;
+    if (!source)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: source is NULL", OP_COMPILE);
+    oclf_expr *e = calloc(1, sizeof *e);
+    if (!e)
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP_COMPILE);
+    char err[256];
+    size_t len = strnlen(source, OCLF_EXPR_MAX_SOURCE + 1);
+    if (oclf_expr_parse(source, len, inputs, n_inputs, outputs, n_outputs, &e->graph, err,
+                        sizeof err)) {
+        expr_free(e);
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s", OP_COMPILE, err);
+    }
+    e->ctx = ctx;
+    e->n_inputs = n_inputs;
+    e->n_outputs = n_outputs;
+    if (n_inputs)
+        memcpy(e->inputs, inputs, n_inputs * sizeof *inputs);
+    memcpy(e->outputs, outputs, n_outputs * sizeof *outputs);
+    for (unsigned i = 0; i < n_inputs + n_outputs; i++)
+        (i < n_inputs ? &e->inputs[i] : &e->outputs[i - n_inputs])->name = NULL;
+
+    oclf_xbuf key = {0}, src = {0};
+    oclf_xbuf_printf(&key, "expr:");
+    oclf_expr_canonical_form(&e->graph, e->inputs, n_inputs, e->outputs, &key);
+    oclf_expr_codegen(&e->graph, e->inputs, n_inputs, e->outputs, &src);
+    e->key = key.s;
+    e->source = src.s;
+    if (key.failed || src.failed || !e->key || !e->source) {
+        expr_free(e);
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP_COMPILE);
+    }
+    expr_defaults(ctx, &e->vec, &e->wgs);
+    /* Build now, so the first run launches at once. */
+    oclf_program *prog;
+    oclf_status st = expr_program(ctx, e, e->vec, e->wgs, &prog);
+    if (st != OCLF_SUCCESS) {
+        expr_free(e);
+        return st;
+    }
+    *out = e;
+    return OCLF_SUCCESS;
+}
+
+/* Path and parameters of a run: the caller's, else this device's defaults. */
+static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, const oclf_choice *choice,
+                              oclf_path *path, int *vec, int *wgs)
+{
+    *path = OCLF_PATH_FUSED;
+    *vec = e->vec;
+    *wgs = e->wgs;
+    if (!choice)
+        return OCLF_SUCCESS;
+    if (choice->path == OCLF_PATH_UNFUSED)
+        *path = OCLF_PATH_UNFUSED;
+    else if (choice->path != OCLF_PATH_AUTO && choice->path != OCLF_PATH_FUSED)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown path %d", OP_RUN,
+                         (int)choice->path);
+    int64_t v;
+    if (oclf_params_get(&choice->params, "VEC", &v)) {
+        if (v != 1 && v != 2 && v != 4 && v != 8 && v != 16)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: VEC = %lld is not 1, 2, 4, 8 or 16",
+                             OP_RUN, (long long)v);
+        *vec = (int)v;
+    }
+    if (oclf_params_get(&choice->params, "WGS", &v)) {
+        if (v < 1 || (v & (v - 1)) || (uint64_t)v > ctx->info.max_wgs)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: WGS = %lld is not a power of two up to %zu", OP_RUN,
+                             (long long)v, ctx->info.max_wgs);
+        *wgs = (int)v;
+    }
+    return OCLF_SUCCESS;
+}
+
+/* An input's checked operand; vectors are one row of cols or rows. */
+static oclf_status check_input(oclf_context *ctx, const oclf_expr_decl *d, unsigned i,
+                               const oclf_expr_arg *a, size_t rows, size_t cols,
+                               oclf_operand *op)
+{
+    char what[64];
+    snprintf(what, sizeof what, "%s: input %u", OP_RUN, i);
+    const size_t el = oclf_dtype_size(d->dtype);
+    switch (d->kind) {
+    case OCLF_EXPR_MATRIX: return oclf_check_2d(ctx, what, a->buf, rows, cols, el, op);
+    case OCLF_EXPR_ROW: {
+        oclf_buf b = {a->buf.mem, a->buf.offset, 0};
+        return oclf_check_2d(ctx, what, b, 1, cols, el, op);
+    }
+    case OCLF_EXPR_COL: {
+        oclf_buf b = {a->buf.mem, a->buf.offset, 0};
+        return oclf_check_2d(ctx, what, b, rows ? 1 : 0, rows, el, op);
+    }
+    default: memset(op, 0, sizeof *op); return OCLF_SUCCESS;
+    }
+}
+
+oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t rows, size_t cols,
+                          const oclf_expr_arg *inputs, const oclf_buf *outputs, uint64_t seed,
+                          uint64_t offset, const oclf_choice *choice, cl_uint num_events,
+                          const cl_event *wait_list, cl_event *event)
+{
+    if (!e)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: expr is NULL", OP_RUN);
+    oclf_context *ctx = e->ctx;
+    oclf_status st;
+    if ((st = oclf_check_call(ctx, OP_RUN, queue, num_events, wait_list, OCLF_F32, event)))
+        return st;
+    if (e->n_inputs && !inputs)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: inputs is NULL", OP_RUN);
+    if (!outputs)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: outputs is NULL", OP_RUN);
+    if (cols == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", OP_RUN);
+    oclf_path path;
+    int vec, wgs;
+    if ((st = run_config(ctx, e, choice, &path, &vec, &wgs)))
+        return st;
+
+    oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
+    for (unsigned i = 0; i < e->n_inputs; i++)
+        if ((st = check_input(ctx, &e->inputs[i], i, &inputs[i], rows, cols, &in[i])))
+            return st;
+    for (unsigned j = 0; j < e->n_outputs; j++) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: output %u", OP_RUN, j);
+        if ((st = oclf_check_2d(ctx, what, outputs[j], rows, cols,
+                                oclf_dtype_size(e->outputs[j].dtype), &out[j])))
+            return st;
+        for (unsigned k = 0; k < j; k++)
+            if (oclf_overlap(&out[j], &out[k]))
+                return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: output %u overlaps output %u",
+                                 OP_RUN, j, k);
+        /* In place is safe only element for element: the same elements of
+         * a matrix input of the same dtype, read before written by the one
+         * work-item that owns them. */
+        for (unsigned i = 0; i < e->n_inputs; i++) {
+            if (e->inputs[i].kind == OCLF_EXPR_SCALAR || !oclf_overlap(&out[j], &in[i]))
+                continue;
+            if (e->inputs[i].kind == OCLF_EXPR_MATRIX && e->inputs[i].dtype == e->outputs[j].dtype &&
+                oclf_same_range(&out[j], &in[i]) && path == OCLF_PATH_FUSED)
+                continue;
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: output %u overlaps input %u",
+                             OP_RUN, j, i);
+        }
+    }
+    /* dropout p from a scalar is checked per call. */
+    for (int k = 0; k < e->graph.n_nodes; k++) {
+        const oclf_xnode *n = &e->graph.node[k];
+        if (n->op != XOP_DROPOUT)
+            continue;
+        const oclf_xnode *pn = &e->graph.node[n->a[1]];
+        if (pn->op == XOP_INPUT) {
+            float p = inputs[pn->input].scalar;
+            if (!(p >= 0.0f && p < 1.0f))
+                return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                                 "%s: input %d (dropout p) = %g is outside [0, 1)", OP_RUN,
+                                 pn->input, (double)p);
+        }
+    }
+    const size_t nch = (cols + (size_t)vec - 1) / (size_t)vec;
+    if (rows && (rows > SIZE_MAX / nch / 2 || rows > UINT64_MAX / cols / 2))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu x %zu exceeds the launch range", OP_RUN,
+                         rows, cols);
+    if (path == OCLF_PATH_UNFUSED && rows > SIZE_MAX / cols / sizeof(float))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporaries of %zu x %zu floats", OP_RUN,
+                         rows, cols);
+    oclf_program *prog;
+    if ((st = expr_program(ctx, e, vec, wgs, &prog)))
+        return st;
+    if (rows == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    /* Arguments in the generated order: inputs, outputs, shape, seed,
+     * offset, then (unfused) a temporary per operation. */
+    oclf_arg args[3 * OCLF_EXPR_MAX_INPUTS + 3 * OCLF_EXPR_MAX_OUTPUTS + 4 + OCLF_EXPR_MAX_NODES];
+    cl_ulong ioff[OCLF_EXPR_MAX_INPUTS], istr[OCLF_EXPR_MAX_INPUTS];
+    cl_ulong ooff[OCLF_EXPR_MAX_OUTPUTS], ostr[OCLF_EXPR_MAX_OUTPUTS];
+    cl_mem temps[OCLF_EXPR_MAX_NODES] = {0};
+    unsigned na = 0;
+    for (unsigned i = 0; i < e->n_inputs; i++) {
+        const oclf_expr_decl *d = &e->inputs[i];
+        if (d->kind == OCLF_EXPR_SCALAR) {
+            args[na++] = OCLF_ARG(inputs[i].scalar);
+            continue;
+        }
+        ioff[i] = in[i].offset;
+        istr[i] = in[i].stride;
+        args[na++] = OCLF_ARG(in[i].mem);
+        args[na++] = OCLF_ARG(ioff[i]);
+        if (d->kind == OCLF_EXPR_MATRIX)
+            args[na++] = OCLF_ARG(istr[i]);
+    }
+    for (unsigned j = 0; j < e->n_outputs; j++) {
+        ooff[j] = out[j].offset;
+        ostr[j] = out[j].stride;
+        args[na++] = OCLF_ARG(out[j].mem);
+        args[na++] = OCLF_ARG(ooff[j]);
+        args[na++] = OCLF_ARG(ostr[j]);
+    }
+    cl_ulong nrows = rows, ncols = cols, s = seed, o = offset;
+    args[na++] = OCLF_ARG(nrows);
+    args[na++] = OCLF_ARG(ncols);
+    args[na++] = OCLF_ARG(s);
+    args[na++] = OCLF_ARG(o);
+    const size_t local = (size_t)wgs, global = oclf_round_up(rows * nch, local);
+
+    if (path == OCLF_PATH_FUSED)
+        return oclf_enqueue(ctx, queue, prog, "expr_fused", args, na, global, local, num_events,
+                            wait_list, event);
+
+    const oclf_xgraph *g = &e->graph;
+    for (int k = 0; k < g->n_nodes && st == OCLF_SUCCESS; k++) {
+        if (g->node[k].op <= XOP_CONST)
+            continue;
+        if (g->node[k].uses)
+            st = oclf_temp_buffer(ctx, rows * cols * sizeof(float), &temps[k]);
+        args[na++] = OCLF_ARG(temps[k]);
+    }
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    int leaves = 0;
+    for (int k = 0; k < g->n_nodes && st == OCLF_SUCCESS; k++) {
+        if (g->node[k].op <= XOP_CONST)
+            continue;
+        char name[32];
+        snprintf(name, sizeof name, "expr_node%d", k);
+        st = oclf_chain_launch(&ch, prog, name, args, na, global, local);
+    }
+    for (int j = 0; j < g->n_outputs; j++)
+        leaves |= g->node[g->output[j]].op <= XOP_CONST;
+    if (st == OCLF_SUCCESS && leaves)
+        st = oclf_chain_launch(&ch, prog, "expr_leaves", args, na, global, local);
+    for (int k = 0; k < g->n_nodes; k++)
+        if (temps[k])
+            clReleaseMemObject(temps[k]); /* freed once the launches finish */
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}

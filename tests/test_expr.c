@@ -1,0 +1,534 @@
+/*
+ * Elementwise expressions: every operator and function against an fp64
+ * reference written here per case, dtype mixes, broadcasts, strides, 0/1
+ * rows, shared intermediates, both paths, Philox dropout (known answers,
+ * exact masks, keep fraction), every source error with its position, bad
+ * run arguments, and compiled objects reused across calls.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { X, Y, B, S, K, NIN };
+
+/* x, y: [rows, cols]; b: row vector; s: column vector; k: scalar. */
+static oclf_expr_decl decl[NIN] = {
+    {"x", OCLF_EXPR_MATRIX, OCLF_F32}, {"y", OCLF_EXPR_MATRIX, OCLF_F32},
+    {"b", OCLF_EXPR_ROW, OCLF_F32},    {"s", OCLF_EXPR_COL, OCLF_F32},
+    {"k", OCLF_EXPR_SCALAR, OCLF_F32},
+};
+
+typedef double (*ref_fn)(double x, double y, double b, double s, double k);
+
+static double gelu(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
+static double sigm(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+typedef struct xcase {
+    const char *src;
+    ref_fn ref;
+} xcase;
+
+static double r_add(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return x + y; }
+static double r_sub_mul(double x, double y, double b, double s, double k) { (void)s; (void)k; return x - y * b; }
+static double r_div(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return x / (fabs(y) + 1); }
+static double r_neg(double x, double y, double b, double s, double k) { (void)y; (void)b; return -x * k + s; }
+static double r_cmp(double x, double y, double b, double s, double k)
+{
+    (void)b; (void)s; (void)k;
+    return (x < y) + 2 * (x <= y) + 4 * (x > y) + 8 * (x >= y) + 16 * (x == x) + 32 * (x != y);
+}
+static double r_sel(double x, double y, double b, double s, double k) { (void)s; (void)k; return x > 0 ? y : b; }
+static double r_exp(double x, double y, double b, double s, double k) { (void)y; (void)b; (void)s; (void)k; return exp(x) + expm1(x); }
+static double r_log(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return log(fabs(x) + 0.5) + log1p(fabs(y)); }
+static double r_sqrt(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return sqrt(fabs(x)) + 1 / sqrt(fabs(y) + 0.25); }
+static double r_tanh(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return tanh(x) + erf(y) + fabs(x - y); }
+static double r_act(double x, double y, double b, double s, double k)
+{
+    (void)b; (void)s; (void)k;
+    return sigm(x) + (y < 0 ? 0 : y) + x * sigm(x);
+}
+static double r_gelu(double x, double y, double b, double s, double k)
+{
+    (void)b; (void)s; (void)k;
+    return gelu(x) + 0.5 * y * (1 + tanh(0.79788456080286536 * (y + 0.044715 * y * y * y)));
+}
+static double r_minmax(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return fmin(x, y) + 3 * fmax(x, y); }
+static double r_pow(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return pow(fabs(x) + 0.1, y); }
+static double r_clamp(double x, double y, double b, double s, double k) { (void)y; (void)b; (void)s; (void)k; return fmin(fmax(x, -0.5), 0.5); }
+static double r_lit(double x, double y, double b, double s, double k) { (void)y; (void)b; (void)s; (void)k; return x * 3.0 + 0.1 + 0.25; }
+static double r_dag(double x, double y, double b, double s, double k) { (void)b; (void)s; (void)k; return exp(x) + exp(x) * y; }
+static double r_softplus(double x, double y, double b, double s, double k) { (void)y; (void)b; (void)s; (void)k; return log(exp(x) + 1); }
+
+static const xcase cases[] = {
+    {"out = x + y;", r_add},
+    {"out = x - y * b;", r_sub_mul},
+    {"out = x / (abs(y) + 1);", r_div},
+    {"out = -x * k + s;", r_neg},
+    {"out = (x < y) + 2*(x <= y) + 4*(x > y) + 8*(x >= y) + 16*(x == x) + 32*(x != y);", r_cmp},
+    {"out = x > 0 ? y : b;", r_sel},
+    {"out = exp(x) + expm1(x);", r_exp},
+    {"out = log(abs(x) + 0.5) + log1p(abs(y));", r_log},
+    {"out = sqrt(abs(x)) + rsqrt(abs(y) + 0.25);", r_sqrt},
+    {"out = tanh(x) + erf(y) + abs(x - y);", r_tanh},
+    {"out = sigmoid(x) + relu(y) + silu(x);", r_act},
+    {"out = gelu(x) + gelu_tanh(y);", r_gelu},
+    {"out = min(x, y) + 3 * max(x, y);", r_minmax},
+    {"out = pow(abs(x) + 0.1, y);", r_pow},
+    {"out = clamp(x, -0.5, 0.5);", r_clamp},
+    {"out = x * 0x1.8p1 + 1e-1 + .25;", r_lit},
+    {"# shared intermediate\nt = exp(x);\nout = t + t * y;", r_dag},
+    {"out = log(exp(x) + 1);", r_softplus},
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+
+/* Device buffers of one run: x, y strided and offset, b, s packed, out
+ * strided; host copies of the stored values. */
+typedef struct bufs {
+    size_t rows, cols, xs, ys, os, xo, yo, oo;
+    void *hx, *hy, *hb, *hs;
+    cl_mem x, y, b, s, out;
+} bufs;
+
+static void bufs_make(bufs *u, size_t rows, size_t cols, oclf_dtype dx, oclf_dtype dy, oclf_dtype dout)
+{
+    memset(u, 0, sizeof *u);
+    u->rows = rows;
+    u->cols = cols;
+    u->xs = cols + 3, u->xo = 2;
+    u->ys = cols, u->yo = 0;
+    u->os = cols + 1, u->oo = 1;
+    size_t nx = u->xo + u->xs * (rows ? rows : 1), ny = u->ys * (rows ? rows : 1) + 1;
+    u->hx = th_random(dx, nx, -2, 2);
+    u->hy = th_random(dy, ny, -2, 2);
+    u->hb = th_random(dx, cols, -2, 2);
+    u->hs = th_random(dy, rows + 1, -2, 2);
+    u->x = th_upload(u->hx, nx * oclf_dtype_size(dx));
+    u->y = th_upload(u->hy, ny * oclf_dtype_size(dy));
+    u->b = th_upload(u->hb, cols * oclf_dtype_size(dx));
+    u->s = th_upload(u->hs, (rows + 1) * oclf_dtype_size(dy));
+    size_t no = (u->oo + u->os * (rows ? rows : 1)) * oclf_dtype_size(dout);
+    void *z = calloc(1, no);
+    u->out = th_upload(z, no);
+    free(z);
+}
+
+static void bufs_free(bufs *u)
+{
+    free(u->hx), free(u->hy), free(u->hb), free(u->hs);
+    clReleaseMemObject(u->x), clReleaseMemObject(u->y), clReleaseMemObject(u->b);
+    clReleaseMemObject(u->s), clReleaseMemObject(u->out);
+}
+
+static void args_of(const bufs *u, float k, oclf_expr_arg a[NIN])
+{
+    memset(a, 0, NIN * sizeof *a);
+    a[X].buf = (oclf_buf){u->x, u->xo, u->xs};
+    a[Y].buf = (oclf_buf){u->y, u->yo, u->ys};
+    a[B].buf = (oclf_buf){u->b, 0, 0};
+    a[S].buf = (oclf_buf){u->s, 0, 0};
+    a[K].scalar = k;
+}
+
+static void check_case(const xcase *c, oclf_dtype dx, oclf_dtype dy, oclf_dtype dout, size_t rows,
+                       size_t cols, const oclf_choice *choice)
+{
+    th_env *env = th_get();
+    oclf_expr_decl in[NIN];
+    memcpy(in, decl, sizeof in);
+    in[X].dtype = in[B].dtype = dx;
+    in[Y].dtype = in[S].dtype = dy;
+    oclf_expr_decl out = {"out", OCLF_EXPR_MATRIX, dout};
+    oclf_expr *e = NULL;
+    TH_OK(oclf_expr_compile(env->ctx, c->src, in, NIN, &out, 1, &e));
+    bufs u;
+    bufs_make(&u, rows, cols, dx, dy, dout);
+    const float k = 0.75f;
+    oclf_expr_arg a[NIN];
+    args_of(&u, k, a);
+    oclf_buf ob = {u.out, u.oo, u.os};
+    TH_OK(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 1, 0, choice, 0, NULL, NULL));
+    const size_t el = oclf_dtype_size(dout), nbytes = (u.oo + u.os * (rows ? rows : 1)) * el;
+    unsigned char *got = malloc(nbytes);
+    th_download(u.out, got, nbytes);
+    double *ref = malloc((rows * cols + 1) * sizeof *ref);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++)
+            ref[r * cols + j] = c->ref(oclf_ref_get(dx, u.hx, u.xo + r * u.xs + j),
+                                       oclf_ref_get(dy, u.hy, u.yo + r * u.ys + j),
+                                       oclf_ref_get(dx, u.hb, j), oclf_ref_get(dy, u.hs, r), k);
+    size_t first = 0;
+    double maxerr = 0;
+    size_t bad = oclf_ref_compare(dout, got + u.oo * el, u.os, ref, rows, cols, &first, &maxerr);
+    ck_assert_msg(bad == 0, "%s (%s,%s->%s, %zux%zu, path %d): %zu bad, first %zu, max err %g",
+                  c->src, oclf_dtype_name(dx), oclf_dtype_name(dy), oclf_dtype_name(dout), rows,
+                  cols, choice ? (int)choice->path : 0, bad, first, maxerr);
+    /* Padding between rows and before the first is never written. */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = cols; j < u.os; j++)
+            for (size_t byte = 0; byte < el; byte++)
+                ck_assert_int_eq(got[(u.oo + r * u.os + j) * el + byte], 0);
+    for (size_t byte = 0; byte < u.oo * el; byte++)
+        ck_assert_int_eq(got[byte], 0);
+    free(got);
+    free(ref);
+    bufs_free(&u);
+    oclf_expr_release(e);
+}
+
+/* Every case with x in each dtype, y in the next one, out in x's; fused
+ * and unfused. */
+START_TEST(test_cases)
+{
+    const xcase *c = &cases[_i % NCASES];
+    const oclf_dtype dx = dtypes[_i / NCASES], dy = dtypes[(_i / NCASES + 1) % 3];
+    oclf_choice fused = th_choice(OCLF_PATH_FUSED), unfused = th_choice(OCLF_PATH_UNFUSED);
+    check_case(c, dx, dy, dx, 5, 37, &fused);
+    check_case(c, dx, dy, dx, 5, 37, &unfused);
+}
+END_TEST
+
+/* Output dtypes differing from the inputs, 0 and 1 rows, widths below and
+ * across the vector width, every VEC. */
+START_TEST(test_shapes)
+{
+    const xcase *c = &cases[1]; /* x - y * b: two matrices and a row vector */
+    static const size_t rows[] = {0, 1, 3}, cols[] = {1, 7, 33};
+    static const int vecs[] = {1, 2, 4, 8, 16};
+    for (int d = 0; d < 3; d++)
+        for (size_t ri = 0; ri < 3; ri++)
+            for (size_t ci = 0; ci < 3; ci++) {
+                oclf_choice ch = th_choice(ci == 1 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+                oclf_params_set(&ch.params, "VEC", vecs[(ri * 3 + ci + (size_t)d) % 5]);
+                check_case(c, OCLF_F32, dtypes[d], dtypes[(d + 1) % 3], rows[ri], cols[ci], &ch);
+            }
+    check_case(&cases[3], OCLF_F16, OCLF_BF16, OCLF_F32, 9, 21, NULL); /* column vector, scalar */
+}
+END_TEST
+
+/* Random123's published known answers for Philox4x32-10. */
+START_TEST(test_philox_kat)
+{
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
+    };
+    for (int i = 0; i < 3; i++) {
+        uint32_t out[4];
+        oclf_ref_philox4x32_10(kat[i], kat[i] + 4, out);
+        for (int w = 0; w < 4; w++)
+            ck_assert_msg(out[w] == kat[i][6 + w], "vector %d word %d: %08x != %08x", i, w,
+                          out[w], kat[i][6 + w]);
+    }
+}
+END_TEST
+
+/* Runs `src` (x: f32 matrix, p: scalar) on rows x cols and returns the
+ * packed f32 output. */
+static float *run_dropout(const char *src, size_t rows, size_t cols, const float *hx, float p,
+                          uint64_t seed, uint64_t offset, const oclf_choice *choice)
+{
+    th_env *env = th_get();
+    const oclf_expr_decl in[2] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32}, {"p", OCLF_EXPR_SCALAR, OCLF_F32}};
+    const oclf_expr_decl out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e = NULL;
+    TH_OK(oclf_expr_compile(env->ctx, src, in, 2, &out, 1, &e));
+    cl_mem x = th_upload(hx, rows * cols * sizeof(float)), y = th_alloc(rows * cols * sizeof(float));
+    oclf_expr_arg a[2] = {{{x, 0, 0}, 0}, {{NULL, 0, 0}, p}};
+    oclf_buf ob = {y, 0, 0};
+    TH_OK(oclf_expr_run(e, env->queue, rows, cols, a, &ob, seed, offset, choice, 0, NULL, NULL));
+    float *got = malloc(rows * cols * sizeof *got);
+    th_download(y, got, rows * cols * sizeof(float));
+    clReleaseMemObject(x);
+    clReleaseMemObject(y);
+    oclf_expr_release(e);
+    return got;
+}
+
+/* The mask is the reference's, bit for bit, on both paths and every VEC;
+ * two dropouts draw from two streams; the offset shifts the counter. */
+START_TEST(test_dropout_exact)
+{
+    const size_t rows = 7, cols = 45;
+    float *hx = th_random(OCLF_F32, rows * cols, 0.5f, 2);
+    const uint64_t seed = 0x0123456789abcdefull, offset = 0xfffffffffffffff0ull; /* wraps */
+    const char *src = "y = dropout(x, p) + dropout(x, 0.5);";
+    static const int vecs[] = {1, 4, 16};
+    for (int v = 0; v < 3; v++)
+        for (int path = 1; path <= 2; path++) {
+            oclf_choice ch = th_choice((oclf_path)path);
+            oclf_params_set(&ch.params, "VEC", vecs[v]);
+            float *got = run_dropout(src, rows, cols, hx, 0.3f, seed, offset, &ch);
+            for (size_t i = 0; i < rows * cols; i++) {
+                const uint64_t n = i + offset;
+                const double want = oclf_ref_dropout(hx[i], 0.3f, seed, n, 0) +
+                                    oclf_ref_dropout(hx[i], 0.5f, seed, n, 1);
+                ck_assert_msg(fabs(got[i] - want) <= 1e-5 * (1 + fabs(want)),
+                              "element %zu (VEC %d, path %d): %g != %g", i, vecs[v], path,
+                              (double)got[i], want);
+            }
+            free(got);
+        }
+    /* Row 1 of a run at offset 0 is row 0 of a run at offset cols. */
+    float *a = run_dropout("y = dropout(x, p);", 2, cols, hx, 0.5f, 9, 0, NULL);
+    float *b = run_dropout("y = dropout(x, p);", 1, cols, hx + cols, 0.5f, 9, cols, NULL);
+    ck_assert_int_eq(memcmp(a + cols, b, cols * sizeof(float)), 0);
+    /* p = 0 is the identity. */
+    float *c = run_dropout("y = dropout(x, p);", rows, cols, hx, 0.0f, 9, 0, NULL);
+    ck_assert_int_eq(memcmp(c, hx, rows * cols * sizeof(float)), 0);
+    free(a), free(b), free(c), free(hx);
+}
+END_TEST
+
+/* Keep fraction within 5 standard deviations of 1 - p; kept values scaled
+ * by exactly 1 / (1 - p). */
+START_TEST(test_dropout_statistics)
+{
+    const size_t rows = 256, cols = 1024, n = rows * cols;
+    float *hx = malloc(n * sizeof *hx);
+    for (size_t i = 0; i < n; i++)
+        hx[i] = 1.0f;
+    static const float ps[] = {0.1f, 0.5f, 0.9f};
+    for (int t = 0; t < 3; t++) {
+        const float p = ps[t];
+        float *got = run_dropout("y = dropout(x, p);", rows, cols, hx, p, 1234 + (uint64_t)t, 0, NULL);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (got[i] != 0.0f) {
+                kept++;
+                ck_assert_msg(fabs(got[i] - 1.0 / (1.0 - p)) <= 1e-6 / (1.0 - p), "kept %g", (double)got[i]);
+            }
+        }
+        const double q = 1.0 - p, sd = sqrt(p * q / (double)n);
+        ck_assert_msg(fabs((double)kept / (double)n - q) <= 5 * sd, "p %g: kept %zu of %zu", (double)p,
+                      kept, n);
+        free(got);
+    }
+    free(hx);
+}
+END_TEST
+
+typedef struct err_case {
+    const char *src, *want;
+} err_case;
+
+START_TEST(test_source_errors)
+{
+    th_env *env = th_get();
+    static const err_case errs[] = {
+        {"out = x + ;", "1:11: expected a number"},
+        {"out = foo(x);", "1:7: unknown function 'foo'"},
+        {"out = z;", "1:7: unknown name 'z'"},
+        {"out = exp(x, y);", "1:7: exp takes 1 argument, not 2"},
+        {"out = clamp(x);", "1:7: clamp takes 3 arguments, not 1"},
+        {"t = x;", "1:7: output 'out' has no statement"},
+        {"a = c + 1;\nc = a;\nout = a;", "2:5: 'a' depends on itself"},
+        {"out = x $ y;", "1:9: unexpected character '$'"},
+        {"out = 1.5e;", "1:7: malformed number"},
+        {"out = 0x;", "1:7: malformed number"},
+        {"out = 1e39;", "1:7: number out of the float range"},
+        {"out = dropout(x, 1.5);", "1:18: dropout p must be in [0, 1)"},
+        {"out = dropout(x, y);", "1:18: dropout p must be a number or a scalar input"},
+        {"out = x;\nout = y;", "2:1: 'out' is assigned twice"},
+        {"x = y;\nout = x;", "1:1: 'x' is an input"},
+        {"out = x\n  + y", "2:6: expected ';'"},
+        {"out x;", "1:5: expected '='"},
+        {"exp = x;", "1:1: 'exp' is a function"},
+        {"out = (x;", "1:9: expected ')'"},
+    };
+    oclf_expr_decl out = {"out", OCLF_EXPR_MATRIX, OCLF_F32};
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
+        oclf_expr *e = (oclf_expr *)&out; /* must come back NULL */
+        oclf_status st = oclf_expr_compile(env->ctx, errs[i].src, decl, NIN, &out, 1, &e);
+        ck_assert_msg(st == OCLF_INVALID_ARGUMENT, "%s: %s", errs[i].src, oclf_status_string(st));
+        ck_assert_ptr_null(e);
+        const char *msg = oclf_last_error(env->ctx);
+        ck_assert_msg(strstr(msg, errs[i].want) && strstr(msg, "oclf_expr_compile"),
+                      "%s: '%s' lacks '%s'", errs[i].src, msg, errs[i].want);
+    }
+    /* The limits. */
+    char *big = malloc(40000);
+    size_t n = (size_t)sprintf(big, "out = ");
+    for (int i = 0; i < 100; i++)
+        big[n++] = '(';
+    big[n++] = 'x';
+    for (int i = 0; i < 100; i++)
+        big[n++] = ')';
+    strcpy(big + n, ";");
+    oclf_expr *e = NULL;
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, big, decl, NIN, &out, 1, &e), OCLF_INVALID_ARGUMENT,
+                   "nested more than 64", ck_assert_ptr_null(e));
+    n = (size_t)sprintf(big, "out = x");
+    for (int i = 0; i < 300; i++)
+        n += (size_t)sprintf(big + n, " + %d", i);
+    strcpy(big + n, ";");
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, big, decl, NIN, &out, 1, &e), OCLF_INVALID_ARGUMENT,
+                   "more than 256", ck_assert_ptr_null(e));
+    n = 0;
+    for (int i = 0; i < 65; i++)
+        n += (size_t)sprintf(big + n, "t%d = x;\n", i);
+    strcpy(big + n, "out = x;");
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, big, decl, NIN, &out, 1, &e), OCLF_INVALID_ARGUMENT,
+                   "65:1: more than 64 statements", ck_assert_ptr_null(e));
+    memset(big, ' ', 20000);
+    strcpy(big + 20000, "out = x;");
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, big, decl, NIN, &out, 1, &e), OCLF_INVALID_ARGUMENT,
+                   "source longer than 16384", ck_assert_ptr_null(e));
+    free(big);
+    /* Declarations. */
+    oclf_expr_decl bad[2] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32}, {"x", OCLF_EXPR_ROW, OCLF_F32}};
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, "out = x;", bad, 2, &out, 1, &e),
+                   OCLF_INVALID_ARGUMENT, "declared twice", ck_assert_ptr_null(e));
+    bad[1].name = "2x";
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, "out = x;", bad, 2, &out, 1, &e),
+                   OCLF_INVALID_ARGUMENT, "not an identifier", ck_assert_ptr_null(e));
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, "out = x;", decl, NIN, &out, 0, &e),
+                   OCLF_INVALID_ARGUMENT, "no outputs", ck_assert_ptr_null(e));
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, NULL, decl, NIN, &out, 1, &e),
+                   OCLF_INVALID_ARGUMENT, "source is NULL", ck_assert_ptr_null(e));
+}
+END_TEST
+
+/* Bad run arguments: a status, a sentence, and the output untouched. */
+START_TEST(test_run_errors)
+{
+    th_env *env = th_get();
+    const oclf_expr_decl in[2] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32}, {"p", OCLF_EXPR_SCALAR, OCLF_F32}};
+    const oclf_expr_decl out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e = NULL;
+    TH_OK(oclf_expr_compile(env->ctx, "y = dropout(x * 2, p);", in, 2, &out, 1, &e));
+    const size_t rows = 4, cols = 9, bytes = rows * cols * sizeof(float);
+    float *hx = th_random(OCLF_F32, rows * cols, -1, 1), *sentinel = malloc(bytes), *got = malloc(bytes);
+    for (size_t i = 0; i < rows * cols; i++)
+        sentinel[i] = 42.0f;
+    cl_mem x = th_upload(hx, bytes), y = th_upload(sentinel, bytes), small = th_alloc(bytes / 2);
+    oclf_expr_arg a[2] = {{{x, 0, 0}, 0}, {{NULL, 0, 0}, 0.5f}};
+    oclf_buf ob = {y, 0, 0};
+#define UNTOUCHED                                                  \
+    do {                                                           \
+        th_download(y, got, bytes);                                \
+        ck_assert_int_eq(memcmp(got, sentinel, bytes), 0);         \
+    } while (0)
+    a[1].scalar = 1.0f;
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 0, 0, NULL, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "dropout p", UNTOUCHED);
+    a[1].scalar = 0.5f;
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "VEC", 3);
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 0, 0, &ch, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "VEC = 3", UNTOUCHED);
+    oclf_buf sb = {small, 0, 0};
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &sb, 0, 0, NULL, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "output 0", UNTOUCHED);
+    a[0].buf.mem = small;
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 0, 0, NULL, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "input 0", UNTOUCHED);
+    a[0].buf.mem = y; /* shifted by one element: overlaps without being in place */
+    a[0].buf.offset = 1;
+    oclf_expr_arg a2[2] = {{{y, 1, cols}, 0}, {{NULL, 0, 0}, 0.5f}};
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows - 1, cols, a2, &ob, 0, 0, NULL, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "overlaps input 0", UNTOUCHED);
+    a[0].buf = (oclf_buf){x, 0, 0};
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, 0, a, &ob, 0, 0, NULL, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "cols is 0", UNTOUCHED);
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, NULL, 0, 0, NULL, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "outputs is NULL", UNTOUCHED);
+    ck_assert_int_eq(oclf_expr_run(NULL, env->queue, rows, cols, a, &ob, 0, 0, NULL, 0, NULL, NULL),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "expr is NULL"));
+    /* Zero rows: nothing written, an event still produced. */
+    cl_event ev = NULL;
+    TH_OK(oclf_expr_run(e, env->queue, 0, cols, a, &ob, 0, 0, NULL, 0, NULL, &ev));
+    ck_assert_ptr_nonnull(ev);
+    clWaitForEvents(1, &ev);
+    clReleaseEvent(ev);
+    UNTOUCHED;
+    /* In place (same elements, same dtype) is allowed. */
+    oclf_expr_arg a3[2] = {{{y, 0, 0}, 0}, {{NULL, 0, 0}, 0.0f}};
+    TH_OK(oclf_expr_run(e, env->queue, rows, cols, a3, &ob, 0, 0, NULL, 0, NULL, NULL));
+    th_download(y, got, bytes);
+    for (size_t i = 0; i < rows * cols; i++)
+        ck_assert_float_eq(got[i], 84.0f);
+#undef UNTOUCHED
+    clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(small);
+    free(hx), free(sentinel), free(got);
+    oclf_expr_release(e);
+}
+END_TEST
+
+/* One object run many times with new scalars; names never reach the key:
+ * the same graph under other names is the same program (no new build),
+ * and two outputs share one intermediate. */
+START_TEST(test_reuse_and_canonical)
+{
+    th_env *env = th_get();
+    const oclf_expr_decl in1[2] = {{"secret_input", OCLF_EXPR_MATRIX, OCLF_F32}, {"k", OCLF_EXPR_SCALAR, OCLF_F32}};
+    const oclf_expr_decl in2[2] = {{"a", OCLF_EXPR_MATRIX, OCLF_F32}, {"s", OCLF_EXPR_SCALAR, OCLF_F32}};
+    const oclf_expr_decl o1[2] = {{"first", OCLF_EXPR_MATRIX, OCLF_F32}, {"second", OCLF_EXPR_MATRIX, OCLF_F16}};
+    const oclf_expr_decl o2[2] = {{"u", OCLF_EXPR_MATRIX, OCLF_F32}, {"v", OCLF_EXPR_MATRIX, OCLF_F16}};
+    oclf_expr *e1 = NULL, *e2 = NULL;
+    TH_OK(oclf_expr_compile(env->ctx, "hidden = relu(secret_input) * k;\nfirst = hidden + 1;\nsecond = hidden * hidden;",
+                            in1, 2, o1, 2, &e1));
+    oclf_context_stats before, after;
+    TH_OK(oclf_context_get_stats(env->ctx, &before));
+    TH_OK(oclf_expr_compile(env->ctx, "v = w * w; w = relu(a) * s; u = w + 1;", in2, 2, o2, 2, &e2));
+    TH_OK(oclf_context_get_stats(env->ctx, &after));
+    ck_assert_str_eq(oclf_expr_canonical(e1), oclf_expr_canonical(e2));
+    ck_assert_ptr_null(strstr(oclf_expr_canonical(e1), "secret"));
+    ck_assert_ptr_null(strstr(oclf_expr_canonical(e1), "hidden"));
+    ck_assert_uint_eq(after.programs_compiled + after.programs_from_disk,
+                      before.programs_compiled + before.programs_from_disk);
+    const size_t rows = 3, cols = 11, n = rows * cols;
+    float *hx = th_random(OCLF_F32, n, -2, 2), *g1 = malloc(n * 4);
+    uint16_t *g2 = malloc(n * 2);
+    cl_mem x = th_upload(hx, n * 4), y1 = th_alloc(n * 4), y2 = th_alloc(n * 2);
+    for (int call = 0; call < 3; call++) {
+        const float k = 0.5f + (float)call;
+        oclf_expr_arg a[2] = {{{x, 0, 0}, 0}, {{NULL, 0, 0}, k}};
+        oclf_buf ob[2] = {{y1, 0, 0}, {y2, 0, 0}};
+        oclf_choice ch = th_choice(call == 1 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+        TH_OK(oclf_expr_run(call == 2 ? e2 : e1, env->queue, rows, cols, a, ob, 0, 0, &ch, 0, NULL, NULL));
+        th_download(y1, g1, n * 4);
+        th_download(y2, g2, n * 2);
+        double r1[64], r2[64];
+        for (size_t i = 0; i < n; i++) {
+            float h = (hx[i] < 0 ? 0.0f : hx[i]) * k;
+            r1[i] = (double)h + 1;
+            r2[i] = (double)h * h;
+        }
+        ck_assert_uint_eq(oclf_ref_compare(OCLF_F32, g1, cols, r1, rows, cols, NULL, NULL), 0);
+        ck_assert_uint_eq(oclf_ref_compare(OCLF_F16, g2, cols, r2, rows, cols, NULL, NULL), 0);
+    }
+    clReleaseMemObject(x), clReleaseMemObject(y1), clReleaseMemObject(y2);
+    free(hx), free(g1), free(g2);
+    oclf_expr_release(e1);
+    oclf_expr_release(e2);
+}
+END_TEST
+
+static Suite *expr_suite(void)
+{
+    Suite *s = suite_create("expr");
+    TCase *t = tcase_create("kernels");
+    tcase_set_timeout(t, 0);
+    tcase_add_loop_test(t, test_cases, 0, (int)NCASES * 3);
+    tcase_add_test(t, test_shapes);
+    tcase_add_test(t, test_philox_kat);
+    tcase_add_test(t, test_dropout_exact);
+    tcase_add_test(t, test_dropout_statistics);
+    tcase_add_test(t, test_reuse_and_canonical);
+    suite_add_tcase(s, t);
+    TCase *b = tcase_create("errors");
+    tcase_add_test(b, test_source_errors);
+    tcase_add_test(b, test_run_errors);
+    suite_add_tcase(s, b);
+    return s;
+}
+
+int main(void) { return th_run_suite(expr_suite()); }
