@@ -618,17 +618,20 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "FORMULA", 1);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, &opt, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "EXACT");
-    memset(&ch, 0, sizeof ch);
-    ch.path = OCLF_PATH_FUSED;
-    oclf_params_set(&ch.params, "RB", 5);
-    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
-           OCLF_INVALID_ARGUMENT, "RB");
-    /* 3 is not among the register-block sizes the header lists */
-    memset(&ch, 0, sizeof ch);
-    ch.path = OCLF_PATH_FUSED;
-    oclf_params_set(&ch.params, "RB", 3);
-    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
-           OCLF_INVALID_ARGUMENT, "RB = 3");
+    /* One parameter out of its range each (3 is not among the
+     * register-block sizes the header lists). */
+    static const struct {
+        const char *name;
+        int64_t value;
+        const char *word;
+    } bad_params[] = {{"RB", 5, "RB"}, {"RB", 3, "RB = 3"}, {"QLOCAL", 2, "QLOCAL"},
+                      {"XNORM", 3, "XNORM"}};
+    for (size_t i = 0; i < sizeof bad_params / sizeof *bad_params; i++) {
+        ch = th_choice(OCLF_PATH_FUSED);
+        oclf_params_set(&ch.params, bad_params[i].name, bad_params[i].value);
+        EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
+               OCLF_INVALID_ARGUMENT, bad_params[i].word);
+    }
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
     oclf_params_set(&ch.params, "QB", 3);
@@ -647,16 +650,6 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "FORMULA", 0);
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "FORMULA");
-    memset(&ch, 0, sizeof ch);
-    ch.path = OCLF_PATH_FUSED;
-    oclf_params_set(&ch.params, "QLOCAL", 2);
-    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
-           OCLF_INVALID_ARGUMENT, "QLOCAL");
-    memset(&ch, 0, sizeof ch);
-    ch.path = OCLF_PATH_FUSED;
-    oclf_params_set(&ch.params, "XNORM", 3);
-    EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, NULL, &ch, 0, NULL, NULL),
-           OCLF_INVALID_ARGUMENT, "XNORM");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 16);
     oclf_params_set(&ch.params, "XSTAGE", 8); /* not a multiple of VEC */
