@@ -11,7 +11,7 @@ static int first_struct = 1, first_field;
 
 static void begin(const char *name, size_t size)
 {
-    printf("%s\n \"%s\": {\"size\": %zu, \"fields\": {", first_struct ? "{" : "},", name, size);
+    printf("%s\n \"%s\": {\"size\": %zu, \"fields\": {", first_struct ? "{" : "}},", name, size);
     first_struct = 0;
     first_field = 1;
 }
@@ -110,6 +110,6 @@ int main(void)
     /* enums are passed as int by the ctypes declarations */
     S(oclf_status);
     S(oclf_dtype);
-    printf("}\n}\n");
+    printf("}}\n}\n");
     return 0;
 }
