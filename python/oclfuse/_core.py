@@ -149,18 +149,23 @@ class Context:
         return self._ptr
 
     def close(self):
-        """Destroys the oclf_context (finish its queues first)."""
+        """Destroys the oclf_context after finishing the context's default
+        queue (finish any other queue that used it first)."""
         if getattr(self, "_ptr", None):
+            self.queue.finish()
             lib.oclf_context_destroy(self._ptr)
             self._ptr = None
 
-    __del__ = close
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may be gone already
+            pass
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.queue.finish()
         self.close()
 
     @property

@@ -63,7 +63,11 @@ class Expr:
             lib.oclf_expr_release(self._ptr)
             self._ptr = None
 
-    __del__ = release
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: modules may be gone already
+            pass
 
     def __call__(self, inputs, outputs=None, *, rows=None, cols=None, seed=0, offset=0,
                  path=None, params=None, queue=None, wait_for=None):
