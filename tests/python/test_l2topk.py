@@ -27,14 +27,14 @@ def check(dist, idx, want_d, want_i, x, q):
     pad = want_i < 0
     np.testing.assert_array_equal(dist[pad], np.float32(FLT_MAX))
     # the expansion's error: about 1e-6 (|q|^2 + |x|^2)
-    scale = (q.astype(np.float64) ** 2).sum(1)[:, None] + (x ** 2).sum(1).max()
-    np.testing.assert_allclose(dist[~pad], want_d[~pad], rtol=0,
-                               atol=1e-5 * scale.max())
+    scale = (q.astype(np.float64) ** 2).sum(1).max(initial=0) + (x ** 2).sum(1).max(initial=0)
+    np.testing.assert_allclose(dist[~pad], want_d[~pad], rtol=0, atol=1e-5 * scale)
 
 
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("nq,n,d,k", [(1, 1, 1, 1), (3, 50, 17, 5), (2, 9, 8, 12)])
+@pytest.mark.parametrize("nq,n,d,k", [(1, 1, 1, 1), (3, 50, 17, 5), (2, 9, 8, 12), (2, 0, 8, 3),
+                                     (0, 5, 4, 2)])
 def test_l2_topk(ctx, rng, dt, path, nq, n, d, k):
     q = rng.uniform(-1, 1, (nq, d)).astype(np.float32)
     x = rand(rng, (n, d), dt, -1.0, 1.0)

@@ -117,3 +117,19 @@ def test_explicit_params(ctx, rng):
     for params in ({"LAYOUT": 0, "VEC": 1}, {"LAYOUT": 1, "WGS": 16, "VEC": 4}):
         y = oclfuse.rms_norm(x, path="fused", params=params)
         assert_close(y, ref_rms(value(x, "f32"), None, 1e-6), "f32", str(params))
+
+
+def test_wait_for_and_event(queue, rng):
+    """The call waits for `wait_for` (a user event holds it back) and its event
+    is attached to the arrays it touched."""
+    import pyopencl as cl
+    x = rand(rng, (2, 32), "f32")
+    d = cla.to_device(queue, x)
+    d.finish()
+    gate = cl.UserEvent(queue.context)
+    oclfuse.rms_norm(d, out=d, wait_for=[gate])
+    evt = d.events[-1]
+    assert evt.command_execution_status != cl.command_execution_status.COMPLETE
+    gate.set_status(cl.command_execution_status.COMPLETE)
+    evt.wait()
+    assert_close(d.get(), ref_rms(value(x, "f32"), None, 1e-6), "f32")
