@@ -17,8 +17,8 @@ import ctypes
 import numpy as np
 
 from . import _capi as C
-from ._core import (Call, buf, buf_ptr, check, lib, make_choice, matrix_shape, oclf_dtype,
-                    same_dtype)
+from ._core import (Call, buf, buf_ptr, check, context_for, lib, make_choice, matrix_shape,
+                    oclf_dtype, same_dtype)
 
 _ACTS = {"silu": C.ACT_SILU, "gelu": C.ACT_GELU, "gelu_tanh": C.ACT_GELU_TANH,
          "fatrelu": C.ACT_FATRELU, "swiglu_oai": C.ACT_SWIGLU_OAI}
@@ -124,6 +124,8 @@ def act_and_mul(x, act="silu", *, act_on_second=False, threshold=0.0, alpha=1.70
     (interleaved gate/up pairs; alpha, limit). Returns out."""
     call = _start([x, out], ctx, queue, wait_for)
     rows, width = matrix_shape(x, "x")
+    if width % 2:
+        raise ValueError(f"x rows hold {width} elements: act_and_mul takes 2d per row")
     d = width // 2
     shape = (d,) if x.ndim == 1 else (rows, d)
     out, new = _out_like(call, out, shape, x.dtype)
@@ -269,7 +271,6 @@ class Shard:
         self.x_norms, self.allowed = x_norms, allowed
         self.path, self.params = path, params
         self.queue = queue if queue is not None else x.queue
-        from ._core import context_for
         self.ctx = ctx if ctx is not None else context_for(self.queue)
 
 

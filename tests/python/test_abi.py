@@ -41,3 +41,36 @@ def test_params_item(layout):
     # the anonymous struct of oclf_params.item
     size = layout["oclf_params"]["size"] - layout["oclf_params"]["fields"]["item"]
     assert ctypes.sizeof(_capi.oclf_param) * _capi.MAX_PARAMS == size
+
+
+def header_functions():
+    """{name: parameter count} of every OCLF_API function in oclfuse.h."""
+    import re
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include",
+                        "oclfuse.h")
+    text = open(path).read()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    out = {}
+    for m in re.finditer(r"OCLF_API\s+[^;(]*?\b(oclf_\w+)\s*\(([^)]*)\)\s*;", text):
+        params = m.group(2).strip()
+        out[m.group(1)] = 0 if params in ("", "void") else params.count(",") + 1
+    assert len(out) > 20, "the header's declarations were not found"
+    return out
+
+
+def test_function_arity():
+    """Every function _capi declares exists in the header with as many
+    parameters (a parameter added to a C function must reach the ctypes
+    declaration)."""
+    header = header_functions()
+    for name, (_, args) in _capi.FUNCTIONS.items():
+        assert name in header, f"{name} is declared in _capi but not in oclfuse.h"
+        assert len(args) == header[name], f"{name}: {len(args)} ctypes arguments, " \
+                                          f"{header[name]} in oclfuse.h"
+
+
+def test_every_function_wrapped():
+    missing = sorted(set(header_functions()) - set(_capi.FUNCTIONS))
+    if missing:
+        pytest.skip(f"not yet in python/oclfuse/_capi.py: {', '.join(missing)}")

@@ -114,6 +114,8 @@ def test_python_side_errors(ctx, rng):
         oclfuse.rms_norm(np.zeros((2, 4), np.float32), path="fast")
     with pytest.raises(ValueError, match="act"):
         oclfuse.act_and_mul(np.zeros((2, 4), np.float32), "relu")
+    with pytest.raises(ValueError, match="2d per row"):
+        oclfuse.act_and_mul(np.zeros((2, 5), np.float32))
 
 
 def test_bf16_helpers():

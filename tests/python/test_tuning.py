@@ -58,3 +58,21 @@ def test_explain_unknown_op(ctx):
     with pytest.raises(oclfuse.OclfError) as err:
         oclfuse.tuning_explain("no_such_op", "f32", [1, 2], ctx=ctx)
     assert err.value.status == oclfuse.INVALID_ARGUMENT and "no_such_op" in err.value.message
+
+
+def test_damaged_database_logged(queue, tmp_path, rng):
+    """A damaged context database goes to the log callback (file:line:column)
+    and the call goes on with the next source."""
+    bad = tmp_path / "damaged.json"
+    bad.write_text('{"format": 1, "records": [\n {"op": ')
+    got = []
+    c = oclfuse.Context(queue, tuning_db=bad, log=lambda level, msg: got.append((level, msg)))
+    try:
+        x = rand(rng, (2, 16), "f32")
+        y = oclfuse.rms_norm(x, ctx=c)
+        assert_close(y, value(x, "f32") / np.sqrt((value(x, "f32") ** 2).mean(1, keepdims=True)
+                                                  + 1e-6), "f32")
+        assert any("damaged.json:2:" in msg for _, msg in got), got
+        assert c.stats()["tuning_db_errors"] >= 1
+    finally:
+        c.close()
