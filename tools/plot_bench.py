@@ -89,11 +89,13 @@ def plot(rows, out, title=None):
     ops = group(rows)
     copy = statistics.median(r["copy_gbps"] for r in rows)
     n = len(ops)
-    ncols = min(n, 3)
-    nrows = math.ceil(n / ncols)
+    # panels side by side while the figure stays within about 22 inches
     widest = max(len(g) for g in ops.values())
+    panel = max(4.5, 1.35 * widest + 1.5)
+    ncols = max(1, min(n, 3, int(22 // panel)))
+    nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False,
-                             figsize=(ncols * max(4.5, 1.4 * widest + 1.5), nrows * 3.8 + 1.2))
+                             figsize=(ncols * panel, nrows * 3.8 + 1.2))
     for ax, (op, groups) in zip(axes.flat, ops.items()):
         draw_panel(ax, op, groups, copy)
     for ax in list(axes.flat)[n:]:
@@ -102,11 +104,14 @@ def plot(rows, out, title=None):
     for ax in list(axes.flat)[:n]:
         for h, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, h)
-    fig.legend(list(seen.values()), list(seen.keys()), loc="upper center", ncol=len(seen),
-               bbox_to_anchor=(0.5, 1 - 0.45 / fig.get_figheight()), frameon=False)
+    # title, then legend, then the panels, placed in inches from the top so a
+    # tall figure keeps them apart
+    h = fig.get_figheight()
     fig.suptitle(title or "oclfuse-bench: minimum bytes moved / time (bar labels: % of copy)",
-                 fontsize=12)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / fig.get_figheight()))
+                 fontsize=12, y=1 - 0.12 / h, va="top")
+    fig.legend(list(seen.values()), list(seen.keys()), loc="upper center", ncol=len(seen),
+               bbox_to_anchor=(0.5, 1 - 0.45 / h), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.85 / h))
     fig.savefig(out, dpi=110)
     plt.close(fig)
 
