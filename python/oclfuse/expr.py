@@ -2,7 +2,6 @@
 kernel (or a kernel per operation on the unfused path)."""
 import ctypes
 
-import numpy as np
 
 from . import _capi as C
 from ._core import Call, buf, check, default_context, lib, make_choice, oclf_dtype, storage_dtype

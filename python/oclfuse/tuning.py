@@ -3,7 +3,6 @@ would pick."""
 import ctypes
 import json
 
-from . import _capi as C
 from ._core import _PATHS, check, default_context, lib, oclf_dtype
 
 

@@ -1,6 +1,5 @@
 """Against PyTorch's own layer_norm, silu and gelu (skipped where PyTorch is
 not installed: python3-torch is optional)."""
-import numpy as np
 import pytest
 
 import oclfuse

@@ -1,7 +1,6 @@
 """The tuning-database functions: default path, check, merge, explain, and a
 context that follows a merged record."""
 import json
-import os
 
 import numpy as np
 import pytest
