@@ -307,13 +307,20 @@ OCLF_HIDDEN oclf_status oclf_check_vector(const oclf_context *ctx, const char *w
                                           size_t n, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
+/* Elements an operand touches in each row (or token) of `stride`
+ * elements: `count` blocks of `width` elements, `step` apart (the heads of
+ * a token; one block of a row's columns). */
+typedef struct oclf_blocks {
+    size_t count, step, width;
+} oclf_blocks;
 /* 1 when two operands that share a cl_mem and a row stride can never share
- * an element: within each period of `stride` elements, a's `a_cols` and
- * b's `b_cols` never meet (column blocks of one packed tensor, such as the
- * q and k views of a qkv buffer, overlap as byte ranges but not as
- * elements). 0 when this cannot be shown; callers then use oclf_overlap. */
-OCLF_HIDDEN int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
-                                   size_t b_cols);
+ * an element: within each period of `stride` elements their blocks never
+ * meet (column blocks of one packed tensor, such as the q and k views of a
+ * qkv buffer, or q and k heads interleaved, overlap as byte ranges but not
+ * as elements). 0 when this cannot be shown; callers then use
+ * oclf_overlap. */
+OCLF_HIDDEN int oclf_blocks_disjoint(const oclf_operand *a, oclf_blocks ab, const oclf_operand *b,
+                                     oclf_blocks bb);
 /* 1 when the two are exactly the same elements. */
 OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
 /* What every entry point checks first: a context (else the message goes to
