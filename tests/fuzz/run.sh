@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time
 # over its corpus (tests/fuzz/corpus-*/). Exit 77 (skip) when clang or its
-# fuzzer runtime is missing. Crashes are written into tests/fuzz/.
+# fuzzer runtime is missing. Crashes and new corpus entries are written
+# into the build folder ($1, crash-<target>-*), never the source tree.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$src/build/fuzz}
@@ -31,7 +32,7 @@ for t in "$out"/fuzz_*; do
   corpus="$src/tests/fuzz/corpus-$name"
   work="$out/corpus-$name"
   mkdir -p "$corpus" "$work"
-  "$t" -max_total_time="$secs" -artifact_prefix="$src/tests/fuzz/crash-$name-" \
+  "$t" -max_total_time="$secs" -artifact_prefix="$out/crash-$name-" \
        "$work" "$corpus" 2>&1 | tail -5 || status=1
 done
 exit $status
