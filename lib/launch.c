@@ -34,6 +34,7 @@ oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_
                             cl_uint num_events, const cl_event *wait_list, oclf_dtype dtype,
                             cl_event *event)
 {
+    oclf_enter(op);
     if (!ctx)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
     if (event)

@@ -15,7 +15,7 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n){return 0;}' > "
 clang -fsanitize=fuzzer "$out/probe.c" -o "$out/probe" 2>/dev/null ||
   { echo "clang's libFuzzer runtime is missing"; exit 77; }
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -I"$src/include" -I"$src/lib" -DCL_TARGET_OPENCL_VERSION=120 -std=c11
+        -I"$src/include" -I"$gen/include" -I"$src/lib" -DCL_TARGET_OPENCL_VERSION=120 -std=c11
         -D_POSIX_C_SOURCE=200809L)
 clang "${cflags[@]}" "$src/tests/fuzz/fuzz_cache.c" "$src/lib/cache_format.c" -o "$out/fuzz_cache"
 # The tuning-database parser needs the library around it (op table, errors):
