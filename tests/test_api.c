@@ -211,6 +211,16 @@ START_TEST(test_status_messages)
 }
 END_TEST
 
+/* `var`: a caller's struct of a newer layout, one field past `type`,
+ * zeroed, its size set. */
+#define NEWER_LAYOUT(type, var)                                                               \
+    struct {                                                                                  \
+        type o;                                                                               \
+        uint64_t newer_field;                                                                 \
+    } var;                                                                                    \
+    memset(&var, 0, sizeof var);                                                              \
+    var.o.size = sizeof var
+
 /* The options structs grow by their size field: a smaller (older) size
  * leaves the fields past it at their defaults, a zeroed struct is the first
  * layout, and a larger size is accepted only with a zero tail. */
@@ -247,12 +257,7 @@ START_TEST(test_context_options_size)
 
     /* a newer caller's larger struct: its zero tail is fine, a set field
      * this library does not know is refused with a sentence */
-    struct {
-        oclf_context_options o;
-        uint64_t newer_field;
-    } big;
-    memset(&big, 0, sizeof big);
-    big.o.size = sizeof big;
+    NEWER_LAYOUT(oclf_context_options, big);
     ck_assert_int_eq(oclf_context_create(e->cl, e->device, &big.o, &ctx), OCLF_SUCCESS);
     oclf_context_destroy(ctx);
     big.newer_field = 1;
@@ -297,12 +302,7 @@ START_TEST(test_l2_options_size)
     th_download(idx, got, sizeof got);
     ck_assert_int_eq(got[0], 2);
 
-    struct {
-        oclf_l2_topk_options o;
-        uint32_t newer_field;
-    } big;
-    memset(&big, 0, sizeof big);
-    big.o.size = sizeof big;
+    NEWER_LAYOUT(oclf_l2_topk_options, big);
     TH_OK(TOPK(&big.o));
     big.newer_field = 7;
     ck_assert_int_eq(TOPK(&big.o), OCLF_INVALID_ARGUMENT);
