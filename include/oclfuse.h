@@ -23,10 +23,12 @@
  *    `size_t size` so later versions can add fields without breaking
  *    callers: set it with the struct's _init function or _INIT macro (a
  *    zeroed struct, size 0, means the first layout with every default). A
- *    size smaller than this header's leaves the fields past it at their
- *    defaults; a larger one (a caller built against a newer header) is
- *    accepted when every byte past this library's layout is zero, else the
- *    call fails with OCLF_INVALID_ARGUMENT.
+ *    size smaller than this header's (an older layout's sizeof) leaves the
+ *    fields past it at their defaults; a larger one (a caller built against
+ *    a newer header) is accepted when every byte past this library's layout
+ *    is zero. Otherwise, and for a size that is no layout's sizeof (not a
+ *    multiple of the struct's alignment), the call fails with
+ *    OCLF_INVALID_ARGUMENT.
  *
  * Threads. One oclf_context may be used from any number of threads at once:
  * every operation (oclf_rms_norm ... oclf_l2_topk, oclf_expr_run),
@@ -410,8 +412,11 @@ typedef struct oclf_heads {
 
 /* Rotates q (and k when not NULL) in place, `tokens` tokens of `dtype`.
  * q and k may live in one buffer (vLLM passes views of a packed qkv) as long
- * as no element belongs to both; positions and the cache must not overlap
- * them. Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `rope`, a head
+ * as no element belongs to both: the check compares heads, so column blocks
+ * of one packed tensor and heads interleaved as q0 k0 q1 k1 ... (q at
+ * offset o, k at o + head_dim, both with head stride 2 * head_dim) qualify
+ * when the two share the token stride. Positions and the cache must not
+ * overlap them. Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `rope`, a head
  * count of 0, head_dim 0, an odd rot_dim, rot_dim 0 or > head_dim, max_pos 0,
  * a head stride below head_dim, a token stride below the heads' extent, a
  * buffer (heads, positions, cache) smaller than described, overlapping
@@ -570,8 +575,8 @@ typedef struct oclf_l2_shard {
  * ("oclf_l2_topk_sharded: shard 2: ..."). Statuses: OCLF_INVALID_ARGUMENT
  * for NULL pointers, num_shards == 0, d == 0, k == 0, q_stride < d, a shard
  * without context, queue or buffer, a queue of another context or device, a
- * negative first_id or overlapping id ranges, options with x_norms or
- * allowed; any status of oclf_l2_topk for a shard it rejects. On failure
+ * negative first_id or overlapping id ranges, options with a bad size or
+ * with x_norms or allowed; any status of oclf_l2_topk for a shard it rejects. On failure
  * dist and idx are not written. */
 OCLF_API oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t num_shards,
                                           size_t nq, size_t d, size_t k, const float *q,

@@ -100,7 +100,7 @@ oclf_status oclf_context_create(cl_context context, cl_device_id device,
 
     oclf_context_options opt;
     if ((st = oclf_options_read(NULL, "options", options, OCLF_CONTEXT_OPTIONS_FIRST_SIZE, &opt,
-                                sizeof opt))) {
+                                sizeof opt, _Alignof(oclf_context_options)))) {
         free(ctx);
         return st;
     }

@@ -57,7 +57,7 @@ oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *f
 }
 
 oclf_status oclf_options_read(const oclf_context *ctx, const char *what, const void *src,
-                              size_t first_size, void *dst, size_t dst_size)
+                              size_t first_size, void *dst, size_t dst_size, size_t align)
 {
     memset(dst, 0, dst_size);
     size_t size = first_size;
@@ -66,9 +66,13 @@ oclf_status oclf_options_read(const oclf_context *ctx, const char *what, const v
         if (size == 0)
             size = first_size;
     }
-    if (size < sizeof size)
+    /* Every layout's sizeof is a multiple of its alignment, so a size that
+     * is not could end inside a field. */
+    if (size < sizeof size || size % align)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "%s.size %zu is smaller than its own size field", what, size);
+                         "%s.size %zu is not the size of a layout of this struct (a multiple of "
+                         "%zu, at least %zu)",
+                         what, size, align, sizeof size);
     if (size > dst_size) {
         /* A newer caller's layout: fine while it sets none of the fields
          * this library does not know. */

@@ -37,14 +37,15 @@ OCLF_HIDDEN const char *oclf_entered(void);
 OCLF_HIDDEN oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Reads a caller's growable options struct (its first member `size_t
- * size`) into dst, this library's layout of dst_size bytes: size 0 means
- * the first layout (first_size bytes), fields past a smaller size take
- * their defaults (zero), and a larger size is accepted only when the bytes
- * past dst_size are zero. src NULL: all defaults. dst->size = dst_size.
+ * size`) into dst, this library's layout of dst_size bytes and alignment
+ * `align`: size 0 means the first layout (first_size bytes), fields past a
+ * smaller size take their defaults (zero), and a larger size is accepted
+ * only when the bytes past dst_size are zero; a size that is not a multiple
+ * of `align` is no layout's. src NULL: all defaults. dst->size = dst_size.
  * `what` names the argument in the error. */
 OCLF_HIDDEN oclf_status oclf_options_read(const oclf_context *ctx, const char *what,
                                           const void *src, size_t first_size, void *dst,
-                                          size_t dst_size);
+                                          size_t dst_size, size_t align);
 /* The first published layouts: these sizes never change. */
 #define OCLF_CONTEXT_OPTIONS_FIRST_SIZE (offsetof(oclf_context_options, log_user) + sizeof(void *))
 #define OCLF_L2_TOPK_OPTIONS_FIRST_SIZE                                                       \

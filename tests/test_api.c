@@ -268,7 +268,10 @@ START_TEST(test_context_options_size)
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "newer version"));
     o.size = 3; /* smaller than the size field itself */
     ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_INVALID_ARGUMENT);
-    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "options.size 3"));
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "options.size 3 is not the size"));
+    o.size = offsetof(oclf_context_options, kernel_dir) + 4; /* ends inside kernel_dir */
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "not the size of a layout"));
 #undef NORM
     clReleaseMemObject(m);
     clReleaseMemObject(y);
