@@ -99,8 +99,7 @@ oclf_status oclf_context_create(cl_context context, cl_device_id device,
     oclf_device_quirk_options(&ctx->info, ctx->quirk_options, sizeof ctx->quirk_options);
 
     oclf_context_options opt;
-    if ((st = oclf_options_read(NULL, "options", options, OCLF_CONTEXT_OPTIONS_FIRST_SIZE, &opt,
-                                sizeof opt, _Alignof(oclf_context_options)))) {
+    if ((st = oclf_context_options_read(options, &opt))) {
         free(ctx);
         return st;
     }

@@ -13,6 +13,7 @@ static _Thread_local char last_msg[8192];
 static _Thread_local const char *entry;
 
 void oclf_enter(const char *fn) { entry = fn; }
+const char *oclf_entered(void) { return entry; }
 
 /* Appends s to last_msg at *at, truncated to fit. */
 static void append(size_t *at, const char *s)
@@ -24,7 +25,6 @@ static void append(size_t *at, const char *s)
     *at += n;
     last_msg[*at] = '\0';
 }
-const char *oclf_entered(void) { return entry; }
 
 oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *fmt, ...)
 {

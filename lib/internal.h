@@ -50,6 +50,19 @@ OCLF_HIDDEN oclf_status oclf_options_read(const oclf_context *ctx, const char *w
 #define OCLF_CONTEXT_OPTIONS_FIRST_SIZE (offsetof(oclf_context_options, log_user) + sizeof(void *))
 #define OCLF_L2_TOPK_OPTIONS_FIRST_SIZE                                                       \
     (offsetof(oclf_l2_topk_options, allowed) + sizeof(const oclf_buf *))
+static inline oclf_status oclf_context_options_read(const oclf_context_options *src,
+                                                    oclf_context_options *dst)
+{
+    return oclf_options_read(NULL, "options", src, OCLF_CONTEXT_OPTIONS_FIRST_SIZE, dst,
+                             sizeof *dst, _Alignof(oclf_context_options));
+}
+static inline oclf_status oclf_l2_topk_options_read(const oclf_context *ctx,
+                                                   const oclf_l2_topk_options *src,
+                                                   oclf_l2_topk_options *dst)
+{
+    return oclf_options_read(ctx, "options", src, OCLF_L2_TOPK_OPTIONS_FIRST_SIZE, dst,
+                             sizeof *dst, _Alignof(oclf_l2_topk_options));
+}
 /* Maps an OpenCL error to a status and records "what: CL_NAME". */
 OCLF_HIDDEN oclf_status oclf_fail_cl(const oclf_context *ctx, cl_int err, const char *what);
 OCLF_HIDDEN const char *oclf_cl_error_name(cl_int err);

@@ -272,8 +272,7 @@ oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t num_shards,
                          q_stride, d);
     oclf_l2_topk_options opt;
     oclf_status st;
-    if ((st = oclf_options_read(NULL, "options", options, OCLF_L2_TOPK_OPTIONS_FIRST_SIZE, &opt,
-                                sizeof opt, _Alignof(oclf_l2_topk_options))))
+    if ((st = oclf_l2_topk_options_read(NULL, options, &opt)))
         return st;
     options = &opt;
     if (options->x_norms || options->allowed)

@@ -595,8 +595,7 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
     l2_call c;
     oclf_l2_topk_options opt;
     if ((st = oclf_check_call(ctx, "l2_topk", queue, num_events, wait_list, x_dtype, event)) ||
-        (st = oclf_options_read(ctx, "options", options, OCLF_L2_TOPK_OPTIONS_FIRST_SIZE, &opt,
-                                sizeof opt, _Alignof(oclf_l2_topk_options))) ||
+        (st = oclf_l2_topk_options_read(ctx, options, &opt)) ||
         (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, &opt, &c)))
         return st;
     options = &opt;
