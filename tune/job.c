@@ -245,7 +245,8 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
     const int anneal = strcmp(t->strategy, "anneal") == 0;
 
     const int left_jobs = t->jobs_total - t->jobs_done;
-    const double job_end = tuner_now() + (t->deadline - tuner_now()) / (left_jobs > 0 ? left_jobs : 1);
+    const double job_end =
+        tuner_now() + (t->deadline - tuner_now()) / (left_jobs > 0 ? left_jobs : 1);
     int done = 0, cur = 0;
     double temp = 0.10; /* anneal: accepts a 10% worse point with p = 1/e at first */
     for (int oi = 0; oi < n && !tuner_interrupted && (oi == 0 || tuner_now() < job_end);) {
