@@ -174,8 +174,10 @@ OCLF_API void oclf_context_destroy(oclf_context *ctx);
 OCLF_API cl_device_type oclf_context_device_type(const oclf_context *ctx);
 
 /* The detail of the last failed call on this thread for this context (pass
- * NULL after a failed oclf_context_create). Empty string when none. The
- * pointer stays valid until the next call on this thread. */
+ * NULL after a failed oclf_context_create, and for the calls without a
+ * context), starting with the failing function's name ("oclf_l2_topk: k is
+ * 0"). Empty string when none. The pointer stays valid until the next call
+ * on this thread. */
 OCLF_API const char *oclf_last_error(const oclf_context *ctx);
 
 /* Device fingerprint: "vendor|name|driver|type". Owned by the context. */
