@@ -26,9 +26,43 @@
 
 /* ---- errors --------------------------------------------------------------*/
 
-/* Records `fmt` as this thread's last error for ctx and returns status. */
+/* Every public entry point that can fail names itself first (oclf_check_call
+ * does it for the ops): oclf_fail then starts each message with that name. */
+OCLF_HIDDEN void oclf_enter(const char *fn);
+/* The name oclf_enter last recorded on this thread (NULL: none). */
+OCLF_HIDDEN const char *oclf_entered(void);
+/* Records "oclf_<entry>: " + `fmt` as this thread's last error for ctx and
+ * returns status (a message that already names a public function is kept
+ * as it is; an op's bare name in front becomes the public name). */
 OCLF_HIDDEN oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Reads a caller's growable options struct (its first member `size_t
+ * size`) into dst, this library's layout of dst_size bytes and alignment
+ * `align`: size 0 means the first layout (first_size bytes), fields past a
+ * smaller size take their defaults (zero), and a larger size is accepted
+ * only when the bytes past dst_size are zero; a size that is not a multiple
+ * of `align` is no layout's. src NULL: all defaults. dst->size = dst_size.
+ * `what` names the argument in the error. */
+OCLF_HIDDEN oclf_status oclf_options_read(const oclf_context *ctx, const char *what,
+                                          const void *src, size_t first_size, void *dst,
+                                          size_t dst_size, size_t align);
+/* The first published layouts: these sizes never change. */
+#define OCLF_CONTEXT_OPTIONS_FIRST_SIZE (offsetof(oclf_context_options, log_user) + sizeof(void *))
+#define OCLF_L2_TOPK_OPTIONS_FIRST_SIZE                                                       \
+    (offsetof(oclf_l2_topk_options, allowed) + sizeof(const oclf_buf *))
+static inline oclf_status oclf_context_options_read(const oclf_context_options *src,
+                                                    oclf_context_options *dst)
+{
+    return oclf_options_read(NULL, "options", src, OCLF_CONTEXT_OPTIONS_FIRST_SIZE, dst,
+                             sizeof *dst, _Alignof(oclf_context_options));
+}
+static inline oclf_status oclf_l2_topk_options_read(const oclf_context *ctx,
+                                                   const oclf_l2_topk_options *src,
+                                                   oclf_l2_topk_options *dst)
+{
+    return oclf_options_read(ctx, "options", src, OCLF_L2_TOPK_OPTIONS_FIRST_SIZE, dst,
+                             sizeof *dst, _Alignof(oclf_l2_topk_options));
+}
 /* Maps an OpenCL error to a status and records "what: CL_NAME". */
 OCLF_HIDDEN oclf_status oclf_fail_cl(const oclf_context *ctx, cl_int err, const char *what);
 OCLF_HIDDEN const char *oclf_cl_error_name(cl_int err);
@@ -307,13 +341,20 @@ OCLF_HIDDEN oclf_status oclf_check_vector(const oclf_context *ctx, const char *w
                                           size_t n, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
+/* Elements an operand touches in each row (or token) of `stride`
+ * elements: `count` blocks of `width` elements, `step` apart (the heads of
+ * a token; one block of a row's columns). */
+typedef struct oclf_blocks {
+    size_t count, step, width;
+} oclf_blocks;
 /* 1 when two operands that share a cl_mem and a row stride can never share
- * an element: within each period of `stride` elements, a's `a_cols` and
- * b's `b_cols` never meet (column blocks of one packed tensor, such as the
- * q and k views of a qkv buffer, overlap as byte ranges but not as
- * elements). 0 when this cannot be shown; callers then use oclf_overlap. */
-OCLF_HIDDEN int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
-                                   size_t b_cols);
+ * an element: within each period of `stride` elements their blocks never
+ * meet (column blocks of one packed tensor, such as the q and k views of a
+ * qkv buffer, or q and k heads interleaved, overlap as byte ranges but not
+ * as elements). 0 when this cannot be shown; callers then use
+ * oclf_overlap. */
+OCLF_HIDDEN int oclf_blocks_disjoint(const oclf_operand *a, oclf_blocks ab, const oclf_operand *b,
+                                     oclf_blocks bb);
 /* 1 when the two are exactly the same elements. */
 OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
 /* What every entry point checks first: a context (else the message goes to

@@ -34,6 +34,7 @@ oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_
                             cl_uint num_events, const cl_event *wait_list, oclf_dtype dtype,
                             cl_event *event)
 {
+    oclf_enter(op);
     if (!ctx)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
     if (event)
@@ -88,18 +89,52 @@ int oclf_overlap(const oclf_operand *a, const oclf_operand *b)
     return a->mem == b->mem && a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
 }
 
-int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
-                       size_t b_cols)
+/* 1 when one of c's blocks meets [x, y) (x < y < period): the block that
+ * starts last before y ends last among those starting before y. */
+static int blocks_meet(oclf_blocks c, size_t x, size_t y)
 {
-    if (a->mem != b->mem)
+    size_t i = c.step ? (y - 1) / c.step : 0;
+    if (i > c.count - 1)
+        i = c.count - 1;
+    return i * c.step + c.width > x;
+}
+
+/* The blocks stay within one period: (count - 1) * step + width <= s. */
+static int blocks_fit(oclf_blocks c, size_t s)
+{
+    size_t ext;
+    return c.count > 0 && !__builtin_mul_overflow(c.count - 1, c.step, &ext) &&
+           !__builtin_add_overflow(ext, c.width, &ext) && ext <= s;
+}
+
+int oclf_blocks_disjoint(const oclf_operand *a, oclf_blocks ab, const oclf_operand *b,
+                         oclf_blocks bb)
+{
+    if (a->mem != b->mem || ab.width == 0 || bb.width == 0)
         return 1;
     const size_t s = a->stride;
-    if (s != b->stride || s == 0 || a_cols > s || b_cols > s)
+    if (s != b->stride || s == 0 || !blocks_fit(ab, s) || !blocks_fit(bb, s))
         return 0;
-    /* Place a's block at [0, a_cols) of the period; b's starts at delta. */
+    if (bb.count > ab.count) { /* walk the smaller set */
+        const oclf_operand *to = a;
+        oclf_blocks tb = ab;
+        a = b, ab = bb, b = to, bb = tb;
+    }
+    /* Place a's first block at 0 of the period; b's starts at delta. Each of
+     * b's blocks starts below 2s, so it wraps past the period's end at most
+     * once. */
     const size_t delta = b->offset >= a->offset ? (b->offset - a->offset) % s
                                                 : (s - (a->offset - b->offset) % s) % s;
-    return delta >= a_cols && delta + b_cols <= s;
+    for (size_t j = 0; j < bb.count; j++) {
+        size_t lo = delta + j * bb.step;
+        if (lo >= s)
+            lo -= s;
+        const size_t hi = lo + bb.width;
+        if (hi <= s ? blocks_meet(ab, lo, hi)
+                    : blocks_meet(ab, lo, s) || blocks_meet(ab, 0, hi - s))
+            return 0;
+    }
+    return 1;
 }
 
 int oclf_same_range(const oclf_operand *a, const oclf_operand *b)

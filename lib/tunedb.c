@@ -285,6 +285,7 @@ static oclf_status read_file(const oclf_context *ctx, const char *path, char **t
 
 oclf_status oclf_tuning_db_default_path(char *buf, size_t len)
 {
+    oclf_enter(__func__);
     const char *base = getenv("XDG_DATA_HOME"), *suffix = "/oclfuse/tuning.json";
     if (!base || !*base) {
         base = getenv("HOME");
@@ -300,6 +301,7 @@ oclf_status oclf_tuning_db_default_path(char *buf, size_t len)
 
 oclf_status oclf_tuning_db_check(const char *path, size_t *records)
 {
+    oclf_enter(__func__);
     if (!path)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "oclf_tuning_db_check: path is NULL");
     char *text;
@@ -585,6 +587,7 @@ oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op_name, oclf_dty
                                 const uint64_t *dims, unsigned ndims, oclf_path path, char *buf,
                                 size_t len)
 {
+    oclf_enter(__func__);
     oclf_op op = oclf_op_from_name(op_name);
     if (!ctx || !buf || !len || op == OCLF_OP_COUNT_ || !oclf_dtype_name(dtype) ||
         (unsigned)path > OCLF_PATH_UNFUSED)
@@ -736,6 +739,7 @@ static void fsync_parent(const char *path)
 oclf_status oclf_tuning_db_merge(const oclf_context *ctx, const char *path,
                                  const char *records_json)
 {
+    oclf_enter(__func__);
     if (!path || !records_json)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "oclf_tuning_db_merge: NULL argument");
     json_error_t e;

@@ -171,7 +171,7 @@ int op_env_open_opts(op_env *env, const char *platform, const char *device,
         return -1;
     }
     if (oclf_context_create(env->cl, env->device, options, &env->ctx) != OCLF_SUCCESS) {
-        snprintf(err, errlen, "oclf_context_create: %s", oclf_last_error(NULL));
+        snprintf(err, errlen, "%s", oclf_last_error(NULL)); /* names oclf_context_create */
         op_env_close(env);
         return -1;
     }

@@ -582,7 +582,7 @@ done:;
 void oclf_l2_topk_options_init(oclf_l2_topk_options *options)
 {
     if (options)
-        memset(options, 0, sizeof *options);
+        *options = (oclf_l2_topk_options)OCLF_L2_TOPK_OPTIONS_INIT;
 }
 
 oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x_dtype, size_t nq,
@@ -593,9 +593,12 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
 {
     oclf_status st;
     l2_call c;
+    oclf_l2_topk_options opt;
     if ((st = oclf_check_call(ctx, "l2_topk", queue, num_events, wait_list, x_dtype, event)) ||
-        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, options, &c)))
+        (st = oclf_l2_topk_options_read(ctx, options, &opt)) ||
+        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, &opt, &c)))
         return st;
+    options = &opt;
 
     const int exact = options && options->precision == OCLF_L2_EXACT;
     if (exact && choice && choice->path == OCLF_PATH_UNFUSED)

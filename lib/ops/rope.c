@@ -173,9 +173,9 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
 }
 
 /* A head set checked as a tokens x extent operand (extent: from the first
- * head's start to the last head's end). */
+ * head's start to the last head's end); *blocks: its heads in each token. */
 static oclf_status check_heads(oclf_context *ctx, const char *what, oclf_heads h, size_t tokens,
-                               size_t hd, size_t el, oclf_operand *out, size_t *extent)
+                               size_t hd, size_t el, oclf_operand *out, oclf_blocks *blocks)
 {
     if (h.count == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head count is 0", what);
@@ -193,7 +193,7 @@ static oclf_status check_heads(oclf_context *ctx, const char *what, oclf_heads h
     oclf_buf b = h.buf;
     if (!b.stride)
         b.stride = packed;
-    *extent = ext;
+    *blocks = (oclf_blocks){h.count, hs, hd};
     return oclf_check_2d(ctx, what, b, tokens, ext, el, out);
 }
 
@@ -332,16 +332,18 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
     oclf_operand oq, ok;
     memset(&ok, 0, sizeof ok);
-    size_t qext = 0, kext = 0;
+    oclf_blocks qb, kb;
     char what[64];
     snprintf(what, sizeof what, "%s: q", op);
-    if ((st = check_heads(ctx, what, q, tokens, hd, el, &oq, &qext)))
+    if ((st = check_heads(ctx, what, q, tokens, hd, el, &oq, &qb)))
         return st;
     if (k) {
         snprintf(what, sizeof what, "%s: k", op);
-        if ((st = check_heads(ctx, what, *k, tokens, hd, el, &ok, &kext)))
+        if ((st = check_heads(ctx, what, *k, tokens, hd, el, &ok, &kb)))
             return st;
-        if (oclf_overlap(&oq, &ok) && !oclf_rows_disjoint(&oq, qext, &ok, kext))
+        /* heads, not each token's whole extent: interleaved q and k heads
+         * share no element */
+        if (oclf_overlap(&oq, &ok) && !oclf_blocks_disjoint(&oq, qb, &ok, kb))
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: q and k overlap", op);
     }
     const oclf_operand *written[2] = {&oq, &ok};

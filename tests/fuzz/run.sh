@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time
 # over its corpus (tests/fuzz/corpus-*/). Exit 77 (skip) when clang or its
-# fuzzer runtime is missing. Crashes are written into tests/fuzz/.
+# fuzzer runtime is missing. Crashes and new corpus entries are written
+# into the build folder ($1, crash-<target>-*), never the source tree.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$src/build/fuzz}
@@ -14,7 +15,7 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n){return 0;}' > "
 clang -fsanitize=fuzzer "$out/probe.c" -o "$out/probe" 2>/dev/null ||
   { echo "clang's libFuzzer runtime is missing"; exit 77; }
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -I"$src/include" -I"$src/lib" -DCL_TARGET_OPENCL_VERSION=120 -std=c11
+        -I"$src/include" -I"$gen/include" -I"$src/lib" -DCL_TARGET_OPENCL_VERSION=120 -std=c11
         -D_POSIX_C_SOURCE=200809L)
 clang "${cflags[@]}" "$src/tests/fuzz/fuzz_cache.c" "$src/lib/cache_format.c" -o "$out/fuzz_cache"
 # The tuning-database parser needs the library around it (op table, errors):
@@ -31,7 +32,7 @@ for t in "$out"/fuzz_*; do
   corpus="$src/tests/fuzz/corpus-$name"
   work="$out/corpus-$name"
   mkdir -p "$corpus" "$work"
-  "$t" -max_total_time="$secs" -artifact_prefix="$src/tests/fuzz/crash-$name-" \
+  "$t" -max_total_time="$secs" -artifact_prefix="$out/crash-$name-" \
        "$work" "$corpus" 2>&1 | tail -5 || status=1
 done
 exit $status
