@@ -58,6 +58,7 @@ log_fn = ctypes.CFUNCTYPE(None, c_void_p, c_enum, c_char_p)
 
 class oclf_context_options(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("kernel_dir", c_char_p),
         ("cache_dir", c_char_p),
         ("tuning_db", c_char_p),
@@ -119,6 +120,7 @@ class oclf_heads(ctypes.Structure):
 
 class oclf_l2_topk_options(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("precision", c_enum),
         ("max_temp_bytes", c_size_t),
         ("x_norms", POINTER(oclf_buf)),
@@ -164,6 +166,7 @@ FUNCTIONS = {
     "oclf_version": (c_uint, ()),
     "oclf_version_string": (c_char_p, ()),
     "oclf_status_string": (c_char_p, (c_enum,)),
+    "oclf_status_message": (c_char_p, (c_enum,)),
     "oclf_dtype_name": (c_char_p, (c_enum,)),
     "oclf_dtype_size": (c_size_t, (c_enum,)),
     "oclf_context_options_init": (None, (P(oclf_context_options),)),

@@ -26,11 +26,13 @@ STATUS_NAMES = {
 class OclfError(Exception):
     """A call the library refused or failed: `status` (an int, one of the
     module's status constants), `name` ("OCLF_INVALID_ARGUMENT") and
-    `message` (the library's sentence from oclf_last_error)."""
+    `message` (the library's sentence from oclf_last_error) and `meaning`
+    (what the status means in general, from oclf_status_message)."""
 
     def __init__(self, status, message):
         self.status = status
         self.name = lib.oclf_status_string(status).decode()
+        self.meaning = lib.oclf_status_message(status).decode()
         self.message = message
         super().__init__(f"{self.name}: {message}")
 

@@ -28,6 +28,7 @@ static void field(const char *name, size_t offset)
 int main(void)
 {
     S(oclf_context_options);
+    F(oclf_context_options, size);
     F(oclf_context_options, kernel_dir);
     F(oclf_context_options, cache_dir);
     F(oclf_context_options, tuning_db);
@@ -82,6 +83,7 @@ int main(void)
     F(oclf_heads, head_stride);
 
     S(oclf_l2_topk_options);
+    F(oclf_l2_topk_options, size);
     F(oclf_l2_topk_options, precision);
     F(oclf_l2_topk_options, max_temp_bytes);
     F(oclf_l2_topk_options, x_norms);

@@ -19,6 +19,9 @@ def refused(status, words, fn, *args, **kw):
     for w in words:
         assert w in e.message, f"{w!r} not in {e.message!r}"
     assert str(e) == f"{e.name}: {e.message}"
+    # The sentence names the public function that refused the call.
+    assert e.message.startswith("oclf_"), e.message
+    assert e.meaning and e.meaning != e.name
     return e
 
 
