@@ -141,7 +141,8 @@ void oclf_context_destroy(oclf_context *ctx)
     if (!ctx)
         return;
     oclf_programs_release(ctx);
-    oclf_tune_cache_free(ctx);
+    oclf_dispatch_free(ctx);
+    oclf_tunedb_free(ctx);
     pthread_cond_destroy(&ctx->built);
     pthread_mutex_destroy(&ctx->lock);
     clReleaseDevice(ctx->device);

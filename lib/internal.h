@@ -7,7 +7,13 @@
  *   context.c    oclf_context: options, logging, stats
  *   program.c    source assembly, build, in-memory and on-disk program
  *                caches, pooled kernels
- *   dispatch.c   (op, dtype, shape, choice) -> path + parameters
+ *   oplist.c     the op list as data (names, database dims) from ops.def
+ *   tunedb_parse.c  tuning-database text -> records (pure)
+ *   tunedb.c     the per-context chain of databases, record matching, check
+ *   tunedb_write.c  the locked, atomic merge-write
+ *   dispatch.c   (op, dtype, shape, choice) -> path + parameters: the
+ *                decision cache, decide() (and explain, its trace), the ops'
+ *                heuristic and validate hooks
  *   launch.c     argument checks shared by every op, kernel enqueue helpers
  *   ops/<op>.c   one file per operation family
  */
@@ -78,7 +84,8 @@ OCLF_HIDDEN const char *oclf_device_type_name(cl_device_type type);
 /* ---- context ---------------------------------------------------------------*/
 
 typedef struct oclf_program oclf_program;
-struct oclf_tune_cache;
+struct oclf_tunedb;
+struct oclf_decisions;
 typedef void (*oclf_program_sink_fn)(void *user, const char *source, const char *options);
 
 struct oclf_context {
@@ -99,10 +106,11 @@ struct oclf_context {
     oclf_program_sink_fn program_sink; /* see oclf_context_set_program_sink */
     void *program_sink_user;
 
-    pthread_mutex_t lock; /* guards programs, tune */
+    pthread_mutex_t lock; /* guards programs, tunedb, decisions */
     pthread_cond_t built; /* a program finished building */
     oclf_program *programs;
-    struct oclf_tune_cache *tune;
+    struct oclf_tunedb *tunedb;       /* the loaded chain (tunedb.c) */
+    struct oclf_decisions *decisions; /* the decision cache (dispatch.c) */
 
     atomic_uint_fast64_t n_compiled, n_from_disk, n_hits, n_rejected, n_enqueued;
     atomic_uint_fast64_t n_tune_lookups, n_tune_hits, n_db_errors;
@@ -176,7 +184,7 @@ OCLF_HIDDEN void oclf_hash_update(oclf_hash *h, const void *data, size_t len);
 /* Adds a string and its terminator, so ("ab","c") != ("a","bc"). */
 OCLF_HIDDEN void oclf_hash_str(oclf_hash *h, const char *s);
 
-/* ---- dispatch (dispatch.c) --------------------------------------------------*/
+/* ---- the op list (oplist.c) --------------------------------------------------*/
 
 /* Op identifiers shared by dispatch, the tuning database, bench and tuner. */
 typedef enum oclf_op {
@@ -185,12 +193,53 @@ typedef enum oclf_op {
 #undef OCLF_OP
     OCLF_OP_COUNT_
 } oclf_op;
+
+/* An op's name and the dims the tuning database keys its shape by. */
+typedef struct oclf_op_key {
+    const char *name;
+    unsigned ndims;
+    const char *dims[4];
+} oclf_op_key;
+/* NULL when op is not one. */
+OCLF_HIDDEN const oclf_op_key *oclf_op_key_get(oclf_op op);
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
+/* OCLF_OP_COUNT_ when unknown. */
+OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
 
 /* A shape as the database keys it: up to 4 named extents. */
 typedef struct oclf_shape {
     uint64_t dim[4];
 } oclf_shape;
+
+/* ---- tuning database (tunedb_parse.c, tunedb.c, tunedb_write.c) ----------------*/
+
+/* A candidate record for one call, with where it came from. */
+typedef struct oclf_tune_candidate {
+    oclf_path path;     /* FUSED or UNFUSED */
+    oclf_params params; /* the record's, to lay over the heuristic's */
+    uint64_t dim[4];    /* the shape it was tuned for */
+    int source;         /* index in the context's chain */
+    int record;         /* index in that source's records */
+    int level;          /* device match: 0 exact .. 3 type only */
+    double distance;    /* shape distance (log2 units) */
+} oclf_tune_candidate;
+
+/* Loads the chain once per context (reporting damaged files), then writes
+ * up to `max` matching records for (op, dtype, shape, path) in order of
+ * preference. `path` AUTO takes each record's choice; FUSED or UNFUSED takes
+ * the record's choice or alternative for that path. */
+OCLF_HIDDEN int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path,
+                                     oclf_tune_candidate *out, int max);
+/* "per-machine database /x/tuning.json" for a candidate's source. */
+OCLF_HIDDEN const char *oclf_tune_source_name(const oclf_context *ctx, int source);
+/* Drops the loaded chain. */
+OCLF_HIDDEN void oclf_tunedb_free(oclf_context *ctx);
+
+/* Parses a tuning-database document held in memory (the fuzzing entry). */
+OCLF_HIDDEN oclf_status oclf_tunedb_parse_text(const char *text, size_t len, size_t *records);
+
+/* ---- dispatch (dispatch.c) --------------------------------------------------*/
 
 typedef struct oclf_resolved {
     oclf_path path; /* FUSED or UNFUSED, never AUTO */
@@ -207,19 +256,6 @@ typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
 typedef oclf_status (*oclf_validate_fn)(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                         const oclf_shape *shape, const oclf_resolved *r,
                                         int deep);
-
-/* What dispatch knows about an op: its name and dims (the database keys),
- * its heuristic and its validator. */
-typedef struct oclf_op_info {
-    const char *name;
-    unsigned ndims;
-    const char *dims[4];
-    oclf_heuristic_fn heuristic;
-    oclf_validate_fn validate;
-} oclf_op_info;
-OCLF_HIDDEN const oclf_op_info *oclf_op_get(oclf_op op);
-/* OCLF_OP_COUNT_ when unknown. */
-OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
 
 /* Hooks of the normalization family (ops/norm.c). */
 OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
@@ -256,37 +292,14 @@ OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_d
 OCLF_HIDDEN oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                               const oclf_shape *shape, const oclf_choice *choice,
                                               oclf_resolved *out);
-
-/* ---- tuning database (tunedb.c) ---------------------------------------------*/
-
-/* Where a candidate came from, for explanations and logs. */
-typedef struct oclf_tune_candidate {
-    oclf_resolved r;
-    int source;         /* index in the context's chain */
-    int record;         /* index in that source's records */
-    int level;          /* device match: 0 exact .. 3 type only */
-    double distance;    /* shape distance (log2 units) */
-} oclf_tune_candidate;
-
-/* Loads the chain once per context (reporting damaged files), then writes
- * up to `max` matching records for (op, dtype, shape, path) in order of
- * preference. `path` AUTO takes each record's choice; FUSED or UNFUSED takes
- * the record's choice or alternative for that path. */
-OCLF_HIDDEN int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path,
-                                     oclf_tune_candidate *out, int max);
-/* "per-machine database /x/tuning.json" for a candidate's source. */
-OCLF_HIDDEN const char *oclf_tune_source_name(const oclf_context *ctx, int source);
-/* The lookup cache: 1 and *out on a hit. Both take ctx->lock. */
-OCLF_HIDDEN int oclf_tune_cache_get(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                    const oclf_shape *shape, oclf_path path, oclf_resolved *out);
-OCLF_HIDDEN void oclf_tune_cache_put(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path,
-                                     const oclf_resolved *r);
-OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
-
-/* Parses a tuning-database document held in memory (the fuzzing entry). */
-OCLF_HIDDEN oclf_status oclf_tunedb_parse_text(const char *text, size_t len, size_t *records);
+/* A parameter set as dispatch takes a tuning record: laid over the
+ * heuristic for `path` (FUSED or UNFUSED; `point` may be NULL), then
+ * validated by the op, with `deep` as the validate hook takes it. */
+OCLF_HIDDEN oclf_status oclf_dispatch_check(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                            const oclf_shape *shape, oclf_path path,
+                                            const oclf_params *point, int deep);
+/* Drops the decision cache. */
+OCLF_HIDDEN void oclf_dispatch_free(oclf_context *ctx);
 
 /* ---- argument checks and launches (launch.c) --------------------------------*/
 

@@ -283,6 +283,73 @@ START_TEST(explicit_path_alternative)
 }
 END_TEST
 
+/* Explain, the structured resolve and the call itself make one decision.
+ * A record whose parameters cannot all be laid over the heuristic's (eight
+ * names beside the heuristic's five pass the limit of 12) must be skipped
+ * by all three; a valid record behind it must be taken by all three. */
+START_TEST(explain_matches_dispatch)
+{
+    setup();
+    char db[300], text[4096], doc[4096], crowded[1024], r2[1024];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    snprintf(crowded, sizeof crowded,
+             "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
+             "\"type\": \"%s\"}, \"op\": \"rms_norm\", \"dtype\": \"f32\", "
+             "\"shape\": {\"rows\": 8, \"cols\": 64}, \"choice\": {\"path\": \"fused\", "
+             "\"params\": {\"LAYOUT\": 0, \"WGS\": 2, \"X1\": 1, \"X2\": 1, \"X3\": 1, "
+             "\"X4\": 1, \"X5\": 1, \"X6\": 1, \"X7\": 1, \"X8\": 1}}}",
+             vendor, name, driver, type);
+    snprintf(doc, sizeof doc, "{\"format\": 1, \"records\": [%s]}", crowded);
+    write_file(db, doc);
+    logbuf log = {"", 0};
+    oclf_context *ctx = make_ctx(db, &log);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(text, "skips") && strstr(text, "too many kernel parameters") &&
+                      strstr(decision(text), "heuristic"),
+                  "%s", text);
+    uint64_t dims[2] = {8, 64};
+    oclf_tuning_decision d;
+    ck_assert_int_eq(oclf_tuning_resolve(ctx, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO, &d),
+                     OCLF_SUCCESS);
+    ck_assert_int_eq(d.from_record, 0);
+    ck_assert_int_eq(d.decision.path, d.heuristic.path);
+    ck_assert_int_eq(d.decision.params.count, d.heuristic.params.count);
+    ck_assert_int_eq(memcmp(&d.decision.params, &d.heuristic.params, sizeof d.heuristic.params),
+                     0);
+    run_rms(ctx, 8, 64);
+    ck_assert_msg(strstr(log.text, "tuning record 0") && strstr(log.text, "skipped"), "%s",
+                  log.text);
+    oclf_context_destroy(ctx);
+
+    /* A usable record after it: taken by all three, with its WGS. */
+    snprintf(doc, sizeof doc, "{\"format\": 1, \"records\": [%s, %s]}", crowded,
+             rec(r2, sizeof r2, vendor, name, driver, type, 8, 64, "unfused", 0, 8, 0));
+    write_file(db, doc);
+    memset(&log, 0, sizeof log);
+    ctx = make_ctx(db, &log);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "record 1") && strstr(decision(text), "unfused") &&
+                      strstr(decision(text), "WGS=8"),
+                  "%s", text);
+    ck_assert_int_eq(oclf_tuning_resolve(ctx, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO, &d),
+                     OCLF_SUCCESS);
+    int64_t wgs = 0;
+    ck_assert_int_eq(d.from_record, 1);
+    ck_assert_int_eq(d.decision.path, OCLF_PATH_UNFUSED);
+    ck_assert(oclf_params_get(&d.decision.params, "WGS", &wgs) && wgs == 8);
+    ck_assert_int_eq(d.heuristic.path, OCLF_PATH_FUSED);
+    run_rms(ctx, 8, 64);
+    /* The call skipped record 0 and took record 1 (nothing more skipped). */
+    ck_assert_msg(strstr(log.text, "tuning record 0") && !strstr(log.text, "tuning record 1"),
+                  "%s", log.text);
+    ck_assert_int_eq(oclf_tuning_resolve(ctx, "rms_norm", OCLF_F32, dims, 3, OCLF_PATH_AUTO, &d),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(oclf_last_error(ctx), "oclf_tuning_resolve: rms_norm takes 2 dims"),
+                  "%s", oclf_last_error(ctx));
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(bad_files)
 {
     setup();
@@ -394,6 +461,7 @@ int main(void)
     tcase_add_test(tc, nearest_shape);
     tcase_add_test(tc, invalid_records_skipped);
     tcase_add_test(tc, explicit_path_alternative);
+    tcase_add_test(tc, explain_matches_dispatch);
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, lookup_cache);
     tcase_add_test(tc, concurrent_writers);
