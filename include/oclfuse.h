@@ -226,8 +226,9 @@ OCLF_API oclf_status oclf_tuning_db_merge(const oclf_context *ctx, const char *p
 
 /* Explains which record (from which file) dispatch would use for `op` (a
  * name such as "rms_norm"), dtype, shape (`dims` in the op's order, e.g.
- * rows, cols) and path, and which records it skipped and why. Writes text
- * into buf (truncated to len). OCLF_INVALID_ARGUMENT for an unknown op. */
+ * rows, cols) and path, and which records it skipped and why: dispatch's
+ * own decision, run with a trace. Writes text into buf (truncated to len).
+ * OCLF_INVALID_ARGUMENT for an unknown op. */
 OCLF_API oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op, oclf_dtype dtype,
                                          const uint64_t *dims, unsigned ndims, oclf_path path,
                                          char *buf, size_t len);

@@ -12,30 +12,18 @@
  * of a shape searches and validates, every later one is a hash probe with
  * no JSON work and no allocation.
  *
- * One function decides (decide()); oclf_tuning_explain is that function
- * with a trace, and oclf_tuning_resolve its result as parameter sets, so
- * what they report is what a call does.
+ * One function decides (oclf_dispatch_decide); oclf_tuning_explain is that
+ * function with a trace, and oclf_tuning_resolve its result as parameter
+ * sets (lib/tuning.c), so what they report is what a call does.
+ *
+ * The op hands in its hooks (heuristic, validate) with each call, so this
+ * file calls into no op: the ops call dispatch, dispatch calls tunedb.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* What dispatch calls of an op: its heuristic and its validator. */
-typedef struct oclf_op_hooks {
-    oclf_heuristic_fn heuristic;
-    oclf_validate_fn validate;
-} oclf_op_hooks;
-
-static const oclf_op_hooks op_hooks[] = {
-#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) \
-    [OCLF_OP_##ID] = {oclf_##family##_heuristic, oclf_##family##_validate},
-#include "ops.def"
-#undef OCLF_OP
-};
-_Static_assert(sizeof op_hooks / sizeof op_hooks[0] == OCLF_OP_COUNT_,
-               "every op in ops.def has dispatch hooks");
 
 /* ---- the decision cache -------------------------------------------------------*/
 
@@ -148,43 +136,31 @@ static oclf_status overlay(const oclf_context *ctx, oclf_params *base, const ocl
 /* The heuristic's answer. Fusion saves a pass over memory and launches on
  * every device measured so far, so it is the default path until a tuning
  * record says otherwise. */
-static void heuristic(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_shape *shape,
-                      oclf_path path, oclf_resolved *out)
+void oclf_dispatch_heuristic(oclf_context *ctx, const oclf_op_hooks *hooks, oclf_dtype dtype,
+                             const oclf_shape *shape, oclf_path path, oclf_resolved *out)
 {
     memset(out, 0, sizeof *out);
     out->path = path == OCLF_PATH_AUTO ? OCLF_PATH_FUSED : path;
-    op_hooks[op].heuristic(ctx, dtype, shape, out->path, &out->params);
+    hooks->heuristic(ctx, dtype, shape, out->path, &out->params);
 }
 
 /* `point` laid over the heuristic for `path` into *r, then validated by
  * the op (deep: building the program too). */
-static oclf_status check(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_shape *shape,
-                         oclf_path path, const oclf_params *point, int deep, oclf_resolved *r)
+oclf_status oclf_dispatch_check(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
+                                oclf_dtype dtype, const oclf_shape *shape, oclf_path path,
+                                const oclf_params *point, int deep, oclf_resolved *r)
 {
-    heuristic(ctx, op, dtype, shape, path, r);
+    oclf_dispatch_heuristic(ctx, hooks, dtype, shape, path, r);
     oclf_status st = point ? overlay(ctx, &r->params, point) : OCLF_SUCCESS;
-    return st != OCLF_SUCCESS ? st : op_hooks[op].validate(ctx, op, dtype, shape, r, deep);
+    if (st == OCLF_SUCCESS)
+        st = hooks->validate(ctx, op, dtype, shape, r, deep, &r->cfg);
+    r->has_cfg = st == OCLF_SUCCESS;
+    return st;
 }
 
-oclf_status oclf_dispatch_check(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                const oclf_shape *shape, oclf_path path, const oclf_params *point,
-                                int deep)
-{
-    if (!oclf_op_key_get(op) || (path != OCLF_PATH_FUSED && path != OCLF_PATH_UNFUSED))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "unknown op %d or path %d", (int)op,
-                         (int)path);
-    oclf_resolved r;
-    return check(ctx, op, dtype, shape, path, point, deep, &r);
-}
-
-/* Text that decide() writes when asked to explain itself. */
-typedef struct trace {
-    char *buf;
-    size_t len, used;
-} trace;
-
-static void say(trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(trace *t, const char *fmt, ...)
+/* Appends to the trace of an explained decision (nothing without one). */
+static void say(oclf_trace *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(oclf_trace *t, const char *fmt, ...)
 {
     if (!t || t->used >= t->len)
         return;
@@ -196,17 +172,16 @@ static void say(trace *t, const char *fmt, ...)
         t->used += (size_t)n;
 }
 
-static void say_choice(trace *t, const oclf_resolved *r)
+static void say_choice(oclf_trace *t, const oclf_resolved *r)
 {
     say(t, "%s", r->path == OCLF_PATH_UNFUSED ? "unfused" : "fused");
     for (unsigned i = 0; i < r->params.count; i++)
         say(t, " %s=%lld", r->params.item[i].name, (long long)r->params.item[i].value);
 }
 
-/* A cache miss: the first record that validates, else the heuristic.
- * *record is 1 when a record won. With `t`, says what it takes and skips. */
-static void decide(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_shape *shape,
-                   oclf_path path, oclf_resolved *out, int *record, trace *t)
+void oclf_dispatch_decide(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
+                          oclf_dtype dtype, const oclf_shape *shape, oclf_path path,
+                          oclf_resolved *out, int *record, oclf_trace *t)
 {
     static const char *const levels[] = {"exact device", "vendor+name", "vendor+type",
                                          "device type"};
@@ -219,8 +194,8 @@ static void decide(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_s
          * record may name only what it changes (an empty set means "the
          * heuristic, on this path"). */
         oclf_resolved r;
-        const int ok = check(ctx, op, dtype, shape, cand[i].path, &cand[i].params, 1, &r) ==
-                       OCLF_SUCCESS;
+        const int ok = oclf_dispatch_check(ctx, op, hooks, dtype, shape, cand[i].path,
+                                           &cand[i].params, 1, &r) == OCLF_SUCCESS;
         say(t, "%s: %s record %d (%s match; tuned shape", ok ? "uses" : "skips",
             oclf_tune_source_name(ctx, cand[i].source), cand[i].record, levels[cand[i].level]);
         for (unsigned k = 0; k < key->ndims; k++)
@@ -241,16 +216,19 @@ static void decide(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_s
                  cand[i].record, oclf_tune_source_name(ctx, cand[i].source),
                  oclf_last_error(ctx));
     }
-    heuristic(ctx, op, dtype, shape, path, out);
+    /* The heuristic's config, checked once here rather than on every
+     * call; a heuristic the op rejects for this shape is left for the call
+     * to reject with its own message. */
+    oclf_dispatch_check(ctx, op, hooks, dtype, shape, path, NULL, 0, out);
     *record = 0;
     say(t, "uses: heuristic (no usable tuning record): ");
     say_choice(t, out);
     say(t, "\n");
 }
 
-oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                  const oclf_shape *shape, const oclf_choice *choice,
-                                  oclf_resolved *out)
+oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
+                                  oclf_dtype dtype, const oclf_shape *shape,
+                                  const oclf_choice *choice, oclf_resolved *out)
 {
     memset(out, 0, sizeof *out);
     oclf_path path = choice ? choice->path : OCLF_PATH_AUTO;
@@ -264,95 +242,12 @@ oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, oclf_dtype dtyp
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "unknown op %d", (int)op);
     if (!cache_get(ctx, op, dtype, shape, path, out)) {
         int record;
-        decide(ctx, op, dtype, shape, path, out, &record, NULL);
+        oclf_dispatch_decide(ctx, op, hooks, dtype, shape, path, out, &record, NULL);
         cache_put(ctx, op, dtype, shape, path, out);
     }
-    if (choice)
+    if (choice && choice->params.count) {
+        out->has_cfg = 0; /* the op parses the caller's parameters */
         return overlay(ctx, &out->params, &choice->params);
-    return OCLF_SUCCESS;
-}
-
-/* The public questions about a decision: (op name, dims) checked and made
- * a shape. `fn` names the entry point in the message. */
-static oclf_status question(oclf_context *ctx, const char *fn, const char *op_name,
-                            oclf_dtype dtype, const uint64_t *dims, unsigned ndims,
-                            oclf_path path, oclf_op *op, oclf_shape *shape)
-{
-    *op = oclf_op_from_name(op_name);
-    if (!ctx || *op == OCLF_OP_COUNT_ || !oclf_dtype_name(dtype) ||
-        (unsigned)path > OCLF_PATH_UNFUSED)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "%s: unknown op '%s', dtype, path or NULL argument", fn,
-                         op_name ? op_name : "(null)");
-    const oclf_op_key *key = oclf_op_key_get(*op);
-    if (ndims != key->ndims || !dims)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s takes %u dims", fn, op_name,
-                         key->ndims);
-    memset(shape, 0, sizeof *shape);
-    for (unsigned k = 0; k < ndims; k++)
-        shape->dim[k] = dims[k];
-    return OCLF_SUCCESS;
-}
-
-oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op_name, oclf_dtype dtype,
-                                const uint64_t *dims, unsigned ndims, oclf_path path, char *buf,
-                                size_t len)
-{
-    oclf_op op;
-    oclf_shape shape;
-    if (!buf || !len)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "oclf_tuning_explain: unknown op '%s', dtype, path or NULL argument",
-                         op_name ? op_name : "(null)");
-    oclf_status st = question(ctx, "oclf_tuning_explain", op_name, dtype, dims, ndims, path,
-                              &op, &shape);
-    if (st != OCLF_SUCCESS)
-        return st;
-    trace t = {buf, len, 0};
-    buf[0] = '\0';
-    oclf_resolved r;
-    int record;
-    decide(ctx, op, dtype, &shape, path, &r, &record, &t);
-    return OCLF_SUCCESS;
-}
-
-oclf_status oclf_tuning_resolve(oclf_context *ctx, const char *op_name, oclf_dtype dtype,
-                                const uint64_t *dims, unsigned ndims, oclf_path path,
-                                oclf_tuning_decision *out)
-{
-    oclf_op op;
-    oclf_shape shape;
-    oclf_status st = out ? question(ctx, "oclf_tuning_resolve", op_name, dtype, dims, ndims,
-                                    path, &op, &shape)
-                         : oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "oclf_tuning_resolve: out is NULL");
-    if (st != OCLF_SUCCESS)
-        return st;
-    memset(out, 0, sizeof *out);
-    oclf_resolved r;
-    heuristic(ctx, op, dtype, &shape, path, &r);
-    out->heuristic.path = r.path;
-    out->heuristic.params = r.params;
-    decide(ctx, op, dtype, &shape, path, &r, &out->from_record, NULL);
-    out->decision.path = r.path;
-    out->decision.params = r.params;
-    return OCLF_SUCCESS;
-}
-
-int oclf_tuning_params_valid(oclf_context *ctx, const char *op_name, oclf_dtype dtype,
-                             const uint64_t *dims, unsigned ndims, oclf_path path,
-                             const oclf_params *params)
-{
-    oclf_op op;
-    oclf_shape shape;
-    if (question(ctx, "oclf_tuning_params_valid", op_name, dtype, dims, ndims, path, &op,
-                 &shape) != OCLF_SUCCESS)
-        return 0;
-    if (path == OCLF_PATH_AUTO || (params && params->count > OCLF_MAX_PARAMS)) {
-        oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                  "oclf_tuning_params_valid: path must be FUSED or UNFUSED and params.count at "
-                  "most %d",
-                  OCLF_MAX_PARAMS);
-        return 0;
     }
-    return oclf_dispatch_check(ctx, op, dtype, &shape, path, params, 0) == OCLF_SUCCESS;
+    return OCLF_SUCCESS;
 }

@@ -53,7 +53,9 @@ static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
                  const oclf_shape *shape, oclf_path path, const oclf_params *point)
 {
     s->got = 0;
-    oclf_status st = oclf_dispatch_check(ctx, op, dtype, shape, path, point, 1);
+    oclf_resolved r;
+    oclf_status st =
+        oclf_dispatch_check(ctx, op, oclf_op_hooks_get(op), dtype, shape, path, point, 1, &r);
     if (st == OCLF_SUCCESS && s->got == 0) {
         fprintf(stderr, "%s %s path %d: deep validation accepted a parameter set without "
                         "building its program\n",
@@ -99,7 +101,8 @@ int main(void)
                     if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
                         continue;
                     bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL);
-                    int n = od->space(&env, &osh, (oclf_dtype)dt, (oclf_path)path, points, MAXP);
+                    int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
+                                     MAXP);
                     for (int i = 0; i < n; i++)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &points[i]);

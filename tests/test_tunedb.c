@@ -68,6 +68,17 @@ static char *rec(char *buf, size_t len, const char *v, const char *n, const char
     return buf;
 }
 
+/* A database of one record for this device: `members` follow "device". */
+static void write_own_record(const char *path, const char *members)
+{
+    char doc[4096];
+    snprintf(doc, sizeof doc,
+             "{\"format\": 1, \"records\": [{\"device\": {\"vendor\": \"%s\", \"name\": "
+             "\"%s\", \"driver\": \"%s\", \"type\": \"%s\"}, %s}]}",
+             vendor, name, driver, type, members);
+    write_file(path, doc);
+}
+
 static void write_db(const char *path, const char *r1, const char *r2)
 {
     char text[8192];
@@ -350,6 +361,109 @@ START_TEST(explain_matches_dispatch)
 }
 END_TEST
 
+/* precision EXACT needs the fused path: with a record that picks the
+ * unfused one, dispatch is asked once, for the fused path (it used to be
+ * asked for any path first, then again for the fused one). */
+START_TEST(l2_exact_resolves_once)
+{
+    setup();
+    char db[300];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    write_own_record(db, "\"op\": \"l2_topk\", \"dtype\": \"f32\", \"shape\": {\"nq\": 3, "
+                         "\"n\": 70, \"d\": 9, \"k\": 4}, \"choice\": {\"path\": \"unfused\", "
+                         "\"params\": {\"SLICES\": 2}}");
+    oclf_context *ctx = make_ctx(db, NULL);
+    th_env *e = th_get();
+    const size_t nq = 3, n = 70, d = 9, k = 4;
+    float *q = th_random(OCLF_F32, nq * d, -1, 1), *x = th_random(OCLF_F32, n * d, -1, 1);
+    cl_mem mq = th_upload(q, nq * d * 4), mx = th_upload(x, n * d * 4);
+    cl_mem md = th_alloc(nq * k * 4), mi = th_alloc(nq * k * 8);
+    oclf_buf bq = {mq, 0, 0}, bx = {mx, 0, 0}, bd = {md, 0, 0}, bi = {mi, 0, 0};
+    oclf_l2_topk_options opt;
+    oclf_l2_topk_options_init(&opt);
+    opt.precision = OCLF_L2_EXACT;
+    oclf_context_stats st0, st1;
+    ck_assert_int_eq(oclf_context_get_stats(ctx, &st0), OCLF_SUCCESS);
+    oclf_status st = oclf_l2_topk(ctx, e->queue, OCLF_F32, nq, n, d, k, bq, bx, bd, bi, &opt,
+                                  NULL, 0, NULL, NULL);
+    ck_assert_msg(st == OCLF_SUCCESS, "%s", oclf_last_error(ctx));
+    ck_assert_int_eq(oclf_context_get_stats(ctx, &st1), OCLF_SUCCESS);
+    ck_assert_uint_eq(st1.tuning_lookups - st0.tuning_lookups, 1);
+    float got_d[12];
+    int64_t got_i[12], want_i[12];
+    double want_d[12];
+    th_download(md, got_d, sizeof got_d);
+    th_download(mi, got_i, sizeof got_i);
+    oclf_ref_l2_topk(OCLF_F32, nq, n, d, k, q, d, x, d, want_d, want_i);
+    for (size_t i = 0; i < nq * k; i++)
+        ck_assert_msg(got_i[i] == want_i[i] && fabs(got_d[i] - want_d[i]) <= 1e-5 * (1 + want_d[i]),
+                      "entry %zu: (%g, %lld), reference (%g, %lld)", i, got_d[i],
+                      (long long)got_i[i], want_d[i], (long long)want_i[i]);
+    free(q), free(x);
+    clReleaseMemObject(mq), clReleaseMemObject(mx), clReleaseMemObject(md),
+        clReleaseMemObject(mi);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+/* The tuner's check of a point (oclf_tuning_params_valid) is the op's own
+ * validation: for each parameter set, the check and a call with the set
+ * agree, with the same sentence when they refuse it. */
+START_TEST(params_valid_is_the_ops_rule)
+{
+    setup();
+    static const struct {
+        const char *names[3];
+        int64_t values[3];
+        const char *why; /* NULL: valid */
+    } sets[] = {
+        {{"LAYOUT", "WGS", "VEC"}, {0, 4, 4}, NULL},
+        {{"LAYOUT", "STAGE", NULL}, {0, 1, 0}, "STAGE = 1 needs LAYOUT = 1"},
+        {{"WGS", NULL, NULL}, {3, 0, 0}, "WGS = 3 is not a power of two"},
+        {{"VEC", NULL, NULL}, {32, 0, 0}, "VEC = 32 is outside [1, 16]"},
+        {{"VEC", NULL, NULL}, {3, 0, 0}, "VEC = 3 is not 1, 2, 4, 8 or 16"},
+        {{"ROWS", "LAYOUT", NULL}, {4, 0, 0}, "ROWS > 1 needs LAYOUT = 1"},
+    };
+    th_env *e = th_get();
+    oclf_context *ctx = make_ctx(NULL, NULL);
+    const size_t rows = 8, cols = 64;
+    uint64_t dims[2] = {rows, cols};
+    cl_mem mx = th_alloc(rows * cols * 4), my = th_alloc(rows * cols * 4);
+    oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        oclf_choice ch;
+        memset(&ch, 0, sizeof ch);
+        ch.path = OCLF_PATH_FUSED;
+        for (int k = 0; k < 3 && sets[i].names[k]; k++)
+            oclf_params_set(&ch.params, sets[i].names[k], sets[i].values[k]);
+        const int valid = oclf_tuning_params_valid(ctx, "rms_norm", OCLF_F32, dims, 2,
+                                                   OCLF_PATH_FUSED, &ch.params);
+        char why[512];
+        snprintf(why, sizeof why, "%s", oclf_last_error(ctx));
+        oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f,
+                                       &ch, 0, NULL, NULL);
+        ck_assert_msg(valid == (sets[i].why == NULL), "set %zu: valid %d (%s)", i, valid, why);
+        ck_assert_msg(valid == (st == OCLF_SUCCESS), "set %zu: call %s: %s", i,
+                      oclf_status_string(st), oclf_last_error(ctx));
+        if (!valid) {
+            ck_assert_msg(strstr(why, sets[i].why), "set %zu: check says %s", i, why);
+            ck_assert_msg(strstr(oclf_last_error(ctx), sets[i].why), "set %zu: call says %s", i,
+                          oclf_last_error(ctx));
+        }
+    }
+    ck_assert_int_eq(clFinish(e->queue), CL_SUCCESS);
+    /* Outside the op's questions: AUTO is not a point of a search space. */
+    ck_assert_int_eq(oclf_tuning_params_valid(ctx, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO,
+                                              NULL),
+                     0);
+    ck_assert_int_eq(oclf_tuning_params_valid(ctx, "no_such_op", OCLF_F32, dims, 2,
+                                              OCLF_PATH_FUSED, NULL),
+                     0);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(bad_files)
 {
     setup();
@@ -462,6 +576,8 @@ int main(void)
     tcase_add_test(tc, invalid_records_skipped);
     tcase_add_test(tc, explicit_path_alternative);
     tcase_add_test(tc, explain_matches_dispatch);
+    tcase_add_test(tc, l2_exact_resolves_once);
+    tcase_add_test(tc, params_valid_is_the_ops_rule);
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, lookup_cache);
     tcase_add_test(tc, concurrent_writers);
