@@ -11,18 +11,6 @@ void oclf_context_options_init(oclf_context_options *options)
         memset(options, 0, sizeof *options);
 }
 
-void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
-{
-    if (!ctx || !ctx->log)
-        return;
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ctx->log(ctx->log_user, level, msg);
-}
-
 static char *dup_or_null(const char *s)
 {
     if (!s)

@@ -4,7 +4,10 @@
  *   error.c      statuses, the per-thread last error, parameter sets
  *   device.c     device facts, fingerprint, quirk defines (the only file that
  *                knows vendors)
- *   context.c    oclf_context: options, logging, stats
+ *   log.c        the context's log callback
+ *   context.c    oclf_context: options, stats; creation and destruction
+ *                (the only file that calls upward, to free what the layers
+ *                above keep in the context)
  *   program.c    source assembly, build, in-memory and on-disk program
  *                caches, pooled kernels
  *   oplist.c     the op list as data (names, database dims) from ops.def
@@ -118,6 +121,7 @@ struct oclf_context {
     atomic_uint_fast64_t n_tune_lookups, n_tune_hits, n_db_errors;
 };
 
+/* Sends a line to the context's log callback, if any (log.c). */
 OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -1,0 +1,18 @@
+/* The context's log callback: diagnostics that are not errors. Apart from
+ * context.c, which makes and destroys a context (and so calls the files
+ * that log), so that the layers below it can log. */
+#include "internal.h"
+
+#include <stdio.h>
+
+void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
+{
+    if (!ctx || !ctx->log)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->log(ctx->log_user, level, msg);
+}
