@@ -270,11 +270,37 @@ OCLF_API oclf_status oclf_tuning_db_merge(const oclf_context *ctx, const char *p
 
 /* Explains which record (from which file) dispatch would use for `op` (a
  * name such as "rms_norm"), dtype, shape (`dims` in the op's order, e.g.
- * rows, cols) and path, and which records it skipped and why. Writes text
- * into buf (truncated to len). OCLF_INVALID_ARGUMENT for an unknown op. */
+ * rows, cols) and path, and which records it skipped and why: dispatch's
+ * own decision, run with a trace. Writes text into buf (truncated to len).
+ * OCLF_INVALID_ARGUMENT for an unknown op. */
 OCLF_API oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op, oclf_dtype dtype,
                                          const uint64_t *dims, unsigned ndims, oclf_path path,
                                          char *buf, size_t len);
+
+/* What dispatch decides for a call of `op` with no explicit parameters, as
+ * parameter sets (for tools such as the tuner; oclf_tuning_explain is the
+ * same decision as text). `heuristic`: the op's heuristic default for
+ * `path` (AUTO: fused). `decision`: what the call would run, the first
+ * usable tuning record laid over the heuristic for its path, else the
+ * heuristic; `from_record` says which. OCLF_INVALID_ARGUMENT for an unknown
+ * op, dtype or path, the wrong number of dims or a NULL argument. */
+typedef struct oclf_tuning_decision {
+    oclf_choice heuristic;
+    oclf_choice decision;
+    int from_record;
+} oclf_tuning_decision;
+OCLF_API oclf_status oclf_tuning_resolve(oclf_context *ctx, const char *op, oclf_dtype dtype,
+                                         const uint64_t *dims, unsigned ndims, oclf_path path,
+                                         oclf_tuning_decision *out);
+
+/* 1 when dispatch would take `params` for `op` on `path` (FUSED or UNFUSED)
+ * at this shape: laid over the heuristic, within every rule of the op's
+ * parameters and the device's limits that needs no build (the tuner's
+ * search spaces keep only such points). 0 otherwise, with the reason in
+ * oclf_last_error(ctx); 0 for an unknown op, dtype, path or dims too. */
+OCLF_API int oclf_tuning_params_valid(oclf_context *ctx, const char *op, oclf_dtype dtype,
+                                      const uint64_t *dims, unsigned ndims, oclf_path path,
+                                      const oclf_params *params);
 
 /* ------------------------------------------------------------------------ */
 /* Normalization. Rows are independent; `cols` is the hidden size.

@@ -11,21 +11,6 @@ void oclf_context_options_init(oclf_context_options *options)
         *options = (oclf_context_options)OCLF_CONTEXT_OPTIONS_INIT;
 }
 
-void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
-{
-    if (!ctx || !ctx->log)
-        return;
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    /* The callback may call the library: the running call keeps its name. */
-    const char *fn = oclf_entered();
-    ctx->log(ctx->log_user, level, msg);
-    oclf_enter(fn);
-}
-
 static char *dup_or_null(const char *s)
 {
     if (!s)
@@ -148,7 +133,8 @@ void oclf_context_destroy(oclf_context *ctx)
     if (!ctx)
         return;
     oclf_programs_release(ctx);
-    oclf_tune_cache_free(ctx);
+    oclf_dispatch_free(ctx);
+    oclf_tunedb_free(ctx);
     pthread_cond_destroy(&ctx->built);
     pthread_mutex_destroy(&ctx->lock);
     clReleaseDevice(ctx->device);

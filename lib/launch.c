@@ -142,8 +142,9 @@ int oclf_same_range(const oclf_operand *a, const oclf_operand *b)
     return a->mem == b->mem && a->offset == b->offset && a->stride == b->stride;
 }
 
-oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name, int64_t lo,
-                       int64_t hi, int64_t *out)
+/* Reads one parameter, checking it is present and within [lo, hi]. */
+static oclf_status read_param(const oclf_context *ctx, const oclf_params *p, const char *name,
+                              int64_t lo, int64_t hi, int64_t *out)
 {
     int64_t v = 0;
     if (!oclf_params_get(p, name, &v))
@@ -156,24 +157,58 @@ oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char
     return OCLF_SUCCESS;
 }
 
-oclf_status oclf_row_config(const oclf_context *ctx, const oclf_params *p, oclf_row_cfg *cfg)
+oclf_status oclf_params_read(const oclf_context *ctx, const oclf_param_spec *spec, unsigned n,
+                             const oclf_params *p, int64_t *v)
 {
-    int64_t layout, wgs, vec;
     oclf_status st;
-    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
-        return st;
-    if (wgs & (wgs - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter WGS = %lld is not a power of two", (long long)wgs);
-    if (vec & (vec - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
-    cfg->layout = (int)layout;
-    cfg->wgs = (int)wgs;
-    cfg->vec = (int)vec;
+    for (unsigned i = 0; i < n; i++) {
+        const int64_t hi =
+            spec[i].hi == OCLF_PARAM_MAX_WGS ? (int64_t)ctx->info.max_wgs : spec[i].hi;
+        if ((st = read_param(ctx, p, spec[i].name, spec[i].lo, hi, &v[i])))
+            return st;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (!spec[i].pow2 || (v[i] & (v[i] - 1)) == 0)
+            continue;
+        if (spec[i].hi == OCLF_PARAM_MAX_WGS)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "kernel parameter %s = %lld is not a power of two", spec[i].name,
+                             (long long)v[i]);
+        /* A fixed range reads as its list: "1, 2, 4, 8 or 16". */
+        char list[96] = "";
+        size_t used = 0;
+        for (int64_t x = spec[i].lo; x <= spec[i].hi && used < sizeof list; x *= 2) {
+            const char *sep = !used ? "" : x * 2 > spec[i].hi ? " or " : ", ";
+            int k = snprintf(list + used, sizeof list - used, "%s%lld", sep, (long long)x);
+            used += k > 0 ? (size_t)k : 0;
+        }
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter %s = %lld is not %s",
+                         spec[i].name, (long long)v[i], list);
+    }
     return OCLF_SUCCESS;
+}
+
+void oclf_param_defines(char *buf, size_t len, const oclf_param_spec *spec, unsigned n,
+                        const int64_t *v)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < n && used < len; i++) {
+        if (spec[i].use != OCLF_PARAM_DEFINE)
+            continue;
+        int k = snprintf(buf + used, len - used, "%s-DOCLF_%s=%lld", used ? " " : "",
+                         spec[i].name, (long long)v[i]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+}
+
+void oclf_program_options(char *buf, size_t len, oclf_dtype dtype, int cdtype,
+                          const char *defines)
+{
+    if (cdtype >= 0)
+        snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d %s", (int)dtype, cdtype, defines);
+    else
+        snprintf(buf, len, "-DOCLF_DTYPE=%d %s", (int)dtype, defines);
 }
 
 size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,

@@ -376,6 +376,14 @@ START_TEST(test_error_prefix)
     expect_prefix(oclf_tuning_explain(c, "no_such_op", OCLF_F32, dims, 2, OCLF_PATH_AUTO, text,
                                       sizeof text),
                   c, "oclf_tuning_explain");
+    oclf_tuning_decision dec;
+    expect_prefix(oclf_tuning_resolve(c, "no_such_op", OCLF_F32, dims, 2, OCLF_PATH_AUTO, &dec),
+                  c, "oclf_tuning_resolve");
+    expect_prefix(oclf_tuning_resolve(c, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO, NULL), c,
+                  "oclf_tuning_resolve");
+    ck_assert(!oclf_tuning_params_valid(c, "rms_norm", OCLF_F32, dims, 3, OCLF_PATH_FUSED, &p));
+    ck_assert_msg(strncmp(oclf_last_error(c), "oclf_tuning_params_valid: ", 26) == 0, "%s",
+                  oclf_last_error(c));
     expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, nul, b, NULL, 0, NULL, 0, NULL, NULL), c,
                   "oclf_rms_norm");
     expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 0, b, b, NULL, 0, NULL, 0, NULL, NULL), c,

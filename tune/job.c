@@ -222,7 +222,7 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
     const oclf_path paths[2] = {OCLF_PATH_FUSED, OCLF_PATH_UNFUSED};
     static oclf_params space[MAX_CAND];
     for (int pi = 0; pi < (op->has_unfused ? 2 : 1); pi++) {
-        int m = op->space(&t->env, shape, dt, paths[pi], space, MAX_CAND - n);
+        int m = op->space(&t->env, op, shape, dt, paths[pi], space, MAX_CAND - n);
         for (int i = 0; i < m && n < MAX_CAND; i++, n++) {
             memset(&c[n], 0, sizeof c[n]);
             c[n].ch.path = paths[pi];

@@ -28,7 +28,7 @@ static int hamming(const cand *a, const cand *b)
 }
 
 /* Within one parameter (or the path) of the heuristic default, which the
- * tuner learns through oclf_tuning_explain on its database-free context. */
+ * tuner asks the library for (oclf_tuning_resolve). */
 static int near_default(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
                         const cand *c)
 {
@@ -41,23 +41,12 @@ static int near_default(tuner *t, const op_desc *op, oclf_dtype dt, const op_sha
         snprintf(cache_key, sizeof cache_key, "%s", key);
         memset(&dflt, 0, sizeof dflt);
         dflt.ch.path = OCLF_PATH_FUSED;
-        char text[2048];
         uint64_t dims[OP_MAX_DIMS];
         const int nd = op_lib_shape(op, shape, dims, NULL);
-        if (oclf_tuning_explain(t->env.ctx, op->name, dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
-                                text, sizeof text) == OCLF_SUCCESS) {
-            /* "uses: heuristic (...): fused NAME=V NAME=V" */
-            char *p = strstr(text, ": fused");
-            for (p = p ? p + 7 : NULL; p && *p == ' ';) {
-                char name[OCLF_PARAM_NAME_MAX];
-                long long v;
-                int used = 0;
-                if (sscanf(p, " %15[A-Z_0-9]=%lld%n", name, &v, &used) != 2)
-                    break;
-                oclf_params_set(&dflt.ch.params, name, v);
-                p += used;
-            }
-        }
+        oclf_tuning_decision d;
+        if (oclf_tuning_resolve(t->env.ctx, op->name, dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
+                                &d) == OCLF_SUCCESS)
+            dflt.ch = d.heuristic;
     }
     return dflt.ch.params.count > 0 && hamming(c, &dflt) <= 1;
 }
