@@ -50,10 +50,29 @@ static inline ushort f32_to_bf16(float f)
     return (ushort)(u >> 16);
 }
 
+/* ---- 16-bit conversions -------------------------------------------------
+ * Where the compiler has a _Float16 type (OCLF_FLOAT16), f16 values convert
+ * with the language's own conversions: exact widening and round-to-nearest-
+ * even narrowing, which CPUs with F16C run as one vcvtph2ps / vcvtps2ph per
+ * vector. vload_halfN/vstore_halfN_rte are the portable fallback; the CPU
+ * device here expands vstore_half*_rte into some sixty integer instructions
+ * per vector, which bound every f16 kernel that writes. */
+#if defined(__FLT16_MAX__) && defined(__has_builtin)
+#if __has_builtin(__builtin_convertvector) && __has_builtin(__builtin_astype)
+#define OCLF_FLOAT16 1
+#endif
+#endif
+#ifndef OCLF_FLOAT16
+#define OCLF_FLOAT16 0
+#endif
+
 /* Scalar load/store at element index i (64-bit). */
 #if OCLF_DTYPE == 0
 #define LD(p, i) ((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = (v))
+#elif OCLF_DTYPE == 1 && OCLF_FLOAT16
+#define LD(p, i) ((float)((global const _Float16 *)(p))[(i)])
+#define ST(p, i, v) (((global _Float16 *)(p))[(i)] = (_Float16)(v))
 #elif OCLF_DTYPE == 1
 #define LD(p, i) vload_half((i), (p))
 #define ST(p, i, v) vstore_half_rte((v), (i), (p))
@@ -66,6 +85,8 @@ static inline ushort f32_to_bf16(float f)
  * exactly as they were stored (add + norm computes on the rounded sum). */
 #if OCLF_DTYPE == 0
 #define ROUND_STOR(v) (v)
+#elif OCLF_DTYPE == 1 && OCLF_FLOAT16
+#define ROUND_STOR(v) ((float)(_Float16)(v))
 #elif OCLF_DTYPE == 1
 /* `half` variables need cl_khr_fp16; a ushort holds the bits instead. */
 static inline float oclf_round_half(float v)
@@ -79,10 +100,76 @@ static inline float oclf_round_half(float v)
 #define ROUND_STOR(v) bf16_to_f32(f32_to_bf16(v))
 #endif
 
+/* ---- vectors of 16-bit storage -------------------------------------------
+ * LD16V(n, p) / ST16V(n, p, h): n ushorts at p as one ushortn, with one
+ * vector access that assumes only the element's alignment, so any element
+ * offset and row stride may use it. This is how libclc implements vloadn /
+ * vstoren; the CPU device here instead splits vstoren of 16-bit elements
+ * into n scalar stores (a ushort16 copy ran at a fifth of the speed of the
+ * same copy through these types). */
+typedef ushort2 oclf_ushort2_e __attribute__((aligned(2)));
+typedef ushort4 oclf_ushort4_e __attribute__((aligned(2)));
+typedef ushort8 oclf_ushort8_e __attribute__((aligned(2)));
+typedef ushort16 oclf_ushort16_e __attribute__((aligned(2)));
+#define LD16V(n, p) (*(global const OCLF_CAT(OCLF_CAT(oclf_ushort, n), _e) *)(p))
+#define ST16V(n, p, h) (*(global OCLF_CAT(OCLF_CAT(oclf_ushort, n), _e) *)(p) = (h))
+
+/* WIDEN_F16(n, h) / NARROW_F16(n, v): ushortn of f16 bits <-> floatn;
+ * WIDEN_BF16(n, h) / NARROW_BF16(n, v) the same for bf16 bits. */
+#if OCLF_FLOAT16
+typedef _Float16 oclf_f16x2 __attribute__((ext_vector_type(2)));
+typedef _Float16 oclf_f16x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 oclf_f16x8 __attribute__((ext_vector_type(8)));
+typedef _Float16 oclf_f16x16 __attribute__((ext_vector_type(16)));
+#define WIDEN_F16(n, h)                                                        \
+    __builtin_convertvector(__builtin_astype((h), OCLF_CAT(oclf_f16x, n)), OCLF_CAT(float, n))
+#define NARROW_F16(n, v)                                                       \
+    __builtin_astype(__builtin_convertvector((v), OCLF_CAT(oclf_f16x, n)), OCLF_CAT(ushort, n))
+#else
+/* The conversion goes through vload_halfN/vstore_halfN on a private
+ * vector that is naturally aligned: some compilers give vload_halfN on a
+ * global pointer the alignment of a halfN (an aligned 16- or 32-byte move
+ * that faults at an odd element offset). */
+#define OCLF_HALF_CVT_FN_(n)                                                   \
+    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_widen_f16_, n)(OCLF_CAT(ushort, n) h) \
+    {                                                                          \
+        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
+    }                                                                          \
+    static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_f16_, n)(OCLF_CAT(float, n) v) \
+    {                                                                          \
+        OCLF_CAT(ushort, n) h;                                                 \
+        OCLF_CAT(OCLF_CAT(vstore_half, n), _rte)(v, 0, (private half *)&h);    \
+        return h;                                                              \
+    }
+OCLF_HALF_CVT_FN_(2)
+OCLF_HALF_CVT_FN_(4)
+OCLF_HALF_CVT_FN_(8)
+OCLF_HALF_CVT_FN_(16)
+#define WIDEN_F16(n, h) OCLF_CAT(oclf_widen_f16_, n)(h)
+#define NARROW_F16(n, v) OCLF_CAT(oclf_narrow_f16_, n)(v)
+#endif
+#define WIDEN_BF16(n, h) OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(h) << 16)
+#define NARROW_BF16(n, v) OCLF_CAT(oclf_narrow_bf16_, n)(v)
+/* f32 -> bf16 as f32_to_bf16, lane by lane. */
+#define OCLF_BF16_CVT_FN_(n)                                                   \
+    static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_bf16_, n)(OCLF_CAT(float, n) f) \
+    {                                                                          \
+        const OCLF_CAT(uint, n) u = OCLF_CAT(as_uint, n)(f);                   \
+        /* comparisons give -1/0 ints */                                       \
+        const OCLF_CAT(int, n) nan = (u & 0x7fffffffu) > 0x7f800000u;          \
+        const OCLF_CAT(uint, n) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;    \
+        const OCLF_CAT(uint, n) q = (u >> 16) | 0x0040u;                       \
+        return OCLF_CAT(convert_ushort, n)(select(r, q, nan));                 \
+    }
+OCLF_BF16_CVT_FN_(2)
+OCLF_BF16_CVT_FN_(4)
+OCLF_BF16_CVT_FN_(8)
+OCLF_BF16_CVT_FN_(16)
+
 /* ---- vectors of OCLF_VEC floats ---------------------------------------- */
-/* Vector loads need only element alignment (vloadN), so any offset and row
- * stride may use them; the tail of a row that is not a multiple of VEC is
- * handled by scalar code in each kernel. */
+/* Vector loads need only element alignment (vloadN, LD16V), so any offset
+ * and row stride may use them; the tail of a row that is not a multiple of
+ * VEC is handled by scalar code in each kernel. */
 #if OCLF_VEC == 1
 typedef float floatv;
 #define VSUM(v) (v)
@@ -114,41 +201,11 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #define LDV(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
 #define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
 #elif OCLF_DTYPE == 1
-/* The bits move through a ushortN with plain vloadN/vstoreN, and only the
- * conversion goes through vload_halfN/vstore_halfN, on a private vector
- * that is naturally aligned. Some compilers give vload_halfN on a global
- * pointer the alignment of a halfN (an aligned 16- or 32-byte move that
- * faults at an odd element offset); vloadN of ushort has no such
- * assumption, and the private copy costs nothing once registers hold it. */
-typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
-static inline floatv oclf_ldv_half(global const half *p)
-{
-    ushortv h = OCLF_CAT(vload, OCLF_VEC)(0, (global const ushort *)p);
-    return OCLF_CAT(vload_half, OCLF_VEC)(0, (private const half *)&h);
-}
-static inline void oclf_stv_half(global half *p, floatv v)
-{
-    ushortv h;
-    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (private half *)&h);
-    OCLF_CAT(vstore, OCLF_VEC)(h, 0, (global ushort *)p);
-}
-#define LDV(p, i) oclf_ldv_half((p) + (i))
-#define STV(p, i, v) oclf_stv_half((p) + (i), (v))
+#define LDV(p, i) WIDEN_F16(OCLF_VEC, LD16V(OCLF_VEC, (p) + (i)))
+#define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_F16(OCLF_VEC, (v)))
 #else
-typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
-typedef OCLF_CAT(uint, OCLF_VEC) uintv;
-typedef OCLF_CAT(int, OCLF_VEC) intv;
-static inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
-static inline ushortv f32v_to_bf16v(floatv f)
-{
-    uintv u = OCLF_CAT(as_uint, OCLF_VEC)(f);
-    intv nan = (u & 0x7fffffffu) > 0x7f800000u; /* comparisons give -1/0 ints */
-    uintv r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uintv q = (u >> 16) | 0x0040u;
-    return OCLF_CAT(convert_ushort, OCLF_VEC)(select(r, q, nan));
-}
-#define LDV(p, i) bf16v_to_f32v(OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i)))
-#define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)(f32v_to_bf16v(v), 0, (p) + (i))
+#define LDV(p, i) WIDEN_BF16(OCLF_VEC, LD16V(OCLF_VEC, (p) + (i)))
+#define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_BF16(OCLF_VEC, (v)))
 #endif
 
 /* Vectors of fp32 in local memory (a row staged for its second pass). */
@@ -164,15 +221,9 @@ static inline ushortv f32v_to_bf16v(floatv f)
 #if OCLF_DTYPE == 0 || OCLF_VEC == 1
 #define ROUNDV(v) ROUND_STOR(v)
 #elif OCLF_DTYPE == 1
-static inline floatv oclf_round_halfv(floatv v)
-{
-    ushort h[OCLF_VEC];
-    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (__private half *)h);
-    return OCLF_CAT(vload_half, OCLF_VEC)(0, (__private const half *)h);
-}
-#define ROUNDV(v) oclf_round_halfv(v)
+#define ROUNDV(v) WIDEN_F16(OCLF_VEC, NARROW_F16(OCLF_VEC, (v)))
 #else
-#define ROUNDV(v) bf16v_to_f32v(f32v_to_bf16v(v))
+#define ROUNDV(v) WIDEN_BF16(OCLF_VEC, NARROW_BF16(OCLF_VEC, (v)))
 #endif
 
 /* ---- row structures ----------------------------------------------------- */

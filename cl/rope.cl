@@ -38,25 +38,16 @@ typedef float cstor_t;
 #define CLOADV_(n, p, i) OCLF_CAT(vload, n)(0, (p) + (i))
 #elif OCLF_CDTYPE == 1
 typedef half cstor_t;
+#if OCLF_FLOAT16
+#define LDC(p, i) ((float)((global const _Float16 *)(p))[(i)])
+#else
 #define LDC(p, i) vload_half((i), (p))
-/* Through ushortN, for the alignment reason given at LDV in common.h. */
-#define CLOADV_(n, p, i)                                                       \
-    OCLF_CAT(oclf_cload_half, n)((global const ushort *)((p) + (i)))
-#define CLOAD_HALF_FN_(n)                                                      \
-    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_cload_half, n)(global const ushort *p) \
-    {                                                                          \
-        OCLF_CAT(ushort, n) h = OCLF_CAT(vload, n)(0, p);                      \
-        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
-    }
-CLOAD_HALF_FN_(2)
-CLOAD_HALF_FN_(4)
-CLOAD_HALF_FN_(8)
-CLOAD_HALF_FN_(16)
+#endif
+#define CLOADV_(n, p, i) WIDEN_F16(n, LD16V(n, (p) + (i)))
 #elif OCLF_CDTYPE == 2
 typedef ushort cstor_t;
 #define LDC(p, i) bf16_to_f32((p)[(i)])
-#define CLOADV_(n, p, i)                                                       \
-    OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(OCLF_CAT(vload, n)(0, (p) + (i))) << 16)
+#define CLOADV_(n, p, i) WIDEN_BF16(n, LD16V(n, (p) + (i)))
 #else
 #error "unknown OCLF_CDTYPE"
 #endif
