@@ -4,7 +4,8 @@
 # and what dispatch picks from the fresh tuning records), with the device's
 # copy bandwidth measured in the same run.
 #
-# f32 by default (add --dtypes f32,f16,bf16 for all); arguments go to the
+# Every storage dtype (f32, f16, bf16) by default, for the tuner and the
+# benchmark (--dtypes f32 narrows the benchmark); arguments go to the
 # benchmark. OCLF_TUNE_BUDGET (seconds, default 120; 0 skips tuning) bounds
 # the tuner (it may overrun by the job in hand);
 # it tunes the benchmark's own shapes into the per-machine database
@@ -18,7 +19,7 @@ builddir=${OCLF_BUILD_DIR:-build}
 
 budget=${OCLF_TUNE_BUDGET:-120}
 if [ "$budget" != 0 ]; then
-  "$builddir/tune/oclfuse-tune" --dtypes f32 --shapes bench --budget "$budget" --resume \
+  "$builddir/tune/oclfuse-tune" --dtypes f32,f16,bf16 --shapes bench --budget "$budget" --resume \
     || echo "run.sh: tuning failed; benchmarking with what the databases hold" >&2
 fi
-exec "$builddir/tools/oclfuse-bench" --dtypes f32 --paths fused,unfused,auto "$@"
+exec "$builddir/tools/oclfuse-bench" --dtypes f32,f16,bf16 --paths fused,unfused,auto "$@"
