@@ -13,12 +13,14 @@
  * Choice, per path: the fastest candidate, except that any candidate within
  * TIE (3%) of it that is simpler wins; simpler = the heuristic default, then
  * the smaller work-group size, then the earlier point of op->space() (which
- * lists small before large). Across paths: the faster one, fused on a tie
- * (one launch, one pass over memory). A winner other than the default must
- * then pass the confirmation rule (confirm() below): measured again beside
- * the default, interleaved, it replaces the default only on a significant
- * (one-sided Mann-Whitney U, p < 0.01) win of more than TIE; the journal
- * records the test either way.
+ * lists small before large). Across paths: the faster one, fused only on
+ * an exact tie (one launch, one pass over memory). A winner other than the
+ * default must then pass the confirmation rule (confirm() below): measured
+ * again beside the default, interleaved, it replaces the default only on a
+ * significant (one-sided Mann-Whitney U, p < 0.01) win of more than TIE;
+ * the journal records the test either way. Last, no_losing_fused (records.h): a fused
+ * choice (the confirmation may fall back to the fused default) that an
+ * unfused candidate beat gives way to that candidate.
  *
  * Budget: --budget SECONDS for the whole run, shared evenly by the jobs not
  * yet done, so a job that finishes early leaves its time to the others.
@@ -480,10 +482,11 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
 
     const cand *f = pick(c, n, OCLF_PATH_FUSED), *u = pick(c, n, OCLF_PATH_UNFUSED);
     const cand *best = f;
-    if (u && (!f || u->time_ns * (1 + TIE) < f->time_ns))
+    if (u && (!f || u->time_ns < f->time_ns))
         best = u;
     if (best && !best->is_default && c[0].state > 0 && !interrupted)
         best = confirm(t, op, inst, &c[best - c], &c[0]);
+    best = no_losing_fused(best, u);
     op->destroy(inst);
     if (small)
         op->destroy(small);
@@ -493,7 +496,9 @@ static void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *
         return;
     r->have = 1;
     r->best = *best;
-    if (f)
+    if (best->ch.path == OCLF_PATH_FUSED)
+        r->fused = *best; /* the fused time the record was chosen on */
+    else if (f)
         r->fused = *f;
     if (u)
         r->unfused = *u;
