@@ -51,12 +51,16 @@ static inline ushort f32_to_bf16(float f)
 }
 
 /* ---- 16-bit conversions -------------------------------------------------
- * Where the compiler has a _Float16 type (OCLF_FLOAT16), f16 values convert
- * with the language's own conversions: exact widening and round-to-nearest-
- * even narrowing, which CPUs with F16C run as one vcvtph2ps / vcvtps2ph per
- * vector. vload_halfN/vstore_halfN_rte are the portable fallback; the CPU
- * device here expands vstore_half*_rte into some sixty integer instructions
- * per vector, which bound every f16 kernel that writes. */
+ * f16 widening is vload_half(N), which the CPU device here turns into
+ * vcvtph2ps. Narrowing, where the compiler has a _Float16 type
+ * (OCLF_FLOAT16), is the language's own round-to-nearest-even conversion,
+ * which CPUs with F16C run as one vcvtps2ph per vector; elsewhere
+ * vstore_half(N)_rte. The CPU device here expands vstore_half*_rte into some
+ * sixty integer instructions per vector, which bound every f16 kernel that
+ * writes. Widening stays opaque on purpose: a visible float-from-_Float16
+ * conversion lets the optimizer move selects and compares to _Float16
+ * vectors, which the CPU has no instructions for (act_and_mul f16 ran 4x
+ * slower, lane by lane). */
 #if defined(__FLT16_MAX__) && defined(__has_builtin)
 #if __has_builtin(__builtin_convertvector) && __has_builtin(__builtin_astype)
 #define OCLF_FLOAT16 1
@@ -70,12 +74,13 @@ static inline ushort f32_to_bf16(float f)
 #if OCLF_DTYPE == 0
 #define LD(p, i) ((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = (v))
-#elif OCLF_DTYPE == 1 && OCLF_FLOAT16
-#define LD(p, i) ((float)((global const _Float16 *)(p))[(i)])
-#define ST(p, i, v) (((global _Float16 *)(p))[(i)] = (_Float16)(v))
 #elif OCLF_DTYPE == 1
 #define LD(p, i) vload_half((i), (p))
+#if OCLF_FLOAT16
+#define ST(p, i, v) (((global _Float16 *)(p))[(i)] = (_Float16)(v))
+#else
 #define ST(p, i, v) vstore_half_rte((v), (i), (p))
+#endif
 #else
 #define LD(p, i) bf16_to_f32((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = f32_to_bf16(v))
@@ -85,14 +90,16 @@ static inline ushort f32_to_bf16(float f)
  * exactly as they were stored (add + norm computes on the rounded sum). */
 #if OCLF_DTYPE == 0
 #define ROUND_STOR(v) (v)
-#elif OCLF_DTYPE == 1 && OCLF_FLOAT16
-#define ROUND_STOR(v) ((float)(_Float16)(v))
 #elif OCLF_DTYPE == 1
 /* `half` variables need cl_khr_fp16; a ushort holds the bits instead. */
 static inline float oclf_round_half(float v)
 {
     ushort h;
+#if OCLF_FLOAT16
+    h = __builtin_astype((_Float16)v, ushort);
+#else
     vstore_half_rte(v, 0, (__private half *)&h);
+#endif
     return vload_half(0, (__private const half *)&h);
 }
 #define ROUND_STOR(v) oclf_round_half(v)
@@ -116,38 +123,42 @@ typedef ushort16 oclf_ushort16_e __attribute__((aligned(2)));
 
 /* WIDEN_F16(n, h) / NARROW_F16(n, v): ushortn of f16 bits <-> floatn;
  * WIDEN_BF16(n, h) / NARROW_BF16(n, v) the same for bf16 bits. */
+/* The vload_halfN/vstore_halfN conversions run on a private vector that
+ * is naturally aligned: some compilers give vload_halfN on a global pointer
+ * the alignment of a halfN (an aligned 16- or 32-byte move that faults at
+ * an odd element offset). */
 #if OCLF_FLOAT16
 typedef _Float16 oclf_f16x2 __attribute__((ext_vector_type(2)));
 typedef _Float16 oclf_f16x4 __attribute__((ext_vector_type(4)));
 typedef _Float16 oclf_f16x8 __attribute__((ext_vector_type(8)));
 typedef _Float16 oclf_f16x16 __attribute__((ext_vector_type(16)));
-#define WIDEN_F16(n, h)                                                        \
-    __builtin_convertvector(__builtin_astype((h), OCLF_CAT(oclf_f16x, n)), OCLF_CAT(float, n))
-#define NARROW_F16(n, v)                                                       \
-    __builtin_astype(__builtin_convertvector((v), OCLF_CAT(oclf_f16x, n)), OCLF_CAT(ushort, n))
-#else
-/* The conversion goes through vload_halfN/vstore_halfN on a private
- * vector that is naturally aligned: some compilers give vload_halfN on a
- * global pointer the alignment of a halfN (an aligned 16- or 32-byte move
- * that faults at an odd element offset). */
-#define OCLF_HALF_CVT_FN_(n)                                                   \
-    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_widen_f16_, n)(OCLF_CAT(ushort, n) h) \
+#define OCLF_NARROW_F16_FN_(n)                                                 \
+    static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_f16_, n)(OCLF_CAT(float, n) v) \
     {                                                                          \
-        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
-    }                                                                          \
+        return __builtin_astype(__builtin_convertvector(v, OCLF_CAT(oclf_f16x, n)), \
+                                OCLF_CAT(ushort, n));                          \
+    }
+#else
+#define OCLF_NARROW_F16_FN_(n)                                                 \
     static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_f16_, n)(OCLF_CAT(float, n) v) \
     {                                                                          \
         OCLF_CAT(ushort, n) h;                                                 \
         OCLF_CAT(OCLF_CAT(vstore_half, n), _rte)(v, 0, (private half *)&h);    \
         return h;                                                              \
     }
+#endif
+#define OCLF_HALF_CVT_FN_(n)                                                   \
+    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_widen_f16_, n)(OCLF_CAT(ushort, n) h) \
+    {                                                                          \
+        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
+    }                                                                          \
+    OCLF_NARROW_F16_FN_(n)
 OCLF_HALF_CVT_FN_(2)
 OCLF_HALF_CVT_FN_(4)
 OCLF_HALF_CVT_FN_(8)
 OCLF_HALF_CVT_FN_(16)
 #define WIDEN_F16(n, h) OCLF_CAT(oclf_widen_f16_, n)(h)
 #define NARROW_F16(n, v) OCLF_CAT(oclf_narrow_f16_, n)(v)
-#endif
 #define WIDEN_BF16(n, h) OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(h) << 16)
 #define NARROW_BF16(n, v) OCLF_CAT(oclf_narrow_bf16_, n)(v)
 /* f32 -> bf16 as f32_to_bf16, lane by lane. */

@@ -38,11 +38,7 @@ typedef float cstor_t;
 #define CLOADV_(n, p, i) OCLF_CAT(vload, n)(0, (p) + (i))
 #elif OCLF_CDTYPE == 1
 typedef half cstor_t;
-#if OCLF_FLOAT16
-#define LDC(p, i) ((float)((global const _Float16 *)(p))[(i)])
-#else
 #define LDC(p, i) vload_half((i), (p))
-#endif
 #define CLOADV_(n, p, i) WIDEN_F16(n, LD16V(n, (p) + (i)))
 #elif OCLF_CDTYPE == 2
 typedef ushort cstor_t;
