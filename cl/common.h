@@ -52,16 +52,17 @@ static inline ushort f32_to_bf16(float f)
 
 /* ---- 16-bit conversions -------------------------------------------------
  * f16 widening is vload_half(N), which the CPU device here turns into
- * vcvtph2ps. Narrowing, where the compiler has a _Float16 type
- * (OCLF_FLOAT16), is the language's own round-to-nearest-even conversion,
- * which CPUs with F16C run as one vcvtps2ph per vector; elsewhere
- * vstore_half(N)_rte. The CPU device here expands vstore_half*_rte into some
- * sixty integer instructions per vector, which bound every f16 kernel that
- * writes. Widening stays opaque on purpose: a visible float-from-_Float16
- * conversion lets the optimizer move selects and compares to _Float16
- * vectors, which the CPU has no instructions for (act_and_mul f16 ran 4x
- * slower, lane by lane). */
-#if defined(__FLT16_MAX__) && defined(__has_builtin)
+ * vcvtph2ps. Narrowing, where the device converts _Float16 vectors
+ * (OCLF_HAS_FLOAT16 from lib/device.c) and the compiler has the type and
+ * builtins (then OCLF_FLOAT16 is 1), is the language's own round-to-
+ * nearest-even conversion, which CPUs with F16C run as one vcvtps2ph per
+ * vector; elsewhere vstore_half(N)_rte. The CPU device here expands
+ * vstore_half*_rte into some sixty integer instructions per vector, which
+ * bound every f16 kernel that writes. Widening stays opaque on purpose: a
+ * visible float-from-_Float16 conversion lets the optimizer move selects
+ * and compares to _Float16 vectors, which the CPU has no instructions for
+ * (act_and_mul f16 ran 4x slower, lane by lane). */
+#if defined(OCLF_HAS_FLOAT16) && defined(__FLT16_MAX__) && defined(__has_builtin)
 #if __has_builtin(__builtin_convertvector) && __has_builtin(__builtin_astype)
 #define OCLF_FLOAT16 1
 #endif
