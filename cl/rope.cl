@@ -16,6 +16,8 @@
  *   staged (OCLF_STAGE 1, LAYOUT 1): a work-group per `rpg` tokens that
  *     visits all their heads and reads weights, cos/sin rows and heads from
  *     global memory once each (see the comment at that section).
+ * Each kernel is written once, over macros each structure defines ("the
+ * two structures" below).
  *
  * The rotation style (NeoX or GPT-J) and the position width are run-time
  * arguments tested outside the loops, so one program serves all of them;
@@ -215,9 +217,7 @@ typedef float8 hfloatv;
  *     reading the token's cos/sin row.
  *   QK_HEAD(): in that body, head h of token t of a packed qkv as `hp`,
  *     its 1/rms as `r`, its values as `hv` and its norm weight as `wv`
- *     (read with VLD / SLD; `has_w` 0: no weight, and `wv` is the head).
- * The rotation style (neox) and the position width are run-time
- * arguments tested outside the loops. */
+ *     (read with VLD / SLD; `has_w` 0: no weight, and `wv` is the head). */
 
 #if !OCLF_STAGE
 /* ---- item structure: one (token, head) per work-item or work-group -------
