@@ -334,7 +334,7 @@ int main(int argc, char **argv)
                 const int cp = live[OCLF_PATH_AUTO] ? OCLF_PATH_AUTO : OCLF_PATH_FUSED;
                 r.call_us = -1;
                 r.call_path = cp;
-                if (r.s[cp] && r.p[cp].med < 1e6)
+                if (r.s[cp] && r.p[cp].med < 1e6 && !(op->blocks && op->blocks(inst)))
                     r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
                 print_row(op, &shape, text, dt, &r, copy, jf, !json, &first);
                 op->destroy(inst);

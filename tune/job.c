@@ -11,12 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-double tuner_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tuner_now(void) { return op_now_s(); }
 
 static int64_t param(const oclf_params *p, const char *name, int64_t dflt)
 {

@@ -21,6 +21,11 @@ typedef struct l2_inst {
     oclf_l2_shard *sh;
     float *hd;
     int64_t *hi;
+    /* With $OCLF_L2_SHARD_DEVICES = N, shard j lives on device j mod N of
+     * the platform; devices other than the bench's own get an environment
+     * of their own here. */
+    size_t ndev;
+    op_env *dev_env;
 } l2_inst;
 
 static void l2_destroy(void *p)
@@ -35,9 +40,72 @@ static void l2_destroy(void *p)
     for (size_t j = 0; in->sh && j < in->shards; j++)
         if (in->sh[j].x.mem)
             clReleaseMemObject(in->sh[j].x.mem);
+    for (size_t j = 1; in->dev_env && j < in->ndev; j++)
+        op_env_close(&in->dev_env[j]);
+    free(in->dev_env);
     free(in->sh), free(in->hd), free(in->hi);
     free(in->hq), free(in->hx);
     free(in);
+}
+
+/* The environments of the first `want` devices of the bench's platform
+ * (entry 0 is the bench's own); fewer when the platform has fewer. */
+static int l2_open_devices(const op_env *env, l2_inst *in, size_t want, char *err, size_t errlen)
+{
+    cl_device_id ids[16];
+    cl_uint n = 0;
+    if (clGetDeviceIDs(env->platform, CL_DEVICE_TYPE_ALL, 16, ids, &n) != CL_SUCCESS || !n)
+        n = 1;
+    in->ndev = want < n ? want : n;
+    if (!(in->dev_env = calloc(in->ndev, sizeof *in->dev_env))) {
+        snprintf(err, errlen, "out of host memory");
+        return 0;
+    }
+    in->dev_env[0] = *env;
+    size_t k = 1;
+    for (cl_uint i = 0; i < n && k < in->ndev; i++) {
+        if (ids[i] == env->device)
+            continue;
+        if (op_env_open_device(&in->dev_env[k], env->platform, ids[i], NULL, err, errlen) != 0) {
+            in->ndev = k; /* what was opened is closed by l2_destroy */
+            return 0;
+        }
+        k++;
+    }
+    in->ndev = k;
+    return 1;
+}
+
+/* What the host merge of a sharded call costs: the lists a call gathers
+ * (nq x k per shard) merged by oclf_l2_topk_merge, timed alone and said on
+ * stderr beside the shard count, so its share of the call can be read off
+ * the bench's time. */
+static void l2_time_merge(const l2_inst *in)
+{
+    const size_t per = in->nq * in->k, all = per * in->shards;
+    float *d = malloc(all * sizeof *d + 4), *od = malloc(per * sizeof *od + 4);
+    int64_t *id = malloc(all * sizeof *id + 8), *oi = malloc(per * sizeof *oi + 8);
+    const float **dl = calloc(in->shards, sizeof *dl);
+    const int64_t **il = calloc(in->shards, sizeof *il);
+    size_t *lk = calloc(in->shards, sizeof *lk);
+    if (d && id && od && oi && dl && il && lk && per) {
+        for (size_t j = 0; j < in->shards; j++) {
+            dl[j] = d + j * per, il[j] = id + j * per, lk[j] = in->k;
+            for (size_t q = 0; q < in->nq; q++)
+                for (size_t t = 0; t < in->k; t++) {
+                    /* each list sorted, the lists interleaved */
+                    d[j * per + q * in->k + t] = (float)t + 0.5f * (float)j;
+                    id[j * per + q * in->k + t] = (int64_t)(j * in->k + t);
+                }
+        }
+        const int reps = 20;
+        const double t0 = op_now_s();
+        for (int r = 0; r < reps; r++)
+            oclf_l2_topk_merge(in->nq, in->k, in->shards, dl, il, lk, od, oi);
+        fprintf(stderr, "l2_topk: host merge of %zu lists of %zu x %zu: %.1f us a call\n",
+                in->shards, in->nq, in->k, (op_now_s() - t0) / reps * 1e6);
+    }
+    free(d), free(id), free(od), free(oi), free(dl), free(il), free(lk);
 }
 
 /* Splits the database into the fewest even buffers of at most per_max
@@ -56,14 +124,20 @@ static int l2_shard(const op_env *env, l2_inst *in, size_t per_max, char *err, s
     }
     for (size_t j = 0; j < in->shards; j++) {
         const size_t first = j * per, rows = first + per <= in->n ? per : in->n - first;
-        in->sh[j] = (oclf_l2_shard){env->ctx, env->queue, {NULL, 0, 0}, rows, in->dtype,
+        const op_env *on = in->ndev ? &in->dev_env[j % in->ndev] : env;
+        in->sh[j] = (oclf_l2_shard){on->ctx, on->queue, {NULL, 0, 0}, rows, in->dtype,
                                     (int64_t)first, NULL, NULL, NULL};
-        if (!(in->sh[j].x.mem = op_upload(env, (const char *)in->hx + first * in->d * es,
+        if (!(in->sh[j].x.mem = op_upload(on, (const char *)in->hx + first * in->d * es,
                                           rows * in->d * es, err, errlen)))
             return 0;
     }
-    fprintf(stderr, "l2_topk: %zu rows x %zu %s exceed one buffer: %zu shards of <= %zu rows\n",
-            in->n, in->d, oclf_dtype_name(in->dtype), in->shards, per);
+    if (in->ndev)
+        fprintf(stderr, "l2_topk: %zu rows x %zu %s: %zu shards of <= %zu rows on %zu devices\n",
+                in->n, in->d, oclf_dtype_name(in->dtype), in->shards, per, in->ndev);
+    else
+        fprintf(stderr, "l2_topk: %zu rows x %zu %s exceed one buffer: %zu shards of <= %zu rows\n",
+                in->n, in->d, oclf_dtype_name(in->dtype), in->shards, per);
+    l2_time_merge(in);
     return 1;
 }
 
@@ -101,7 +175,19 @@ static void *l2_create(const op_env *env, const op_shape *s, oclf_dtype dt, char
         max_alloc = strtoull(cap, NULL, 10);
     const size_t row_bytes = in->d > 0 ? in->d * es : 1;
     const size_t per_max = max_alloc / row_bytes ? max_alloc / row_bytes : 1;
-    if (in->n > per_max && !l2_shard(env, in, per_max, err, errlen)) {
+    /* $OCLF_L2_SHARD_DEVICES = N spreads the database over N devices of
+     * the platform, at least one shard each. */
+    const char *ndev = getenv("OCLF_L2_SHARD_DEVICES");
+    size_t shard_rows = per_max;
+    if (ndev && strtoul(ndev, NULL, 10) > 1 && in->n > 1) {
+        if (!l2_open_devices(env, in, strtoul(ndev, NULL, 10), err, errlen)) {
+            l2_destroy(in);
+            return NULL;
+        }
+        const size_t even = (in->n + in->ndev - 1) / in->ndev;
+        shard_rows = even < per_max ? even : per_max;
+    }
+    if ((in->n > shard_rows || in->ndev > 1) && !l2_shard(env, in, shard_rows, err, errlen)) {
         l2_destroy(in);
         return NULL;
     }
@@ -135,6 +221,8 @@ static oclf_status l2_run(const op_env *env, void *p, const oclf_choice *ch, cl_
     return oclf_l2_topk(env->ctx, env->queue, in->dtype, in->nq, in->n, in->d, in->k, q, x, d, i,
                         NULL, ch, 0, NULL, ev);
 }
+
+static int l2_blocks(const void *p) { return ((const l2_inst *)p)->shards != 0; }
 
 /* The first and the last query against the reference (all queries would
  * cost nq x N x D in fp64 on the host): each returned distance within the
@@ -299,5 +387,6 @@ const op_desc op_l2_topk = {
     .min_bytes = l2_bytes,
     .flops = l2_flops,
     .destroy = l2_destroy,
+    .blocks = l2_blocks,
     .space = l2_space,
 };

@@ -161,6 +161,15 @@ int op_env_open_opts(op_env *env, const char *platform, const char *device,
                  platform ? platform : "*", device ? device : "*");
         return -1;
     }
+    return op_env_open_device(env, env->platform, env->device, options, err, errlen);
+}
+
+int op_env_open_device(op_env *env, cl_platform_id platform, cl_device_id device,
+                       const oclf_context_options *options, char *err, size_t errlen)
+{
+    memset(env, 0, sizeof *env);
+    env->platform = platform;
+    env->device = device;
     cl_int e = CL_SUCCESS;
     env->cl = clCreateContext(NULL, 1, &env->device, NULL, NULL, &e);
     if (env->cl)
@@ -239,12 +248,14 @@ int op_list_devices(const char *tool)
     return 0;
 }
 
-static double now_ns(void)
+double op_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+static double now_ns(void) { return op_now_s() * 1e9; }
 
 static int cmp_double(const void *a, const void *b)
 {

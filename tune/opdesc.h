@@ -60,6 +60,10 @@ typedef struct op_desc {
     /* Arithmetic for GFLOP/s, or NULL where bandwidth is the measure. */
     double (*flops)(const op_shape *shape);
     void (*destroy)(void *inst);
+    /* 1 when a run of this instance waits on the host before it returns (a
+     * sharded search merges there), so it cannot be enqueued behind a held
+     * queue to time the host cost of a call. NULL: never. */
+    int (*blocks)(const void *inst);
 
     /* Tuning: writes up to `max` candidate parameter sets for `path` into
      * out and returns how many; points the library would reject
@@ -95,6 +99,9 @@ int op_env_open(op_env *env, const char *platform, const char *device, char *err
 /* The same with context options (the tuner turns the databases off). */
 int op_env_open_opts(op_env *env, const char *platform, const char *device,
                      const oclf_context_options *options, char *err, size_t errlen);
+/* A context and profiling queue of its own on one given device. */
+int op_env_open_device(op_env *env, cl_platform_id platform, cl_device_id device,
+                       const oclf_context_options *options, char *err, size_t errlen);
 void op_env_close(op_env *env);
 /* Prints every platform and device with its index and fingerprint (the
  * --list of the tools). 1 and a message naming `tool` when there is none. */
@@ -103,6 +110,9 @@ int op_list_devices(const char *tool);
 /* Copy-kernel bandwidth of the device in GB/s (read + write bytes / time),
  * the yardstick for every op's achieved bandwidth. */
 double op_copy_gbps(const op_env *env);
+
+/* Monotonic clock, seconds. */
+double op_now_s(void);
 
 /* Is `name` in the comma-separated list (NULL: everything)? */
 int op_listed(const char *list, const char *name);
