@@ -8,7 +8,10 @@
  * queries from a copy in local memory), OCLF_XNORM (how the expansion gets
  * |x|^2: 0 every work-item sums its own rows in the distance loop; 1 those
  * of the first query block, for the others too; 2 a pass over each tile
- * before the loop).
+ * before the loop), OCLF_XSTAGE (0, or the columns of a chunk of the tile's
+ * rows staged in local memory), OCLF_TOPK (0 candidate heaps in global
+ * memory, one work-item per list; 1 lists in local memory kept by the
+ * whole work-group, merged by a work-group per query).
  *
  * The program is assembled from one file per concern, in this order (the
  * loader expands each #include line from the embedded sources):
@@ -32,6 +35,9 @@
 #endif
 #ifndef OCLF_XNORM
 #define OCLF_XNORM 1
+#endif
+#ifndef OCLF_TOPK
+#define OCLF_TOPK 0
 #endif
 
 #include "l2topk_select.cl"

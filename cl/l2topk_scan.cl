@@ -168,7 +168,8 @@
  *            memory beside it, computed in the same loop from the x vectors
  *            it loads anyway (XNORM, below);
  *   phase 2  work-item j < qg forms the keys of row j of the tile and folds
- *            them into its query's heap.
+ *            them into its query's heap (TOPK 0), or the whole group offers
+ *            them to the queries' lists in local memory (TOPK 1).
  * Global reads. Consecutive work-items share a row block and differ in query
  * block, so on caching devices a row block comes from memory once and the
  * other qg / QB - 1 loads of it hit the cache; with qg == QB every database
@@ -188,14 +189,17 @@
  * devices would otherwise run both loops). Either way the sum is x_norm's.
  * Work-group order: group id = slice * ngq + query group, so groups that run
  * together share a slice of the database in the last-level cache.
- * Heaps: [query][slice][k], queries counted from the chunk's first.
+ * Lists: [query][slice][k], queries counted from the chunk's first; with
+ * TOPK 1 they are packed entries in `hi`, sorted (hk is not used), and the
+ * local `lists` hold qg lists of k + cap entries.
  */
 __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global const stor_t *x,
                       ulong xo, ulong xs, __global const float *xn, ulong xno, uint has_xn,
                       __global const uchar *allow, ulong ao, uint has_allow,
                       __global uint *hk, __global long *hi, ulong nq, ulong n, uint d, uint k,
                       uint qg, ulong per, uint nslices, __local uint *tile, __local float *lxn,
-                      __local float *lqn, __local float *lq, __local float *lx)
+                      __local float *lqn, __local float *lq, __local float *lx,
+                      __local ulong *lists, __local uint *lcnt, uint cap)
 {
     const uint lid = get_local_id(0), wgs = get_local_size(0);
     const uint ngq = (uint)((nq + qg - 1) / qg);
@@ -210,6 +214,17 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
     const ulong qbase = q0 + (ulong)qb * OCLF_QB;
 #endif
 
+#if OCLF_TOPK
+    /* The group's lists, written to [query][slice][k] of hi (as packed
+     * entries) at the end. */
+    __global ulong *hl = (__global ulong *)hi + (q0 * nslices + slice) * k;
+    lists_clear(lists, k + cap, qcount, lcnt, lid, wgs);
+    if (r0 >= r1) {
+        for (uint e = lid; e < qcount * k; e += wgs)
+            hl[(ulong)(e / k) * nslices * k + e % k] = PACK_EMPTY;
+        return; /* uniform across the work-group: no barrier is skipped by some */
+    }
+#else
     __global uint *myk = hk + ((q0 + lid) * nslices + slice) * k;
     __global long *myi = hi + ((q0 + lid) * nslices + slice) * k;
     uint rootk = KEY_EMPTY;
@@ -218,6 +233,7 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
         heap_clear(myk, myi, k);
     if (r0 >= r1)
         return; /* uniform across the work-group: no barrier is skipped by some */
+#endif
 #if OCLF_QLOCAL
     /* The group's queries, read from global memory once; the padding
      * queries of a short last group are zeros (their keys are never
@@ -303,6 +319,30 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
         }
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
+#if OCLF_TOPK
+        /* The whole group offers the tile's keys, consecutive work-items
+         * along a query's row of the tile; a flush when a buffer may not
+         * hold the next tile (cap >= tr, host-checked). */
+        {
+            const uint cnt = (uint)min((ulong)tr, r1 - t0);
+            for (uint e = lid; e < qcount * cnt; e += wgs) {
+                const uint qq = e / cnt, t = e - qq * cnt;
+#if OCLF_FORMULA == 1
+                const uint key = dist_key((lqn[qq] + lxn[t]) + as_float(tile[qq * tr + t]));
+#else
+                const uint key = tile[qq * tr + t];
+#endif
+                if (ROW_ALLOWED(t0 + t))
+                    list_offer(lists + qq * (k + cap), lcnt + qq, k, pack_entry(key, t0 + t));
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* one call site: the last tile's flush is the final one (a
+             * second inlined copy of the network's barrier loops made
+             * POCL's work-group compiler run for minutes) */
+            lists_flush(lists, k + cap, qcount, lcnt, k,
+                        t0 + tr >= r1 || lists_full(lcnt, qcount, cap - tr), lid, wgs);
+        }
+#else
         if (lid < qcount) {
             const uint cnt = (uint)min((ulong)tr, r1 - t0);
             __local const uint *row = tile + lid * tr;
@@ -317,6 +357,11 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
                     rootk = heap_sift(myk, myi, k, key, idx, &rooti);
             }
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#if OCLF_TOPK
+    for (uint e = lid; e < qcount * k; e += wgs)
+        hl[(ulong)(e / k) * nslices * k + e % k] = lists[e / k * (k + cap) + e % k];
+#endif
 }

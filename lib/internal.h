@@ -332,6 +332,12 @@ OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_que
  * limit of any of the n kernels. */
 OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
                                               const char *const *names, int n, size_t wgs);
+/* A built kernel's CL_KERNEL_WORK_GROUP_SIZE and
+ * CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE (its lockstep width as the
+ * driver sees it). */
+OCLF_HIDDEN oclf_status oclf_kernel_group_info(oclf_context *ctx, oclf_program *prog,
+                                               const char *name, size_t *max_wgs,
+                                               size_t *multiple);
 /* The row structure every row-wise kernel shares (cl/common.h): LAYOUT (0 a
  * row per work-item, 1 a work-group per row), WGS (a power of two up to the
  * device limit) and VEC (1, 2, 4, 8 or 16). */

@@ -212,8 +212,10 @@ static double l2_flops(const op_shape *s)
  * where the heuristic would (on-chip local memory, half of it): searching
  * it both ways there too would pass the tuner's 512 candidates and crowd
  * out the unfused path's. XNORM is the heuristic's (it follows from how the
- * device runs a group's work-items, not from the shape). Unfused: slices
- * and GEMM tile widths. */
+ * device runs a group's work-items, not from the shape), and so is TOPK on
+ * CPUs; GPUs keep the lists on chip wherever they fit beside the point's
+ * other local memory (TOPK 1, as the heuristic does). Unfused: slices and
+ * GEMM tile widths. */
 static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
                     oclf_params *out, int max)
 {
@@ -238,6 +240,7 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
     cl_device_local_mem_type lmt = CL_LOCAL;
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
     const uint64_t nq = s->d[0] ? s->d[0] : 1, d = s->d[2] ? s->d[2] : 1;
+    const uint64_t k = s->d[3] ? s->d[3] : 1;
     const int gpu = op_is_gpu(env);
     static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
     static const int nrbs[] = {4, 8, 16, 32};
@@ -282,6 +285,14 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                             oclf_params_set(&p, "WGS", (int64_t)wgs);
                             oclf_params_set(&p, "QLOCAL", ql);
                             oclf_params_set(&p, "XSTAGE", xs);
+                            /* GPUs: the lists on chip where they fit
+                             * (TOPK 1: k sorted entries and two tiles of
+                             * buffer per query, 8 bytes each) */
+                            const uint64_t lists = qg * ((k + 2 * tr) * 8 + 4);
+                            if (gpu)
+                                oclf_params_set(&p, "TOPK",
+                                                base + (ql ? copy : 0) + chunk + lists <= local_mem &&
+                                                    s->d[1] < 0xFFFFFFFFull);
                             op_space_add(out, &n, max, &p);
                         }
                     }

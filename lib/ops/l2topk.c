@@ -117,7 +117,7 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
         oclf_params_set(&r.params, "FORMULA", 0);
     }
     l2_cfg cfg;
-    if ((st = oclf_l2_config(ctx, r.path, &r.params, d, &cfg)))
+    if ((st = oclf_l2_config(ctx, r.path, &r.params, &shape, &cfg)))
         return st;
     if (nq == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);

@@ -13,6 +13,21 @@ static uint64_t scan_local_bytes(uint64_t qg, uint64_t tr, uint64_t d, int qloca
            (xstage ? tr * ((uint64_t)xstage + 1) * 4 : 0);
 }
 
+/* TOPK 1: the scan's lists in local memory, per query k sorted entries and
+ * a buffer of two tiles (8 bytes an entry), and the buffer's count. */
+static uint64_t lists_local_bytes(uint64_t qg, uint64_t tr, uint64_t k)
+{
+    return qg * ((k + 2 * tr) * 8 + 4);
+}
+
+uint64_t oclf_l2_merge_cap(const oclf_context *ctx, uint64_t k)
+{
+    for (uint64_t round = 1024; round >= 32; round /= 2)
+        if ((k + 2 * round) * 8 + 4 <= ctx->info.local_mem)
+            return 2 * round;
+    return 0;
+}
+
 void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                            oclf_path path, oclf_params *out)
 {
@@ -73,9 +88,35 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
     }
     if (scan_local_bytes(qg, nrb * (uint64_t)rb, d, 0, xstage) > dev->local_mem / 2)
         xstage = 0;
-    const int qlocal =
+    int qlocal =
         !dev->local_is_global &&
         scan_local_bytes(qg, nrb * (uint64_t)rb, d, 1, xstage) <= dev->local_mem / 2;
+    /* GPUs keep each (query, slice) list on chip (TOPK 1: see
+     * cl/l2topk_select.cl) where the lists fit beside the scan's other local
+     * memory, the tile shrinking (and then the query copy going) to make
+     * room; otherwise, for a large k, the heaps in global memory. */
+    int topk = 0;
+    const uint64_t k = shape->dim[3] ? shape->dim[3] : 1;
+    if (!cpu && !dev->local_is_global && shape->dim[1] <= L2_TOPK_MAX_ROWS &&
+        oclf_l2_merge_cap(ctx, k)) {
+        for (int ql = qlocal; ql >= 0 && !topk; ql--) {
+            uint64_t r = nrb;
+            while (r > (uint64_t)qb &&
+                   scan_local_bytes(qg, r * (uint64_t)rb, d, ql, xstage) +
+                           lists_local_bytes(qg, r * (uint64_t)rb, k) >
+                       dev->local_mem)
+                r /= 2;
+            if (scan_local_bytes(qg, r * (uint64_t)rb, d, ql, xstage) +
+                    lists_local_bytes(qg, r * (uint64_t)rb, k) <=
+                dev->local_mem) {
+                topk = 1;
+                qlocal = ql;
+                nrb = r;
+                wgs = nqb * nrb;
+            }
+        }
+    }
+    oclf_params_set(out, "TOPK", topk);
     oclf_params_set(out, "QB", qb);
     oclf_params_set(out, "RB", rb);
     oclf_params_set(out, "VEC", cpu ? 16 : 4);
@@ -93,9 +134,10 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
 }
 
 oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_params *p,
-                             uint64_t d, l2_cfg *cfg)
+                           const oclf_shape *shape, l2_cfg *cfg)
 {
-    int64_t v[10];
+    const uint64_t d = shape->dim[2], n = shape->dim[1], k = shape->dim[3];
+    int64_t v[11];
     oclf_status st;
     memset(cfg, 0, sizeof *cfg);
     if ((st = oclf_param(ctx, p, "FORMULA", 0, 1, &v[0])) ||
@@ -118,7 +160,8 @@ oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_p
         (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])) ||
         (st = oclf_param(ctx, p, "QLOCAL", 0, 1, &v[7])) ||
         (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])) ||
-        (st = oclf_param(ctx, p, "XSTAGE", 0, 256, &v[9])))
+        (st = oclf_param(ctx, p, "XSTAGE", 0, 256, &v[9])) ||
+        (st = oclf_param(ctx, p, "TOPK", 0, 1, &v[10])))
         return st;
     if (v[9] && (v[9] % v[4] || (v[9] & (v[9] - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -155,6 +198,7 @@ oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_p
     cfg->qlocal = (int)v[7];
     cfg->xnorm = (int)v[8];
     cfg->xstage = (int)v[9];
+    cfg->topk = (int)v[10];
     const uint64_t tr = (uint64_t)(cfg->wgs / nqb) * (uint64_t)cfg->rb;
     const uint64_t local = scan_local_bytes((uint64_t)cfg->qg, tr, d, 0, cfg->xstage);
     const uint64_t have = ctx->info.local_mem;
@@ -171,6 +215,26 @@ oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_p
                          "device's %llu; use QLOCAL = 0 or a smaller QG",
                          cfg->qg, (unsigned long long)d, (unsigned long long)(cfg->qg * d * 4),
                          (unsigned long long)local, (unsigned long long)have);
+    if (!cfg->topk)
+        return OCLF_SUCCESS;
+    /* TOPK 1: the lists beside the rest, and the merge's list */
+    cfg->scan_cap = 2 * tr;
+    cfg->merge_cap = oclf_l2_merge_cap(ctx, k);
+    const uint64_t all = scan_local_bytes((uint64_t)cfg->qg, tr, d, cfg->qlocal, cfg->xstage) +
+                         lists_local_bytes((uint64_t)cfg->qg, tr, k);
+    if (n > L2_TOPK_MAX_ROWS)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "l2_topk: TOPK = 1 keeps row indices in 32 bits, and N = %llu exceeds "
+                         "%llu; use TOPK = 0",
+                         (unsigned long long)n, (unsigned long long)L2_TOPK_MAX_ROWS);
+    if (all > have || !cfg->merge_cap)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "l2_topk: TOPK = 1 keeps QG = %d lists of k = %llu candidates in local "
+                         "memory, %llu bytes with the scan's other %llu, more than the device's "
+                         "%llu; use TOPK = 0 or a smaller QG or tile",
+                         cfg->qg, (unsigned long long)k, (unsigned long long)all,
+                         (unsigned long long)(all - lists_local_bytes((uint64_t)cfg->qg, tr, k)),
+                         (unsigned long long)have);
     return OCLF_SUCCESS;
 }
 
@@ -185,16 +249,36 @@ oclf_status oclf_l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_shap
         oclf_shape many = {{100, shape->dim[1], shape->dim[2], shape->dim[3]}};
         oclf_params hp = {0};
         oclf_l2topk_heuristic(ctx, dtype, &many, OCLF_PATH_FUSED, &hp);
-        oclf_status st = oclf_l2_config(ctx, OCLF_PATH_FUSED, &hp, shape->dim[2], &pc);
+        oclf_status st = oclf_l2_config(ctx, OCLF_PATH_FUSED, &hp, &many, &pc);
         if (st != OCLF_SUCCESS)
             return st;
     }
     char opts[200];
     snprintf(opts, sizeof opts,
              "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
-             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d -DOCLF_XSTAGE=%d",
-             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm, pc.xstage);
+             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d -DOCLF_XSTAGE=%d -DOCLF_TOPK=%d",
+             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm, pc.xstage,
+             pc.topk);
     return oclf_program_get(ctx, "l2topk.cl", opts, prog);
+}
+
+oclf_status oclf_l2_group(oclf_context *ctx, oclf_program *prog, const char *kernel,
+                          size_t cpu_wgs, size_t want, size_t *wgs)
+{
+    size_t kmax, multiple;
+    oclf_status st = oclf_kernel_group_info(ctx, prog, kernel, &kmax, &multiple);
+    if (st != OCLF_SUCCESS)
+        return st;
+    size_t w = cpu_wgs;
+    if (!(ctx->info.type & CL_DEVICE_TYPE_CPU)) {
+        /* a group narrower than the lockstep width leaves lanes idle */
+        const size_t lane = multiple > ctx->info.simd_width ? multiple : ctx->info.simd_width;
+        w = oclf_round_up(want > lane ? want : lane, lane);
+        while (w > lane && w > kmax)
+            w -= lane;
+    }
+    *wgs = w < kmax ? w : kmax;
+    return OCLF_SUCCESS;
 }
 
 oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
@@ -203,20 +287,23 @@ oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
     (void)op;
     l2_cfg cfg;
     oclf_program *prog;
-    oclf_status st = oclf_l2_config(ctx, r->path, &r->params, shape->dim[2], &cfg);
+    oclf_status st = oclf_l2_config(ctx, r->path, &r->params, shape, &cfg);
     if (st != OCLF_SUCCESS || !deep ||
         (st = oclf_l2_program(ctx, dtype, shape, r->path, &cfg, &prog)) != OCLF_SUCCESS)
         return st;
     /* A kernel's registers or local memory can lower its limit below the
-     * device's; only the built kernel reports it. */
-    static const char *const merge[] = {"l2_merge"}, *const scan[] = {"l2_scan"};
+     * device's; only the built kernel reports it. The merge and tile
+     * launches take their group size from the built kernel (oclf_l2_group),
+     * within that limit. */
+    static const char *const scan[] = {"l2_scan"};
     static const char *const norms[] = {"l2_q_norms", "l2_x_norms", "l2_to_f32"};
-    static const char *const tile[] = {"l2_tile_topk"};
-    if ((st = oclf_check_kernel_wgs(ctx, prog, merge, 1, L2_MERGE_WGS)))
+    size_t wgs;
+    if ((st = oclf_l2_group(ctx, prog, cfg.topk ? "l2_merge_lists" : "l2_merge", L2_MERGE_WGS,
+                            cfg.topk ? L2_MERGE_LISTS_WGS : 0, &wgs)))
         return st;
     if (r->path == OCLF_PATH_FUSED)
         return oclf_check_kernel_wgs(ctx, prog, scan, 1, (size_t)cfg.wgs);
     if ((st = oclf_check_kernel_wgs(ctx, prog, norms, 3, L2_NORM_WGS)))
         return st;
-    return oclf_check_kernel_wgs(ctx, prog, tile, 1, L2_TILE_WGS);
+    return oclf_l2_group(ctx, prog, "l2_tile_topk", L2_TILE_WGS, 0, &wgs);
 }

@@ -97,6 +97,9 @@ oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program 
         (conv && (st = oclf_temp_buffer(ctx, tile * c->d * 4, &xf))))
         goto done;
     cl_uint d = (cl_uint)c->d, k = (cl_uint)c->k;
+    size_t tile_wgs;
+    if ((st = oclf_l2_group(ctx, prog, "l2_tile_topk", L2_TILE_WGS, 0, &tile_wgs)))
+        goto done;
     {
         cl_ulong qo = c->q.offset, qs = c->q.stride, rows = c->nq;
         oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo), OCLF_ARG(qs), OCLF_ARG(rows),
@@ -142,11 +145,11 @@ oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program 
                             OCLF_ARG(xno), OCLF_ARG(ct0),  OCLF_ARG(nqc),   OCLF_ARG(ns),
                             OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
                             OCLF_ARG(hi),  OCLF_ARG(am),   OCLF_ARG(ao),    OCLF_ARG(has_allow)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 17,
-                                        oclf_round_up(qc * slices, L2_TILE_WGS), L2_TILE_WGS)))
+            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, sizeof a / sizeof *a,
+                                        oclf_round_up(qc * slices, tile_wgs), tile_wgs)))
                 goto done;
         }
-        if ((st = oclf_l2_merge_launch(ch, prog, hk, hi, c, q0, qc, ns)))
+        if ((st = oclf_l2_merge_launch(ch, prog, hk, hi, c, q0, qc, ns, cfg)))
             goto done;
     }
 done:;
