@@ -216,10 +216,11 @@ static double l2_flops(const op_shape *s)
  * CPUs; GPUs keep the lists on chip wherever they fit beside the point's
  * other local memory (TOPK 1, as the heuristic does). Unfused: slices and
  * GEMM tile widths. */
-static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                    oclf_params *out, int max)
+static int l2_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                    oclf_path path, oclf_params *out, int max)
 {
-    (void)dt;
+    op_point_check chk;
+    op_point_check_init(&chk, env, op, s, dt, path);
     int n = 0;
     if (path == OCLF_PATH_UNFUSED) {
         static const int64_t slices[] = {0, 2, 8}, tiles[] = {0, 16384, 65536};
@@ -229,18 +230,15 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                 memset(&p, 0, sizeof p);
                 oclf_params_set(&p, "SLICES", slices[a]);
                 oclf_params_set(&p, "TILE", tiles[b]);
-                op_space_add(out, &n, max, &p);
+                op_space_add_valid(&chk, out, &n, max, &p);
             }
         return n;
     }
-    size_t max_wgs = 1;
     cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
     cl_device_local_mem_type lmt = CL_LOCAL;
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
     const uint64_t nq = s->d[0] ? s->d[0] : 1, d = s->d[2] ? s->d[2] : 1;
-    const uint64_t k = s->d[3] ? s->d[3] : 1;
     const int gpu = op_is_gpu(env);
     static const int qbs[] = {1, 2, 4}, rbs[] = {1, 2, 4, 8}, vecs[] = {4, 8, 16};
     static const int nrbs[] = {4, 8, 16, 32};
@@ -257,11 +255,11 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                         qg = (qg + qb - 1) / qb * qb;
                         const uint64_t wgs = qg / qb * (uint64_t)nrbs[e / 2];
                         const uint64_t tr = (uint64_t)nrbs[e / 2] * (uint64_t)rbs[b];
-                        /* local memory: the tile, row and query norms, and
-                         * with QLOCAL the queries */
+                        /* The direct formula takes the query copy where
+                         * the heuristic would: the tile, row and query
+                         * norms and the queries within half of on-chip
+                         * local memory. */
                         const uint64_t base = (qg * tr + tr + qg) * 4, copy = qg * d * 4;
-                        if (wgs > max_wgs || wgs < qg || base + (ql ? copy : 0) > local_mem)
-                            continue;
                         if (formula == 0 &&
                             ql != (lmt != CL_GLOBAL && base + copy <= local_mem / 2))
                             continue;
@@ -272,9 +270,6 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                          * chunks of 64 columns (coalesced) or each by its
                          * own work-item. */
                         for (int xs = 0; xs <= (gpu ? 64 : 0); xs += 64) {
-                            const uint64_t chunk = xs ? tr * (uint64_t)(xs + 1) * 4 : 0;
-                            if (base + (ql ? copy : 0) + chunk > local_mem)
-                                continue;
                             oclf_params p;
                             memset(&p, 0, sizeof p);
                             oclf_params_set(&p, "FORMULA", formula);
@@ -285,15 +280,14 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                             oclf_params_set(&p, "WGS", (int64_t)wgs);
                             oclf_params_set(&p, "QLOCAL", ql);
                             oclf_params_set(&p, "XSTAGE", xs);
-                            /* GPUs: the lists on chip where they fit
-                             * (TOPK 1: k sorted entries and two tiles of
-                             * buffer per query, 8 bytes each) */
-                            const uint64_t lists = qg * ((k + 2 * tr) * 8 + 4);
-                            if (gpu)
-                                oclf_params_set(&p, "TOPK",
-                                                base + (ql ? copy : 0) + chunk + lists <= local_mem &&
-                                                    s->d[1] < 0xFFFFFFFFull);
-                            op_space_add(out, &n, max, &p);
+                            /* GPUs: the lists on chip where the op takes
+                             * them (TOPK 1), else the heaps */
+                            if (gpu) {
+                                oclf_params_set(&p, "TOPK", 1);
+                                if (!op_point_valid(&chk, &p))
+                                    oclf_params_set(&p, "TOPK", 0);
+                            }
+                            op_space_add_valid(&chk, out, &n, max, &p);
                         }
                     }
     return n;

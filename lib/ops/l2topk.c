@@ -72,7 +72,7 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t nq, si
 void oclf_l2_topk_options_init(oclf_l2_topk_options *options)
 {
     if (options)
-        memset(options, 0, sizeof *options);
+        *options = (oclf_l2_topk_options)OCLF_L2_TOPK_OPTIONS_INIT;
 }
 
 oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x_dtype, size_t nq,
@@ -83,9 +83,12 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
 {
     oclf_status st;
     l2_call c;
+    oclf_l2_topk_options opt;
     if ((st = oclf_check_call(ctx, "l2_topk", queue, num_events, wait_list, x_dtype, event)) ||
-        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, options, &c)))
+        (st = oclf_l2_topk_options_read(ctx, options, &opt)) ||
+        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, &opt, &c)))
         return st;
+    options = &opt;
 
     const int exact = options && options->precision == OCLF_L2_EXACT;
     if (exact && choice && choice->path == OCLF_PATH_UNFUSED)
@@ -101,29 +104,31 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
 
     oclf_shape shape = {{nq, n, d, k}};
     oclf_resolved r;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, x_dtype, &shape, choice, &r)))
-        return st;
+    /* The precision option asks dispatch for the fused path (the only one
+     * with the direct formula), then narrows its formula. */
+    oclf_choice fc;
     if (exact) {
-        /* The precision option narrows whatever dispatch chose. */
-        if (r.path != OCLF_PATH_FUSED) {
-            oclf_choice fc;
-            memset(&fc, 0, sizeof fc);
-            if (choice)
-                fc = *choice;
-            fc.path = OCLF_PATH_FUSED;
-            if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, x_dtype, &shape, &fc, &r)))
-                return st;
-        }
-        oclf_params_set(&r.params, "FORMULA", 0);
+        memset(&fc, 0, sizeof fc);
+        if (choice)
+            fc = *choice;
+        fc.path = OCLF_PATH_FUSED;
+        choice = &fc;
     }
     l2_cfg cfg;
-    if ((st = oclf_l2_config(ctx, r.path, &r.params, &shape, &cfg)))
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, &oclf_l2topk_hooks, x_dtype, &shape,
+                                     choice, &r)))
+        return st;
+    if (exact) /* a program of its own: parsed here rather than cached */
+        oclf_params_set(&r.params, "FORMULA", 0);
+    if (r.has_cfg && !exact)
+        memcpy(&cfg, &r.cfg, sizeof cfg);
+    else if ((st = oclf_l2_config(ctx, x_dtype, &shape, r.path, &r.params, &cfg)))
         return st;
     if (nq == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
 
     oclf_program *prog;
-    if ((st = oclf_l2_program(ctx, x_dtype, &shape, r.path, &cfg, &prog)))
+    if ((st = oclf_l2_program(ctx, x_dtype, &cfg, &prog)))
         return st;
 
     oclf_chain ch;

@@ -17,7 +17,9 @@ typedef struct l2_cfg {
     int formula, qb, rb, vec, qg, wgs, qlocal, xnorm, xstage, topk;
     int64_t slices, tile;
     uint64_t scan_cap, merge_cap; /* TOPK 1: the buffers of the scan's and the merge's lists */
+    char defines[OCLF_DEFINES_MAX]; /* the program's */
 } l2_cfg;
+OCLF_CFG_FITS(l2_cfg);
 
 typedef struct l2_call {
     oclf_dtype dtype;
@@ -42,9 +44,9 @@ typedef struct l2_call {
  * this by taking fewer slices (the merge is one work-group per query). */
 #define L2_MERGE_ENTRIES 65536u
 
-OCLF_HIDDEN oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path,
-                                       const oclf_params *p, const oclf_shape *shape,
-                                       l2_cfg *cfg);
+OCLF_HIDDEN oclf_status oclf_l2_config(const oclf_context *ctx, oclf_dtype dtype,
+                                       const oclf_shape *shape, oclf_path path,
+                                       const oclf_params *p, l2_cfg *cfg);
 /* TOPK 1: the merge's buffer (twice its rounds) for k candidates, as large
  * as local memory allows up to 2048 entries; 0 when 64 do not fit. */
 OCLF_HIDDEN uint64_t oclf_l2_merge_cap(const oclf_context *ctx, uint64_t k);
@@ -54,9 +56,8 @@ OCLF_HIDDEN uint64_t oclf_l2_merge_cap(const oclf_context *ctx, uint64_t k);
  * preferred work-group size multiple, and at most the kernel's limit. */
 OCLF_HIDDEN oclf_status oclf_l2_group(oclf_context *ctx, oclf_program *prog, const char *kernel,
                                       size_t cpu_wgs, size_t want, size_t *wgs);
-OCLF_HIDDEN oclf_status oclf_l2_program(oclf_context *ctx, oclf_dtype dtype,
-                                        const oclf_shape *shape, oclf_path path,
-                                        const l2_cfg *cfg, oclf_program **prog);
+OCLF_HIDDEN oclf_status oclf_l2_program(oclf_context *ctx, oclf_dtype dtype, const l2_cfg *cfg,
+                                        oclf_program **prog);
 OCLF_HIDDEN size_t oclf_l2_alloc_cap(const oclf_context *ctx, size_t bound);
 OCLF_HIDDEN oclf_status oclf_l2_merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk,
                                              cl_mem hi, const l2_call *c, size_t q0, size_t qn,

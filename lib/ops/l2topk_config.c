@@ -4,6 +4,31 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Parameters of the fused path, in the order of v[] in oclf_l2_config. QB
+ * and RB are powers of two only, as the header lists them: the kernel
+ * would also build 3, but the tuner never searches it and the header never
+ * promised it. */
+static const oclf_param_spec l2_fused_params[] = {
+    {"FORMULA", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"SLICES", 0, 1 << 20, 0, OCLF_PARAM_ARG},
+    {"QB", 1, 4, 1, OCLF_PARAM_DEFINE},
+    {"RB", 1, 8, 1, OCLF_PARAM_DEFINE},
+    {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"QG", 1, 4096, 0, OCLF_PARAM_ARG},
+    {"WGS", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_ARG},
+    {"QLOCAL", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"XNORM", 0, 2, 0, OCLF_PARAM_DEFINE},
+    {"XSTAGE", 0, 256, 0, OCLF_PARAM_DEFINE},
+    {"TOPK", 0, 1, 0, OCLF_PARAM_DEFINE},
+};
+/* The unfused path's: its program is the fused default's (oclf_l2_config). */
+static const oclf_param_spec l2_unfused_params[] = {
+    {"FORMULA", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"SLICES", 0, 1 << 20, 0, OCLF_PARAM_ARG},
+    {"TILE", 0, INT64_MAX, 0, OCLF_PARAM_ARG},
+};
+#define L2_NPARAMS(spec) ((unsigned)(sizeof spec / sizeof spec[0]))
+
 /* Local memory of the scan: the tile (QG x rows), the rows' and the
  * queries' norms, with QLOCAL the group's queries (QG x D floats) and with
  * XSTAGE a chunk of the tile's rows (rows x (XSTAGE + 1) floats). */
@@ -133,53 +158,45 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
     oclf_params_set(out, "XNORM", cpu ? 2 : 0);
 }
 
-oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_params *p,
-                           const oclf_shape *shape, l2_cfg *cfg)
+oclf_status oclf_l2_config(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                           oclf_path path, const oclf_params *p, l2_cfg *cfg)
 {
     const uint64_t d = shape->dim[2], n = shape->dim[1], k = shape->dim[3];
-    int64_t v[11];
+    int64_t v[L2_NPARAMS(l2_fused_params)];
     oclf_status st;
     memset(cfg, 0, sizeof *cfg);
-    if ((st = oclf_param(ctx, p, "FORMULA", 0, 1, &v[0])) ||
-        (st = oclf_param(ctx, p, "SLICES", 0, 1 << 20, &v[1])))
-        return st;
-    cfg->formula = (int)v[0];
-    cfg->slices = v[1];
     if (path == OCLF_PATH_UNFUSED) {
-        if ((st = oclf_param(ctx, p, "TILE", 0, INT64_MAX, &v[2])))
+        if ((st = oclf_params_read(ctx, l2_unfused_params, L2_NPARAMS(l2_unfused_params), p, v)))
             return st;
+        cfg->formula = (int)v[0];
+        cfg->slices = v[1];
         cfg->tile = v[2];
         if (cfg->formula != 1)
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                              "l2_topk: the unfused path computes the expansion only (FORMULA = 1)");
+        /* Its norm, tile and merge kernels come from the program the fused
+         * default builds for the same shape, so both paths share a build;
+         * its lists are the tile kernel's heaps whatever that program's
+         * TOPK (the program holds the heap merge either way). */
+        oclf_params hp = {0};
+        l2_cfg fused;
+        oclf_l2topk_heuristic(ctx, dtype, shape, OCLF_PATH_FUSED, &hp);
+        if ((st = oclf_l2_config(ctx, dtype, shape, OCLF_PATH_FUSED, &hp, &fused)))
+            return st;
+        cfg->qb = fused.qb, cfg->rb = fused.rb, cfg->vec = fused.vec;
+        cfg->qlocal = fused.qlocal, cfg->xnorm = fused.xnorm, cfg->xstage = fused.xstage;
+        memcpy(cfg->defines, fused.defines, sizeof cfg->defines);
         return OCLF_SUCCESS;
     }
-    if ((st = oclf_param(ctx, p, "QB", 1, 4, &v[2])) || (st = oclf_param(ctx, p, "RB", 1, 8, &v[3])) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &v[4])) ||
-        (st = oclf_param(ctx, p, "QG", 1, 4096, &v[5])) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])) ||
-        (st = oclf_param(ctx, p, "QLOCAL", 0, 1, &v[7])) ||
-        (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])) ||
-        (st = oclf_param(ctx, p, "XSTAGE", 0, 256, &v[9])) ||
-        (st = oclf_param(ctx, p, "TOPK", 0, 1, &v[10])))
+    if ((st = oclf_params_read(ctx, l2_fused_params, L2_NPARAMS(l2_fused_params), p, v)))
         return st;
+    cfg->formula = (int)v[0];
+    cfg->slices = v[1];
     if (v[9] && (v[9] % v[4] || (v[9] & (v[9] - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter XSTAGE = %lld is neither 0 nor a power of two that "
                          "VEC = %lld divides",
                          (long long)v[9], (long long)v[4]);
-    /* Powers of two only, as the header lists them: the kernel would also
-     * build 3, but the tuner never searches it and the header never
-     * promised it. */
-    if (v[2] & (v[2] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter QB = %lld is not 1, 2 or 4", (long long)v[2]);
-    if (v[3] & (v[3] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter RB = %lld is not 1, 2, 4 or 8", (long long)v[3]);
-    if (v[4] & (v[4] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
     if (v[5] % v[2])
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter QG = %lld is not a multiple of QB = %lld",
@@ -215,8 +232,11 @@ oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_p
                          "device's %llu; use QLOCAL = 0 or a smaller QG",
                          cfg->qg, (unsigned long long)d, (unsigned long long)(cfg->qg * d * 4),
                          (unsigned long long)local, (unsigned long long)have);
-    if (!cfg->topk)
+    if (!cfg->topk) {
+        oclf_param_defines(cfg->defines, sizeof cfg->defines, l2_fused_params,
+                           L2_NPARAMS(l2_fused_params), v);
         return OCLF_SUCCESS;
+    }
     /* TOPK 1: the lists beside the rest, and the merge's list */
     cfg->scan_cap = 2 * tr;
     cfg->merge_cap = oclf_l2_merge_cap(ctx, k);
@@ -235,30 +255,18 @@ oclf_status oclf_l2_config(const oclf_context *ctx, oclf_path path, const oclf_p
                          cfg->qg, (unsigned long long)k, (unsigned long long)all,
                          (unsigned long long)(all - lists_local_bytes((uint64_t)cfg->qg, tr, k)),
                          (unsigned long long)have);
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, l2_fused_params,
+                       L2_NPARAMS(l2_fused_params), v);
     return OCLF_SUCCESS;
 }
 
-/* The program a call with `cfg` on `path` runs. The unfused path uses the
- * norm and merge kernels of the program that the fused heuristic builds for
- * many queries, so both paths share one build. */
-oclf_status oclf_l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
-                              oclf_path path, const l2_cfg *cfg, oclf_program **prog)
+/* The program a call with `cfg` runs (on either path: oclf_l2_config
+ * gives the unfused path the fused default's program). */
+oclf_status oclf_l2_program(oclf_context *ctx, oclf_dtype dtype, const l2_cfg *cfg,
+                            oclf_program **prog)
 {
-    l2_cfg pc = *cfg;
-    if (path == OCLF_PATH_UNFUSED) {
-        oclf_shape many = {{100, shape->dim[1], shape->dim[2], shape->dim[3]}};
-        oclf_params hp = {0};
-        oclf_l2topk_heuristic(ctx, dtype, &many, OCLF_PATH_FUSED, &hp);
-        oclf_status st = oclf_l2_config(ctx, OCLF_PATH_FUSED, &hp, &many, &pc);
-        if (st != OCLF_SUCCESS)
-            return st;
-    }
-    char opts[200];
-    snprintf(opts, sizeof opts,
-             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
-             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d -DOCLF_XSTAGE=%d -DOCLF_TOPK=%d",
-             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm, pc.xstage,
-             pc.topk);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg->defines);
     return oclf_program_get(ctx, "l2topk.cl", opts, prog);
 }
 
@@ -282,14 +290,17 @@ oclf_status oclf_l2_group(oclf_context *ctx, oclf_program *prog, const char *ker
 }
 
 oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                 const oclf_shape *shape, const oclf_resolved *r, int deep)
+                                 const oclf_shape *shape, const oclf_resolved *r, int deep,
+                                 oclf_op_cfg *out)
 {
     (void)op;
     l2_cfg cfg;
     oclf_program *prog;
-    oclf_status st = oclf_l2_config(ctx, r->path, &r->params, shape, &cfg);
+    oclf_status st = oclf_l2_config(ctx, dtype, shape, r->path, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep ||
-        (st = oclf_l2_program(ctx, dtype, shape, r->path, &cfg, &prog)) != OCLF_SUCCESS)
+        (st = oclf_l2_program(ctx, dtype, &cfg, &prog)) != OCLF_SUCCESS)
         return st;
     /* A kernel's registers or local memory can lower its limit below the
      * device's; only the built kernel reports it. The merge and tile
@@ -307,3 +318,5 @@ oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
         return st;
     return oclf_l2_group(ctx, prog, "l2_tile_topk", L2_TILE_WGS, 0, &wgs);
 }
+
+const oclf_op_hooks oclf_l2topk_hooks = {oclf_l2topk_heuristic, oclf_l2topk_validate};

@@ -39,7 +39,7 @@ oclf_status oclf_l2_merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk, 
                         OCLF_ARG(ds),   OCLF_ARG(c->idx.mem), OCLF_ARG(iofs),
                         OCLF_ARG(is),   OCLF_ARG_LOCAL((c->k + cfg->merge_cap) * 8),
                         OCLF_ARG_LOCAL(4)};
-        return oclf_chain_launch(ch, prog, "l2_merge_lists", a, sizeof a / sizeof *a, qn * wgs,
+        return oclf_chain_launch(ch, prog, "l2_merge_lists", a, OCLF_NARGS(a), qn * wgs,
                                  wgs);
     }
     if ((st = oclf_l2_group(ch->ctx, prog, "l2_merge", L2_MERGE_WGS, 0, &wgs)))
@@ -47,7 +47,7 @@ oclf_status oclf_l2_merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk, 
     oclf_arg a[] = {OCLF_ARG(hk),         OCLF_ARG(hi),   OCLF_ARG(nq),         OCLF_ARG(nslices),
                     OCLF_ARG(k),          OCLF_ARG(c->dist.mem), OCLF_ARG(dofs), OCLF_ARG(ds),
                     OCLF_ARG(c->idx.mem), OCLF_ARG(iofs), OCLF_ARG(is)};
-    return oclf_chain_launch(ch, prog, "l2_merge", a, sizeof a / sizeof *a,
+    return oclf_chain_launch(ch, prog, "l2_merge", a, OCLF_NARGS(a),
                              oclf_round_up(qn, wgs), wgs);
 }
 
@@ -135,7 +135,7 @@ oclf_status oclf_l2_run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *p
                             /* TOPK 1: the lists and their counts; else unused */
                             OCLF_ARG_LOCAL(cfg->topk ? (size_t)cfg->qg * (c->k + cap) * 8 : 8),
                             OCLF_ARG_LOCAL((size_t)cfg->qg * 4), OCLF_ARG(cap)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, sizeof a / sizeof *a,
+            if ((st = oclf_chain_launch(ch, prog, "l2_scan", a, OCLF_NARGS(a),
                                         ngq * slices * (size_t)cfg->wgs, (size_t)cfg->wgs)))
                 goto done;
         }

@@ -104,7 +104,7 @@ oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program 
         cl_ulong qo = c->q.offset, qs = c->q.stride, rows = c->nq;
         oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo), OCLF_ARG(qs), OCLF_ARG(rows),
                         OCLF_ARG(d), OCLF_ARG(qn)};
-        if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, 6,
+        if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, OCLF_NARGS(a),
                                              oclf_round_up(c->nq, L2_NORM_WGS), L2_NORM_WGS)))
             goto done;
     }
@@ -117,14 +117,14 @@ oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program 
             if (conv) {
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xf)};
-                if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, 7,
+                if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, OCLF_NARGS(a),
                                             oclf_round_up(tc * c->d, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
             if (!c->has_xn) {
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xn)};
-                if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, 7,
+                if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, OCLF_NARGS(a),
                                             oclf_round_up(tc, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
@@ -145,7 +145,7 @@ oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program 
                             OCLF_ARG(xno), OCLF_ARG(ct0),  OCLF_ARG(nqc),   OCLF_ARG(ns),
                             OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
                             OCLF_ARG(hi),  OCLF_ARG(am),   OCLF_ARG(ao),    OCLF_ARG(has_allow)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, sizeof a / sizeof *a,
+            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, OCLF_NARGS(a),
                                         oclf_round_up(qc * slices, tile_wgs), tile_wgs)))
                 goto done;
         }
