@@ -336,9 +336,9 @@ __kernel void l2_scan(__global const float *q, ulong qo, ulong qs, __global cons
                     list_offer(lists + qq * (k + cap), lcnt + qq, k, pack_entry(key, t0 + t));
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            /* one call site: the last tile's flush is the final one (a
-             * second inlined copy of the network's barrier loops made
-             * POCL's work-group compiler run for minutes) */
+            /* one call site: the last tile's flush is the final one (each
+             * inlined copy of the network's barrier loops adds to POCL's
+             * work-group compile time) */
             lists_flush(lists, k + cap, qcount, lcnt, k,
                         t0 + tr >= r1 || lists_full(lcnt, qcount, cap - tr), lid, wgs);
         }
