@@ -102,6 +102,10 @@ typedef struct oclf_device_info {
      * outside the buffer, while a simulator runs the same kernel right and
      * race-free). Ops keep that combination off such a device. */
     bool split_tail_miscompile;
+    /* The compiler takes _Float16 vectors and converts float vectors to
+     * them in hardware (clang for a CPU with F16C), so f16 stores need not
+     * go through vstore_halfN_rte (cl/common.h, OCLF_HAS_FLOAT16). */
+    bool float16;
     /* cl_khr_device_uuid: some vendors version their compiler apart from
      * CL_DRIVER_VERSION, so the program cache keys on these too. */
     /* Work-items that execute in lockstep (a warp or wavefront) where the

@@ -27,7 +27,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: oclfuse-bench [options]\n"
             "  --ops a,b,...       operations (default: all)\n"
-            "  --dtypes f32,...    storage dtypes (default: f32)\n"
+            "  --dtypes f32,...    storage dtypes (default: f32,f16,bf16)\n"
             "  --shapes S,S,...    shapes, read per op as below (default: each op's list)\n"
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
@@ -164,7 +164,8 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
 
 int main(int argc, char **argv)
 {
-    const char *ops = NULL, *dtypes = "f32", *shapes = NULL, *paths = "fused,unfused";
+    const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL,
+               *paths = "fused,unfused";
     const char *platform = NULL, *device = NULL, *json_file = NULL;
     double min_time = 1.0;
     int samples = 15;

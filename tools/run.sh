@@ -5,7 +5,8 @@
 # copy bandwidth measured in the same run; writes the results as JSON and a
 # bar chart of them (build/bench.json, build/bench.png).
 #
-# f32 by default (add --dtypes f32,f16,bf16 for all); arguments go to the
+# Every storage dtype (f32, f16, bf16) by default, for the tuner and the
+# benchmark (--dtypes f32 narrows the benchmark); arguments go to the
 # benchmark. OCLF_TUNE_BUDGET (seconds, default 120; 0 skips tuning) bounds
 # the tuner (it may overrun by the job in hand);
 # it tunes the benchmark's own shapes into the per-machine database
@@ -19,7 +20,7 @@ builddir=${OCLF_BUILD_DIR:-build}
 
 budget=${OCLF_TUNE_BUDGET:-120}
 if [ "$budget" != 0 ]; then
-  "$builddir/tune/oclfuse-tune" --dtypes f32 --shapes bench --budget "$budget" --resume \
+  "$builddir/tune/oclfuse-tune" --dtypes f32,f16,bf16 --shapes bench --budget "$budget" --resume \
     || echo "run.sh: tuning failed; benchmarking with what the databases hold" >&2
 fi
 # The table on stdout; the same results as JSON, and drawn as a bar chart
@@ -29,7 +30,7 @@ json="$builddir/bench.json"
 chart="$builddir/bench.png"
 rm -f "$json" # never draw a previous run's results
 status=0
-"$builddir/tools/oclfuse-bench" --dtypes f32 --paths fused,unfused,auto --json-file "$json" "$@" \
+"$builddir/tools/oclfuse-bench" --dtypes f32,f16,bf16 --paths fused,unfused,auto --json-file "$json" "$@" \
   || status=$?
 if [ -s "$json" ]; then
   if /usr/bin/python3 tools/plot_bench.py "$json" -o "$chart" >/dev/null; then

@@ -278,10 +278,11 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
 
     const cand *f = pick(c, n, OCLF_PATH_FUSED), *u = pick(c, n, OCLF_PATH_UNFUSED);
     const cand *best = f;
-    if (u && (!f || u->time_ns * (1 + TIE) < f->time_ns))
+    if (u && (!f || u->time_ns < f->time_ns))
         best = u;
     if (best && !best->is_default && c[0].state > 0 && !tuner_interrupted)
         best = confirm(t, op, inst, &c[best - c], &c[0]);
+    best = no_losing_fused(best, u);
     op->destroy(inst);
     if (small)
         op->destroy(small);
@@ -291,7 +292,9 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
         return;
     r->have = 1;
     r->best = *best;
-    if (f)
+    if (best->ch.path == OCLF_PATH_FUSED)
+        r->fused = *best; /* the fused time the record was chosen on */
+    else if (f)
         r->fused = *f;
     if (u)
         r->unfused = *u;
