@@ -545,7 +545,12 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * loop; same bits every way), XSTAGE (0, or a power of two from VEC to
  * 256: the tile's rows pass through local memory in chunks of that many
  * columns, loaded by the whole work-group along each row, coalesced on a
- * GPU; same bits as 0; the GPU default is 64). Unfused: SLICES (candidate lists per
+ * GPU; same bits as 0; the GPU default is 32), TOPK (0: each (query, slice)
+ * list is a heap in global memory kept by one work-item, any k; 1: the
+ * lists are kept in local memory by the whole work-group and merged by a
+ * work-group per query, needing N < 2^32 - 1 and QG x (k + 2 x tile rows)
+ * x 8 bytes of local memory beside the scan's own; same bits as 0; the GPU
+ * default where it fits). Unfused: SLICES (candidate lists per
  * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,

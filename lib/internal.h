@@ -446,6 +446,12 @@ OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_que
  * limit of any of the n kernels. */
 OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
                                               const char *const *names, int n, size_t wgs);
+/* A built kernel's CL_KERNEL_WORK_GROUP_SIZE and
+ * CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE (its lockstep width as the
+ * driver sees it). */
+OCLF_HIDDEN oclf_status oclf_kernel_group_info(oclf_context *ctx, oclf_program *prog,
+                                               const char *name, size_t *max_wgs,
+                                               size_t *multiple);
 /* ---- kernel parameters (launch.c) ---------------------------------------------
  *
  * Each op declares its parameters once, as a table of specs: the name (as

@@ -339,20 +339,33 @@ oclf_status oclf_temp_buffer(oclf_context *ctx, size_t bytes, cl_mem *out)
     return OCLF_SUCCESS;
 }
 
+oclf_status oclf_kernel_group_info(oclf_context *ctx, oclf_program *prog, const char *name,
+                                   size_t *max_wgs, size_t *multiple)
+{
+    cl_kernel k;
+    oclf_status st = oclf_kernel_get(ctx, prog, name, &k);
+    if (st != OCLF_SUCCESS)
+        return st;
+    *max_wgs = *multiple = 0;
+    cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                          sizeof *max_wgs, max_wgs, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                                       sizeof *multiple, multiple, NULL);
+    oclf_kernel_put(prog, name, k);
+    if (err != CL_SUCCESS)
+        return oclf_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
+    return OCLF_SUCCESS;
+}
+
 oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog, const char *const *names,
                                   int n, size_t wgs)
 {
     for (int i = 0; i < n; i++) {
-        cl_kernel k;
-        oclf_status st = oclf_kernel_get(ctx, prog, names[i], &k);
+        size_t kwgs, multiple;
+        oclf_status st = oclf_kernel_group_info(ctx, prog, names[i], &kwgs, &multiple);
         if (st != OCLF_SUCCESS)
             return st;
-        size_t kwgs = 0;
-        cl_int err = clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                              sizeof kwgs, &kwgs, NULL);
-        oclf_kernel_put(prog, names[i], k);
-        if (err != CL_SUCCESS)
-            return oclf_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
         if (wgs > kwgs)
             return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
                              "WGS = %zu exceeds kernel %s's CL_KERNEL_WORK_GROUP_SIZE %zu", wgs,

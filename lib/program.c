@@ -3,7 +3,8 @@
  * on-disk binary cache (shared by processes), and pooled kernel objects.
  *
  * A program is identified by (source file, build options). The assembled
- * text is the device-quirk defines (as options), common.h, then the op file.
+ * text is the device-quirk defines (as options), common.h, then the op file
+ * with the parts it names in `#include "part"` lines expanded in place.
  * On disk a program is keyed by a hash of everything that could change the
  * binary: assembled source, options, device vendor/name, driver, platform
  * version, the device and driver UUIDs where cl_khr_device_uuid gives them
@@ -81,7 +82,72 @@ oclf_status oclf_source_load(oclf_context *ctx, const char *name, char **text, s
     return oclf_fail(ctx, OCLF_UNSUPPORTED, "no kernel source named %s is built in", name);
 }
 
-/* common.h + op source, with #line so build logs name the right file. */
+/* Appends text to the growing buffer *buf (length *len, capacity *cap). */
+static int text_append(char **buf, size_t *len, size_t *cap, const char *text, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t want = (*len + n + 1) * 2;
+        char *b = realloc(*buf, want);
+        if (!b)
+            return -1;
+        *buf = b;
+        *cap = want;
+    }
+    memcpy(*buf + *len, text, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+#define INCLUDE_DEPTH 4
+
+/* Appends source `name` with each line `#include "part"` replaced by the
+ * part's text (from the embedded sources or OCLF_KERNEL_DIR, like any
+ * source), between #line markers so that build logs name the right file
+ * and line. A family's kernel file can so be split into files of one
+ * concern each while the device compiler, which has no path to the
+ * embedded sources, sees one text. */
+static oclf_status expand(oclf_context *ctx, const char *name, const char *text, int depth,
+                          char **buf, size_t *len, size_t *cap)
+{
+    static const char directive[] = "#include \"";
+    char mark[320];
+    unsigned line = 1;
+    oclf_status st = OCLF_SUCCESS;
+    for (const char *p = text; *p && st == OCLF_SUCCESS; line++) {
+        const char *eol = strchr(p, '\n');
+        const size_t n = eol ? (size_t)(eol - p) + 1 : strlen(p);
+        const char *q = p + sizeof directive - 1, *end;
+        if (strncmp(p, directive, sizeof directive - 1) == 0 && (end = memchr(q, '"', n)) &&
+            end - q > 0 && end - q < 256) {
+            char part[256];
+            memcpy(part, q, (size_t)(end - q));
+            part[end - q] = '\0';
+            char *body = NULL;
+            size_t nb = 0;
+            if (depth >= INCLUDE_DEPTH)
+                return oclf_fail(ctx, OCLF_BUILD_FAILED,
+                                 "kernel source %s: includes nest deeper than %d at %s", name,
+                                 INCLUDE_DEPTH, part);
+            if ((st = oclf_source_load(ctx, part, &body, &nb)))
+                return st;
+            snprintf(mark, sizeof mark, "#line 1 \"%s\"\n", part);
+            if (text_append(buf, len, cap, mark, strlen(mark)) ||
+                (st = expand(ctx, part, body, depth + 1, buf, len, cap)) ||
+                snprintf(mark, sizeof mark, "\n#line %u \"%s\"\n", line + 1, name) < 0 ||
+                text_append(buf, len, cap, mark, strlen(mark)))
+                st = st ? st : oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "out of host memory");
+            free(body);
+        } else if (text_append(buf, len, cap, p, n)) {
+            st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "out of host memory");
+        }
+        p += n;
+    }
+    return st;
+}
+
+/* common.h + op source (its parts expanded), with #line so build logs name
+ * the right file. */
 static oclf_status assemble(oclf_context *ctx, const char *name, const char *generated,
                             char **out)
 {
@@ -98,12 +164,22 @@ static oclf_status assemble(oclf_context *ctx, const char *name, const char *gen
         st = oclf_source_load(ctx, name, &body, &nb);
     }
     if (st == OCLF_SUCCESS) {
-        size_t n = nc + nb + strlen(name) + 64;
+        size_t n = nc + nb + strlen(name) + 64, len = 0, cap = n;
         *out = malloc(n);
-        if (*out)
-            snprintf(*out, n, "#line 1 \"common.h\"\n%s\n#line 1 \"%s\"\n%s", common, name, body);
-        else
+        if (*out) {
+            snprintf(*out, n, "#line 1 \"common.h\"\n%s\n#line 1 \"%s\"\n", common, name);
+            len = strlen(*out);
+            st = generated ? (text_append(out, &len, &cap, body, nb)
+                                  ? oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "out of host memory")
+                                  : OCLF_SUCCESS)
+                           : expand(ctx, name, body, 0, out, &len, &cap);
+            if (st != OCLF_SUCCESS) {
+                free(*out);
+                *out = NULL;
+            }
+        } else {
             st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "out of host memory");
+        }
     }
     free(common);
     free(body);

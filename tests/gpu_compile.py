@@ -6,7 +6,7 @@ usage: gpu_compile.py GPU_VARIANTS CL_DIR OUT_DIR
 GPU_VARIANTS (tests/gpu_variants.c, run with OCLF_DEVICE_CLASS=gpu) lists
 each distinct (source, options) pair: the GPU heuristic defaults and every
 point of the tuner's search spaces. Each is assembled as the library
-assembles it (common.h, then the op file) and compiled by clang with
+assembles it (common.h, then the op file with its parts) and compiled by clang with
 libclc's builtins for the targets below:
 
   - at -O0 to LLVM IR (once: it is the same for every target), where any
@@ -24,7 +24,9 @@ kernel moves its registers through scratch memory, which defeats the point
 of fusing). SGPR spills, which land in VGPR lanes, are only reported.
 
 OCLF_GPU_COMPILE_QUICK=1 compiles one variant in eight (the defaults
-always), for a short local run. Exits 77 (skip) without clang-15/libclc.
+always), for a short local run; OCLF_GPU_COMPILE_ONLY=SOURCE (l2topk.cl)
+only the programs of that source. A source's `#include "part"` lines are
+expanded as the library's loader expands them. Exits 77 (skip) without clang-15/libclc.
 """
 import concurrent.futures
 import os
@@ -84,6 +86,22 @@ def amd_stats(asm):
         elif kd in stats:
             stats[kd][1], stats[kd][2] = int(value), sgpr_spills
     return stats
+
+
+def expand(cl_dir, name, depth):
+    """The source as the library's loader assembles it: each line
+    `#include "part"` replaced by the part, between #line markers."""
+    with open(os.path.join(cl_dir, name)) as f:
+        lines = f.read().split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        m = re.match(r'#include "([^"]+)"', line)
+        if m and depth < 4:
+            out += [f'#line 1 "{m.group(1)}"', expand(cl_dir, m.group(1), depth + 1),
+                    f'#line {i + 2} "{name}"']
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def compile_variant(job):
@@ -147,6 +165,9 @@ def main():
     variants = [line.split("\t", 1) for line in p.stdout.splitlines() if "\t" in line]
     if os.environ.get("OCLF_GPU_COMPILE_QUICK") == "1":
         variants = variants[::8]
+    only = os.environ.get("OCLF_GPU_COMPILE_ONLY")
+    if only:
+        variants = [v for v in variants if v[0] == only]
     with open(os.path.join(cl_dir, "common.h")) as f:
         common = f.read()
     bodies = {}
@@ -156,8 +177,7 @@ def main():
         jobs = []
         for i, (source, options) in enumerate(variants):
             if source not in bodies:
-                with open(os.path.join(cl_dir, source)) as f:
-                    bodies[source] = f.read()
+                bodies[source] = expand(cl_dir, source, 0)
             text = f'#line 1 "common.h"\n{common}\n#line 1 "{source}"\n{bodies[source]}'
             jobs.append((i, source, options, text, tmp))
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

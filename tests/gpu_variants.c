@@ -101,6 +101,15 @@ int main(void)
                     if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
                         continue;
                     bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL);
+                    /* l2_topk's heuristic keeps the heaps in global memory
+                     * (TOPK 0) where a k's lists do not fit on chip; the
+                     * listed shapes' lists all fit, so the fallback is
+                     * listed at their default blocks. */
+                    oclf_params heaps = {0};
+                    oclf_params_set(&heaps, "TOPK", 0);
+                    if (op == OCLF_OP_L2_TOPK && path == OCLF_PATH_FUSED)
+                        bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
+                                     &heaps);
                     int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
                                      MAXP);
                     for (int i = 0; i < n; i++)

@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 START_TEST(test_version)
 {
@@ -181,6 +183,99 @@ START_TEST(test_kernel_dir)
     oclf_context_destroy(ctx);
     clReleaseMemObject(m);
     clReleaseMemObject(y);
+}
+END_TEST
+
+/* Copies `name` from folder `from` to folder `to` (or writes `text`). */
+static void put_file(const char *from, const char *to, const char *name, const char *text)
+{
+    char path[4096];
+    char *buf = NULL;
+    size_t n = 0;
+    if (!text) {
+        snprintf(path, sizeof path, "%s/%s", from, name);
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        buf = malloc(1 << 20);
+        n = fread(buf, 1, 1 << 20, f);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/%s", to, name);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite(text ? text : buf, 1, text ? strlen(text) : n, f);
+    fclose(f);
+    free(buf);
+}
+
+/* One fused l2_topk call (3 queries, 40 rows of D 5, k 4) on a context
+ * reading its kernels from `dir`; returns its status, the lists in d, i,
+ * and on failure checks that the message holds `why`. */
+static oclf_status l2_from_dir(const char *dir, const char *why, float *d, int64_t *i)
+{
+    th_env *e = th_get();
+    oclf_context_options o;
+    oclf_context_options_init(&o);
+    o.kernel_dir = dir;
+    o.cache_dir = "";
+    oclf_context *ctx;
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_SUCCESS);
+    float q[3 * 5], x[40 * 5];
+    for (int j = 0; j < 15; j++)
+        q[j] = (float)(j % 4);
+    for (int j = 0; j < 200; j++)
+        x[j] = (float)(j * 7 % 9) - 4.0f;
+    cl_mem mq = th_upload(q, sizeof q), mx = th_upload(x, sizeof x);
+    cl_mem md = th_alloc(12 * 4), mi = th_alloc(12 * 8);
+    oclf_buf bq = {mq, 0, 0}, bx = {mx, 0, 0}, bd = {md, 0, 0}, bi = {mi, 0, 0};
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    oclf_status st = oclf_l2_topk(ctx, e->queue, OCLF_F32, 3, 40, 5, 4, bq, bx, bd, bi, NULL, &ch,
+                                  0, NULL, NULL);
+    if (st == OCLF_SUCCESS) {
+        th_download(md, d, 12 * 4);
+        th_download(mi, i, 12 * 8);
+    } else {
+        ck_assert_msg(why && strstr(oclf_last_error(ctx), why), "%s", oclf_last_error(ctx));
+    }
+    clReleaseMemObject(mq), clReleaseMemObject(mx), clReleaseMemObject(md), clReleaseMemObject(mi);
+    oclf_context_destroy(ctx);
+    return st;
+}
+
+/* A kernel file's `#include "part"` lines are expanded by the loader from
+ * the same place as the file: from a folder, the parts there give the
+ * embedded sources' lists; a missing part is an I/O error naming it; a
+ * file that includes itself stops at the nesting limit with a build
+ * error, not a hang. */
+START_TEST(test_kernel_parts)
+{
+    const char *src = getenv("OCLF_SOURCE_CL_DIR");
+    ck_assert_msg(src != NULL, "meson sets OCLF_SOURCE_CL_DIR");
+    char dir[] = "/tmp/oclfuse-parts-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    static const char *const files[] = {"common.h", "l2topk.cl", "l2topk_select.cl",
+                                        "l2topk_norms.cl", "l2topk_scan.cl", "l2topk_unfused.cl"};
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++)
+        put_file(src, dir, files[f], NULL);
+    float d0[12], d1[12];
+    int64_t i0[12], i1[12];
+    ck_assert_int_eq(l2_from_dir(NULL, NULL, d0, i0), OCLF_SUCCESS);
+    ck_assert_int_eq(l2_from_dir(dir, NULL, d1, i1), OCLF_SUCCESS);
+    ck_assert(memcmp(d0, d1, sizeof d0) == 0 && memcmp(i0, i1, sizeof i0) == 0);
+
+    char path[4096];
+    snprintf(path, sizeof path, "%s/l2topk_scan.cl", dir);
+    ck_assert_int_eq(remove(path), 0);
+    ck_assert_int_eq(l2_from_dir(dir, "l2topk_scan.cl", d1, i1), OCLF_IO_ERROR);
+
+    put_file(NULL, dir, "l2topk.cl", "#include \"l2topk.cl\"\n");
+    ck_assert_int_eq(l2_from_dir(dir, "nest deeper", d1, i1), OCLF_BUILD_FAILED);
+
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[f]);
+        remove(path);
+    }
+    ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -447,6 +542,7 @@ int main(void)
     tcase_add_test(t, test_last_error_per_thread);
     tcase_add_test(t, test_zero_rows_event);
     tcase_add_test(t, test_kernel_dir);
+    tcase_add_test(t, test_kernel_parts);
     tcase_add_test(t, test_status_messages);
     tcase_add_test(t, test_context_options_size);
     tcase_add_test(t, test_l2_options_size);

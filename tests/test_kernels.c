@@ -78,12 +78,15 @@ static const kcase cases[K_COUNT] = {
      * bounded with the norms summed in the loop (XNORM 1): with one query block
      * per group (QG == QB) each database row is loaded by one work-item,
      * which computes its norm in the same pass, and QLOCAL loads the
-     * queries once; the heaps in global memory add a few percent. */
+     * queries once; the heaps in global memory add a few percent. TOPK=1
+     * keeps the lists in local memory (the whole group offering, sorting
+     * and merging). */
     [K_L2_TOPK] = {"3x100x5x4,1x37x3x40",
      "SLICES=0;QB=1,RB=4,VEC=4,QG=4,WGS=16,SLICES=3,QLOCAL=0,XNORM=0;"
      "QB=2,RB=4,VEC=4,QG=4,WGS=8,SLICES=2,QLOCAL=0,XNORM=2;"
      "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=1;"
-     "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=0,XSTAGE=16",
+     "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=0,XSTAGE=16;"
+     "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=3,QLOCAL=0,XNORM=0,TOPK=1",
      "QB=2,RB=4,VEC=4,QG=2,WGS=16,SLICES=1,QLOCAL=1,XNORM=1", "2x2048x32x4", 1, 1},
     [K_ACT_AND_MUL] = {"5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2",
      "LAYOUT=1,WGS=16,VEC=4", "4x200", 0, 1},

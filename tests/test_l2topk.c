@@ -342,7 +342,8 @@ END_TEST
 
 /* The explicit structure the QLOCAL, XNORM and XSTAGE cases share: two
  * queries x four rows of float4, three slices. */
-static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int formula, int xstage)
+static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int formula, int xstage,
+                                 int topk)
 {
     oclf_params p = {0};
     oclf_params_set(&p, "QB", 2);
@@ -355,6 +356,7 @@ static oclf_params qlocal_params(int qlocal, int xnorm, int qg, int wgs, int for
     oclf_params_set(&p, "QLOCAL", qlocal);
     oclf_params_set(&p, "XNORM", xnorm);
     oclf_params_set(&p, "XSTAGE", xstage);
+    oclf_params_set(&p, "TOPK", topk);
     return p;
 }
 
@@ -380,14 +382,14 @@ START_TEST(test_qlocal)
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
         oclf_params p = qlocal_params(v[i].qlocal, v[i].xnorm, v[i].qg, v[i].wgs, v[i].formula,
-                                      v[i].xstage);
+                                      v[i].xstage, 0);
         l2_case c = L2C(v[i].dt, 7, 1000, 77, 10, DATA_INT, 40, 2, (size_t)v[i].pad,
                         (size_t)v[i].pad ? 5 : 0, v[i].norms);
         c.path = OCLF_PATH_FUSED;
         c.params = &p;
         run_case(&c);
     }
-    oclf_params p = qlocal_params(1, 1, 6, 12, 1, 0);
+    oclf_params p = qlocal_params(1, 1, 6, 12, 1, 0, 0);
     l2_case f = L2C(OCLF_F32, 7, 1000, 77, 20, DATA_FLOAT, 0, 0, 0, 0, 0);
     f.path = OCLF_PATH_FUSED;
     f.params = &p;
@@ -418,7 +420,7 @@ static float norm_in_kernel_order(oclf_dtype dt, const void *x, size_t row, size
  * to gd, gi. */
 static void fused_raw(oclf_dtype dt, size_t nq, size_t n, size_t d, size_t k, const float *q,
                       const void *x, const float *norms, int qlocal, int xnorm, int xstage,
-                      float *gd, int64_t *gi)
+                      int topk, float *gd, int64_t *gi)
 {
     th_env *e = th_get();
     cl_mem mq = th_upload(q, nq * d * 4), mx = th_upload(x, n * d * oclf_dtype_size(dt));
@@ -429,7 +431,7 @@ static void fused_raw(oclf_dtype dt, size_t nq, size_t n, size_t d, size_t k, co
     oclf_l2_topk_options_init(&opt);
     opt.x_norms = norms ? &bn : NULL;
     oclf_choice ch = th_choice(OCLF_PATH_FUSED);
-    ch.params = qlocal_params(qlocal, xnorm, 6, 12, 1, xstage);
+    ch.params = qlocal_params(qlocal, xnorm, 6, 12, 1, xstage, topk);
     TH_OK(oclf_l2_topk(e->ctx, e->queue, dt, nq, n, d, k, bq, bx, bd, bi, &opt, &ch, 0, NULL,
                        NULL));
     th_download(md, gd, nq * k * 4);
@@ -449,12 +451,14 @@ START_TEST(test_scan_norms)
     enum { NQ = 7, N = 1000, D = 77, K = 20 };
     static const struct {
         oclf_dtype dt;
-        int qlocal, xnorm, norms, xstage;
+        int qlocal, xnorm, norms, xstage, topk;
     } runs[] = {
-        {OCLF_F32, 1, 1, 0, 0},  {OCLF_F32, 0, 1, 0, 0},  {OCLF_F32, 1, 0, 0, 0},
-        {OCLF_F32, 1, 1, 1, 0},  {OCLF_F32, 0, 2, 0, 0},  {OCLF_F32, 1, 0, 0, 16},
-        {OCLF_F32, 0, 1, 1, 64}, {OCLF_F32, 0, 2, 0, 32}, {OCLF_F16, 1, 1, 0, 0},
-        {OCLF_F16, 1, 1, 1, 0},  {OCLF_F16, 0, 2, 0, 0},  {OCLF_F16, 1, 0, 0, 16},
+        {OCLF_F32, 1, 1, 0, 0, 0},  {OCLF_F32, 0, 1, 0, 0, 0},  {OCLF_F32, 1, 0, 0, 0, 0},
+        {OCLF_F32, 1, 1, 1, 0, 0},  {OCLF_F32, 0, 2, 0, 0, 0},  {OCLF_F32, 1, 0, 0, 16, 0},
+        {OCLF_F32, 0, 1, 1, 64, 0}, {OCLF_F32, 0, 2, 0, 32, 0}, {OCLF_F32, 1, 0, 0, 16, 1},
+        {OCLF_F32, 0, 2, 0, 0, 1},  {OCLF_F16, 1, 1, 0, 0, 0},  {OCLF_F16, 1, 1, 1, 0, 0},
+        {OCLF_F16, 0, 2, 0, 0, 0},  {OCLF_F16, 1, 0, 0, 16, 0}, {OCLF_F16, 1, 0, 0, 16, 1},
+        {OCLF_BF16, 0, 1, 0, 0, 0}, {OCLF_BF16, 1, 0, 0, 32, 1},
     };
     static float gd[2][NQ * K];
     static int64_t gi[2][NQ * K];
@@ -473,16 +477,55 @@ START_TEST(test_scan_norms)
                 norms[i] = norm_in_kernel_order(dt, x, i, D);
         }
         fused_raw(dt, NQ, N, D, K, q, x, runs[r].norms ? norms : NULL, runs[r].qlocal,
-                  runs[r].xnorm, runs[r].xstage, gd[!first], gi[!first]);
+                  runs[r].xnorm, runs[r].xstage, runs[r].topk, gd[!first], gi[!first]);
         if (!first)
             ck_assert_msg(memcmp(gd[0], gd[1], sizeof gd[0]) == 0 &&
                               memcmp(gi[0], gi[1], sizeof gi[0]) == 0,
-                          "%s: QLOCAL = %d, XNORM = %d, norms passed %d, XSTAGE = %d: the lists "
-                          "differ from the first run's",
+                          "%s: QLOCAL = %d, XNORM = %d, norms passed %d, XSTAGE = %d, TOPK = %d: "
+                          "the lists differ from the first run's",
                           oclf_dtype_name(dt), runs[r].qlocal, runs[r].xnorm, runs[r].norms,
-                          runs[r].xstage);
+                          runs[r].xstage, runs[r].topk);
     }
     free(q), free(x), free(norms);
+}
+END_TEST
+
+/* TOPK = 1 (each list in local memory, offered to and sorted by the whole
+ * work-group; a work-group per query merging the slices' sorted lists)
+ * against the reference on every dtype: k = 1, odd k, k > N (padding), all
+ * rows tied, duplicates, NaN rows, a mask, one query and none, a k that
+ * overflows the buffers many times per slice, several slices and query
+ * groups with a short last one, the direct formula, staged rows, and the
+ * default slice count. */
+START_TEST(test_onchip_lists)
+{
+    const oclf_dtype dt = dtypes[_i];
+    static const struct {
+        size_t nq, n, d, k;
+        int data, nans, mask, formula, qlocal, xstage, slices;
+    } v[] = {
+        {5, 1000, 7, 1, DATA_INT, 0, 0, 1, 0, 0, 3},
+        {7, 2000, 5, 37, DATA_INT, 3, 0, 1, 0, 0, 3},
+        {4, 37, 3, 40, DATA_INT, 0, 0, 1, 0, 0, 2},
+        {3, 300, 4, 10, DATA_SAME, 0, 0, 1, 0, 0, 3},
+        {1, 5000, 16, 301, DATA_INT, 2, 0, 1, 0, 0, 2},
+        {6, 1000, 9, 25, DATA_INT, 0, MASK_HALF, 1, 0, 0, 3},
+        {2, 5000, 3, 20, DATA_INT, 0, MASK_FEW, 1, 0, 0, 0},
+        /* the direct formula, the queries' local copy, staged rows */
+        {7, 1000, 20, 50, DATA_INT, 4, 0, 0, 1, 16, 3},
+        {0, 1000, 8, 10, DATA_INT, 0, 0, 1, 0, 0, 3},
+        {7, 1000, 33, 100, DATA_FLOAT, 0, 0, 1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        oclf_params p = qlocal_params(v[i].qlocal, 0, 6, 12, v[i].formula, v[i].xstage, 1);
+        oclf_params_set(&p, "SLICES", v[i].slices);
+        l2_case c = L2C(dt, v[i].nq, v[i].n, v[i].d, v[i].k, v[i].data, 30, (size_t)v[i].nans,
+                        i % 2 ? 2 : 0, i % 2 ? 3 : 0, 0);
+        c.mask = v[i].mask;
+        c.path = OCLF_PATH_FUSED;
+        c.params = &p;
+        run_case(&c);
+    }
 }
 END_TEST
 
@@ -600,7 +643,7 @@ START_TEST(test_bad_arguments)
     EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, D, K, Q, X, Dd, I, &opt, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "precision");
     oclf_l2_topk_options_init(&opt);
-    opt.max_temp_bytes = 40; /* less than one query's K x 12 bytes */
+    opt.max_temp_bytes = 20; /* less than one query's K x 8 bytes (lists on chip) or 12 */
     oclf_choice ch;
     memset(&ch, 0, sizeof ch);
     ch.path = OCLF_PATH_FUSED;
@@ -670,7 +713,7 @@ START_TEST(test_bad_arguments)
         oclf_buf BQ = {mbq, 0, 0}, BX = {mbx, 0, 0};
         memset(&ch, 0, sizeof ch);
         ch.path = OCLF_PATH_FUSED;
-        ch.params = qlocal_params(1, 1, 32, 32, 1, 0);
+        ch.params = qlocal_params(1, 1, 32, 32, 1, 0, 0);
         EXPECT(oclf_l2_topk(cx, qu, OCLF_F32, NQ, N, big_d, K, BQ, BX, Dd, I, NULL, &ch, 0, NULL,
                             NULL),
                OCLF_INVALID_ARGUMENT, "QLOCAL = 1");
@@ -716,6 +759,7 @@ static Suite *l2_suite(void)
     tcase_add_test(t, test_structures);
     tcase_add_test(t, test_qlocal);
     tcase_add_test(t, test_scan_norms);
+    tcase_add_loop_test(t, test_onchip_lists, 0, 3);
     tcase_add_loop_test(t, test_allowed, 0, 3);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");

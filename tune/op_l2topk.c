@@ -300,8 +300,10 @@ static double l2_flops(const op_shape *s)
  * where the heuristic would (on-chip local memory, half of it): searching
  * it both ways there too would pass the tuner's 512 candidates and crowd
  * out the unfused path's. XNORM is the heuristic's (it follows from how the
- * device runs a group's work-items, not from the shape). Unfused: slices
- * and GEMM tile widths. */
+ * device runs a group's work-items, not from the shape), and so is TOPK on
+ * CPUs; GPUs keep the lists on chip wherever they fit beside the point's
+ * other local memory (TOPK 1, as the heuristic does). Unfused: slices and
+ * GEMM tile widths. */
 static int l2_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
                     oclf_path path, oclf_params *out, int max)
 {
@@ -366,6 +368,13 @@ static int l2_space(const op_env *env, const op_desc *op, const op_shape *s, ocl
                             oclf_params_set(&p, "WGS", (int64_t)wgs);
                             oclf_params_set(&p, "QLOCAL", ql);
                             oclf_params_set(&p, "XSTAGE", xs);
+                            /* GPUs: the lists on chip where the op takes
+                             * them (TOPK 1), else the heaps */
+                            if (gpu) {
+                                oclf_params_set(&p, "TOPK", 1);
+                                if (!op_point_valid(&chk, &p))
+                                    oclf_params_set(&p, "TOPK", 0);
+                            }
                             op_space_add_valid(&chk, out, &n, max, &p);
                         }
                     }
