@@ -193,7 +193,7 @@ static double lin_flops(const op_shape *s)
  * block, the group shapes that cover the shape without mostly idle work-
  * items, and staging only where local memory is the device's own (a GPU)
  * with K chunks of 16 and 32. Few rows (M <= 16) add the matrix-vector
- * shape with 32 to 256 lanes over K. */
+ * shape with 64 or 256 lanes over K. */
 static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
                      oclf_params *out, int max)
 {
@@ -226,7 +226,11 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
             continue; /* mostly padding rows */
         for (int v = 0; v < 5; v++) {
             const int vec = vecs[v];
-            if (gpu ? mb * nb * vec > OP_GPU_MAX_BLOCK_FLOATS
+            /* GPU: blocks of exactly the spill cap's accumulator floats (fewer
+             * leave a work-item too little to do per operand loaded) in
+             * vectors of at most 16 bytes of floats */
+            if (gpu ? mb * nb * vec != OP_GPU_MAX_BLOCK_FLOATS ||
+                          vec * 4 > OP_GPU_MAX_VEC_BYTES
                     : (vec < 8 || mb * nb + mb + nb > 32))
                 continue;
             if (!gpu) {
@@ -249,8 +253,8 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
                 }
                 continue;
             }
-            static const int groups[][2] = {{8, 8}, {16, 16}, {4, 16}, {16, 4}, {8, 32}};
-            for (int g = 0; g < 5; g++)
+            static const int groups[][2] = {{8, 8}, {16, 16}};
+            for (int g = 0; g < 2; g++)
                 for (int kc = 16; kc <= 32; kc += 16) {
                     const uint64_t wgm = (uint64_t)groups[g][0], wgn = (uint64_t)groups[g][1];
                     const uint64_t tm = wgm * (uint64_t)mb, tn = wgn * (uint64_t)nb * (uint64_t)vec;
@@ -271,7 +275,7 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
                     op_space_add(out, &n, max, &p);
                 }
             if (m <= 16 && nb <= 2)
-                for (uint64_t wgn = 32; wgn <= 256 && wgn <= max_wgs; wgn *= 2) {
+                for (uint64_t wgn = 64; wgn <= 256 && wgn <= max_wgs; wgn *= 4) {
                     oclf_params p;
                     memset(&p, 0, sizeof p);
                     oclf_params_set(&p, "MB", mb);
