@@ -247,7 +247,7 @@ OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_d
                                            const oclf_shape *shape, const oclf_resolved *r,
                                            int deep);
 
-/* Hooks of the linear layer (ops/linear.c); shape: m, n, k. */
+/* Hooks of the linear layer (ops/linear.c); shape: m, n, k, weight layout. */
 OCLF_HIDDEN void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype,
                                        const oclf_shape *shape, oclf_path path, oclf_params *out);
 OCLF_HIDDEN oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,

@@ -442,7 +442,7 @@ START_TEST(test_bad_arguments)
     ch = parse_choice("MB=2,NB=2,VEC=8,WGM=2,WGN=2,STAGE=0,KC=16,MV=1");
     EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
            "MV = 1 needs");
-    ch = parse_choice("MB=8,NB=8,VEC=16,WGM=32,WGN=32,STAGE=1,KC=256,MV=0");
+    ch = parse_choice("MB=8,NB=1,VEC=1,WGM=512,WGN=1,STAGE=1,KC=256,MV=0"); /* 4 MiB of x tile */
     EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
            "local memory");
     /* a valid call still works after all the failures, and M = 0 too */

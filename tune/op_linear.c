@@ -183,6 +183,23 @@ static double lin_flops(const op_shape *s)
     return 2.0 * (double)s->d[0] * (double)s->d[1] * (double)s->d[2];
 }
 
+/* One point of the fused space. */
+static void lin_point(oclf_params *out, int *n, int max, int mb, int nb, int vec, int64_t wgm,
+                      int64_t wgn, int stage, int kc, int mv)
+{
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "MB", mb);
+    oclf_params_set(&p, "NB", nb);
+    oclf_params_set(&p, "VEC", vec);
+    oclf_params_set(&p, "WGM", wgm);
+    oclf_params_set(&p, "WGN", wgn);
+    oclf_params_set(&p, "STAGE", stage);
+    oclf_params_set(&p, "KC", kc);
+    oclf_params_set(&p, "MV", mv);
+    op_space_add(out, n, max, &p);
+}
+
 /* The search space, pruned by a model before anything compiles rather than
  * walked at random: the register block comes first, and only blocks whose
  * accumulators and operands fit the register file are kept (a CPU: 32
@@ -239,17 +256,7 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
                 for (uint64_t wgm = 1; wgm <= 64; wgm *= 4) {
                     if (wgm > blk && wgm > 1)
                         break;
-                    oclf_params p;
-                    memset(&p, 0, sizeof p);
-                    oclf_params_set(&p, "MB", mb);
-                    oclf_params_set(&p, "NB", nb);
-                    oclf_params_set(&p, "VEC", vec);
-                    oclf_params_set(&p, "WGM", (int64_t)wgm);
-                    oclf_params_set(&p, "WGN", 1);
-                    oclf_params_set(&p, "STAGE", 0);
-                    oclf_params_set(&p, "KC", 16);
-                    oclf_params_set(&p, "MV", 0);
-                    op_space_add(out, &n, max, &p);
+                    lin_point(out, &n, max, mb, nb, vec, (int64_t)wgm, 1, 0, 16, 0);
                 }
                 continue;
             }
@@ -262,35 +269,25 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
                     if (wgm * wgn > max_wgs || local > local_mem || kc % vec ||
                         (tm > 2 * m && wgm > 1))
                         continue;
-                    oclf_params p;
-                    memset(&p, 0, sizeof p);
-                    oclf_params_set(&p, "MB", mb);
-                    oclf_params_set(&p, "NB", nb);
-                    oclf_params_set(&p, "VEC", vec);
-                    oclf_params_set(&p, "WGM", (int64_t)wgm);
-                    oclf_params_set(&p, "WGN", (int64_t)wgn);
-                    oclf_params_set(&p, "STAGE", 1);
-                    oclf_params_set(&p, "KC", kc);
-                    oclf_params_set(&p, "MV", 0);
-                    op_space_add(out, &n, max, &p);
+                    lin_point(out, &n, max, mb, nb, vec, (int64_t)wgm, (int64_t)wgn, 1, kc, 0);
                 }
             if (m <= 16 && nb <= 2)
                 for (uint64_t wgn = 64; wgn <= 256 && wgn <= max_wgs; wgn *= 4) {
-                    oclf_params p;
-                    memset(&p, 0, sizeof p);
-                    oclf_params_set(&p, "MB", mb);
-                    oclf_params_set(&p, "NB", nb);
-                    oclf_params_set(&p, "VEC", vec);
-                    oclf_params_set(&p, "WGM", 1);
-                    oclf_params_set(&p, "WGN", (int64_t)wgn);
-                    oclf_params_set(&p, "STAGE", 0);
-                    oclf_params_set(&p, "KC", 16);
-                    oclf_params_set(&p, "MV", 1);
-                    op_space_add(out, &n, max, &p);
+                    lin_point(out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
                 }
         }
     }
     return n;
+}
+
+/* The library keys records by the weight layout too; the bench's is NK. */
+static int lin_lib_shape(const op_shape *s, uint64_t *dims)
+{
+    dims[0] = s->d[0];
+    dims[1] = s->d[1];
+    dims[2] = s->d[2];
+    dims[3] = OCLF_WEIGHT_NK;
+    return 4;
 }
 
 const op_desc op_linear = {
@@ -312,4 +309,6 @@ const op_desc op_linear = {
     .flops = lin_flops,
     .destroy = lin_destroy,
     .space = lin_space,
+    .lib_shape = lin_lib_shape,
+    .lib_dim_names = {"m", "n", "k", "layout"},
 };

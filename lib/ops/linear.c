@@ -28,19 +28,18 @@ typedef struct lin_cfg {
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-/* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the
- * larger of the two layouts' W tiles (TN x (KC + 1), KC x TN): the shape
- * the parameters are checked against does not say which layout a call
- * has. The matrix-vector shape holds WGN x MB x NB partial sums. */
-static uint64_t lin_local_bytes(const lin_cfg *c)
+/* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
+ * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds WGN
+ * x MB x NB partial sums. */
+static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
 {
-    if (c->mv)
+    if (c->mv && !wkn)
         return (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
     if (!c->stage)
         return 0;
     const uint64_t tm = (uint64_t)c->wgm * (uint64_t)c->mb, kc = (uint64_t)c->kc;
-    const uint64_t tn = (uint64_t)c->wgn * (uint64_t)c->nb * (uint64_t)c->vec;
-    return (tm * (kc + 1) + tn * (kc + 1)) * 4;
+    const uint64_t tn = (uint64_t)c->wgn * (uint64_t)c->nb * (uint64_t)(wkn ? c->vec : 1);
+    return (tm * (kc + 1) + (wkn ? kc * tn : tn * (kc + 1))) * 4;
 }
 
 void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -53,14 +52,14 @@ void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
     const uint64_t m = shape->dim[0] ? shape->dim[0] : 1;
     int mb, nb, vec, wgm, wgn, stage, kc = 16, mv = 0;
     if (dev->type & CL_DEVICE_TYPE_CPU) {
-        /* A CPU (32 vector registers of 16 floats with AVX-512, 16 with
-         * AVX2): the dot-product block of l2_topk's scan, 16-wide vectors
-         * along K, no barriers; a group's work-items run one after another
+        /* A CPU: the dot-product block of l2_topk's scan (NK), 16-wide
+         * vectors, no barriers; a group's work-items run one after another
          * on one core and share the W block through its cache, so they are
-         * all along M. 4 x 4 accumulators and 8 operands fill the register
-         * file; one or two rows (decode) read each W row once. */
+         * all along M. NK: 4 x 4 accumulators; KN: 4 rows x 2 vectors of
+         * 16 columns (4 x 4 of those spilled: 2.5-3x slower at 512^3
+         * here). One or two rows (decode) read each W row once. */
         mb = m >= 4 ? 4 : m >= 2 ? 2 : 1;
-        nb = 4;
+        nb = shape->dim[3] == OCLF_WEIGHT_KN ? 2 : 4;
         vec = 16;
         wgn = 1;
         stage = 0;
@@ -101,7 +100,8 @@ void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
     oclf_params_set(out, "MV", mv);
 }
 
-static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, lin_cfg *cfg)
+static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int wkn,
+                              lin_cfg *cfg)
 {
     int64_t v[8];
     oclf_status st;
@@ -142,7 +142,7 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, lin
     cfg->stage = (int)v[5];
     cfg->kc = cfg->stage ? (int)v[6] : 0; /* no program per unused KC */
     cfg->mv = (int)v[7];
-    const uint64_t local = lin_local_bytes(cfg);
+    const uint64_t local = lin_local_bytes(cfg, wkn);
     if (local > ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "linear: the parameters need %llu bytes of local memory, the device has "
@@ -179,7 +179,6 @@ oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
                                  const oclf_shape *shape, const oclf_resolved *r, int deep)
 {
     (void)op;
-    (void)shape;
     oclf_program *prog;
     oclf_status st;
     if (r->path == OCLF_PATH_UNFUSED) {
@@ -190,16 +189,13 @@ oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
         return oclf_check_kernel_wgs(ctx, prog, names, 5, LIN_ELEM_WGS);
     }
     lin_cfg cfg;
-    if ((st = lin_config(ctx, &r->params, &cfg)) || !deep)
+    const int wkn = shape->dim[3] == OCLF_WEIGHT_KN;
+    if ((st = lin_config(ctx, &r->params, wkn, &cfg)) || !deep)
         return st;
-    /* Both layouts' programs: a record is keyed by the shape alone. */
-    for (int wkn = 0; wkn < 2; wkn++) {
-        const char *kernel;
-        if ((st = fused_program(ctx, dtype, wkn, 0, &cfg, &prog, &kernel)) ||
-            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
-            return st;
-    }
-    return OCLF_SUCCESS;
+    const char *kernel;
+    if ((st = fused_program(ctx, dtype, wkn, 0, &cfg, &prog, &kernel)))
+        return st;
+    return oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn));
 }
 
 void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue)
@@ -474,11 +470,11 @@ oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dt
     if ((st = oclf_check_call(ctx, "linear", queue, num_events, wait_list, dtype, event)) ||
         (st = check_args(ctx, dtype, m, n, k, x, prologue, w, layout, y, epilogue, &c)))
         return st;
-    oclf_shape shape = {{m, n, k, 0}};
+    oclf_shape shape = {{m, n, k, (uint64_t)layout}};
     oclf_resolved r;
     lin_cfg cfg;
     if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_LINEAR, dtype, &shape, choice, &r)) ||
-        (r.path == OCLF_PATH_FUSED && (st = lin_config(ctx, &r.params, &cfg))))
+        (r.path == OCLF_PATH_FUSED && (st = lin_config(ctx, &r.params, c.wkn, &cfg))))
         return st;
     if (m == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
