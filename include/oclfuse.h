@@ -607,8 +607,10 @@ OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
  * STAGE (0: operands read from global memory; 1: tiles of x and W staged
  * in local memory, KC columns of K at a time, prologue applied once per
  * element staged), KC (4..256, a multiple of VEC), MV (1: the matrix-vector
- * shape for few rows, NK only: the WGN work-items of a group split K for
- * one block of MB rows x NB columns and reduce in local memory; WGM 1).
+ * shape for few rows: the WGN work-items of a group split K for one block
+ * of MB rows x NB columns and reduce in local memory; needs WGM 1, STAGE 0
+ * and WGN a power of two; a KN call runs the tiled kernel with the same
+ * parameters instead, whose lanes already read consecutive columns).
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, N = 0, a row stride
  * below its width, a buffer smaller than the range described, y

@@ -192,10 +192,21 @@ oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
     const int wkn = shape->dim[3] == OCLF_WEIGHT_KN;
     if ((st = lin_config(ctx, &r->params, wkn, &cfg)) || !deep)
         return st;
-    const char *kernel;
-    if ((st = fused_program(ctx, dtype, wkn, 0, &cfg, &prog, &kernel)))
-        return st;
-    return oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn));
+    /* The other layout's program too: it runs the same parameters when that
+     * layout has no record of its own (dispatch falls back on the nearest
+     * shape), and so the cross-compile suite, which lists the programs
+     * deep validation builds from the NK shapes of the descriptor, sees the
+     * KN kernels. One more (cached) build per record taken. */
+    for (int l = 0; l < 2; l++) {
+        const char *kernel;
+        lin_cfg lc;
+        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, &lc)))
+            return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
+        if ((st = fused_program(ctx, dtype, l ? !wkn : wkn, 0, &lc, &prog, &kernel)) ||
+            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
+            return st;
+    }
+    return OCLF_SUCCESS;
 }
 
 void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue)
