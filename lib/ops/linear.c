@@ -491,9 +491,12 @@ oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dt
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
     if (r.path == OCLF_PATH_FUSED)
         return run_fused(ctx, queue, &c, &cfg, num_events, wait_list, event);
-    const size_t big = c.m * c.n > c.m * c.k ? c.m * c.n : c.m * c.k;
-    if (big > SIZE_MAX / 4 || c.n * c.k > SIZE_MAX / 4)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "linear: temporaries of %zu floats", big);
+    /* One work-item per element of x, W or y in the unfused kernels. */
+    size_t big = c.m * c.n > c.m * c.k ? c.m * c.n : c.m * c.k;
+    big = big > c.n * c.k ? big : c.n * c.k;
+    if (big > OCLF_MAX_LAUNCH_ITEMS - LIN_ELEM_WGS)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "linear: the unfused path's %zu elements exceed the launch range", big);
     oclf_chain ch;
     oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
     st = run_unfused(ctx, &ch, &c);
