@@ -616,9 +616,11 @@ OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
  * below its width, a buffer smaller than the range described, y
  * overlapping an input other than exactly the residual, alpha or beta not
  * finite, an unknown activation, layout or residual_before_act not 0/1, a
- * bad kernel parameter; OCLF_UNSUPPORTED for an unknown dtype or M, N or K
- * of 2^31 or more; OCLF_OUT_OF_RESOURCES when a temporary of the unfused
- * path exceeds the device's largest allocation. */
+ * bad kernel parameter; OCLF_UNSUPPORTED for an unknown dtype, M, N or K
+ * of 2^31 or more, or a launch of 2^32 work-items or more (the fused
+ * kernel's groups; the unfused path's M x N, M x K or N x K elements);
+ * OCLF_OUT_OF_RESOURCES when a temporary of the unfused path exceeds the
+ * device's largest allocation. */
 OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                  size_t m, size_t n, size_t k, oclf_buf x,
                                  oclf_linear_act prologue, oclf_buf w, oclf_weight_layout layout,
