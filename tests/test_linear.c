@@ -237,7 +237,7 @@ END_TEST
 
 /* Kernel structures given in full: CPU-like blocks, tiny and odd vectors,
  * staged tiles with a K chunk that does not divide K, and the
- * matrix-vector shape, each for both layouts and every dtype. */
+ * matrix-vector shape, each for both layouts and every dtype, K = 0 too. */
 static const char *const structures[] = {
     "MB=4,NB=4,VEC=16,WGM=16,WGN=1,STAGE=0,KC=16,MV=0",
     "MB=1,NB=1,VEC=1,WGM=1,WGN=1,STAGE=0,KC=16,MV=0",
@@ -268,8 +268,8 @@ START_TEST(test_structures)
 {
     const oclf_choice ch = parse_choice(structures[_i / 3]);
     for (int l = 0; l < 2; l++) {
-        static const size_t shapes[][3] = {{13, 37, 45}, {1, 70, 129}, {3, 5, 3}};
-        for (int s = 0; s < 3; s++) {
+        static const size_t shapes[][3] = {{13, 37, 45}, {1, 70, 129}, {3, 5, 3}, {2, 9, 0}};
+        for (int s = 0; s < 4; s++) {
             lin_case c = base_case(dtypes[_i % 3], shapes[s][0], shapes[s][1], shapes[s][2]);
             c.layout = (oclf_weight_layout)l;
             c.bias = 1;
