@@ -52,19 +52,14 @@ static void record(void *user, const char *source, const char *options)
 static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
                  const oclf_shape *shape, oclf_path path, const oclf_params *point)
 {
-    const oclf_op_info *info = oclf_op_get(op);
-    oclf_resolved r;
-    memset(&r, 0, sizeof r);
-    r.path = path;
-    info->heuristic(ctx, dtype, shape, path, &r.params);
-    for (unsigned i = 0; point && i < point->count; i++)
-        oclf_params_set(&r.params, point->item[i].name, point->item[i].value);
     s->got = 0;
-    oclf_status st = info->validate(ctx, op, dtype, shape, &r, 1);
+    oclf_resolved r;
+    oclf_status st =
+        oclf_dispatch_check(ctx, op, oclf_op_hooks_get(op), dtype, shape, path, point, 1, &r);
     if (st == OCLF_SUCCESS && s->got == 0) {
         fprintf(stderr, "%s %s path %d: deep validation accepted a parameter set without "
                         "building its program\n",
-                info->name, oclf_dtype_name(dtype), (int)path);
+                oclf_op_name(op), oclf_dtype_name(dtype), (int)path);
         return 1;
     }
     return 0;
@@ -106,7 +101,8 @@ int main(void)
                     if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
                         continue;
                     bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL);
-                    int n = od->space(&env, &osh, (oclf_dtype)dt, (oclf_path)path, points, MAXP);
+                    int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
+                                     MAXP);
                     for (int i = 0; i < n; i++)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &points[i]);

@@ -179,6 +179,14 @@ START_TEST(tune_rope_record)
     ck_assert_int_eq(json_integer_value(json_object_get(shape, "heads")), 3);
     ck_assert_int_eq(json_integer_value(json_object_get(shape, "head_dim")), 32);
     ck_assert_int_eq(json_integer_value(json_object_get(shape, "rot_dim")), 16);
+    /* the tuner names itself with meson's project version */
+    const char *version = getenv("OCLF_PROJECT_VERSION");
+    ck_assert_msg(version != NULL, "meson sets OCLF_PROJECT_VERSION");
+    char tuner[64];
+    snprintf(tuner, sizeof tuner, "oclfuse-tune %s", version);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(root, "records"), 0), "tuner")),
+                     tuner);
     json_decref(root);
 }
 END_TEST

@@ -183,9 +183,9 @@ static double lin_flops(const op_shape *s)
     return 2.0 * (double)s->d[0] * (double)s->d[1] * (double)s->d[2];
 }
 
-/* One point of the fused space. */
-static void lin_point(oclf_params *out, int *n, int max, int mb, int nb, int vec, int64_t wgm,
-                      int64_t wgn, int stage, int kc, int mv)
+/* One point of the fused space, when the library takes it. */
+static void lin_point(const op_point_check *c, oclf_params *out, int *n, int max, int mb, int nb,
+                      int vec, int64_t wgm, int64_t wgn, int stage, int kc, int mv)
 {
     oclf_params p;
     memset(&p, 0, sizeof p);
@@ -197,7 +197,7 @@ static void lin_point(oclf_params *out, int *n, int max, int mb, int nb, int vec
     oclf_params_set(&p, "STAGE", stage);
     oclf_params_set(&p, "KC", kc);
     oclf_params_set(&p, "MV", mv);
-    op_space_add(out, n, max, &p);
+    op_space_add_valid(c, out, n, max, &p);
 }
 
 /* The search space, pruned by a model before anything compiles rather than
@@ -210,27 +210,21 @@ static void lin_point(oclf_params *out, int *n, int max, int mb, int nb, int vec
  * block, the group shapes that cover the shape without mostly idle work-
  * items, and staging only where local memory is the device's own (a GPU)
  * with K chunks of 16 and 32. Few rows (M <= 16) add the matrix-vector
- * shape with 64 or 256 lanes over K. */
-static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                     oclf_params *out, int max)
+ * shape with 64 or 256 lanes over K. The library's validation drops what
+ * the device cannot run (group size, local memory, KC against VEC). */
+static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                     oclf_path path, oclf_params *out, int max)
 {
-    (void)dt;
+    op_point_check chk;
+    op_point_check_init(&chk, env, op, s, dt, path);
     int n = 0;
     if (path == OCLF_PATH_UNFUSED) {
         oclf_params p;
         memset(&p, 0, sizeof p);
-        op_space_add(out, &n, max, &p); /* no parameters: the GEMM library tunes itself */
+        op_space_add_valid(&chk, out, &n, max, &p); /* no parameters: the GEMM library tunes itself */
         return n;
     }
     const int gpu = op_is_gpu(env);
-    size_t max_wgs = 1;
-    cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
-    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
-    if (gpu && max_wgs > 1024)
-        max_wgs = 1024;
-    if (gpu && local_mem > 48 * 1024)
-        local_mem = 48 * 1024;
     const uint64_t m = s->d[0] ? s->d[0] : 1;
     /* register blocks, in order of intensity */
     static const int blocks[][2] = {{4, 4}, {4, 8}, {8, 4}, {2, 8}, {8, 2}, {4, 2},
@@ -256,7 +250,7 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
                 for (uint64_t wgm = 1; wgm <= 64; wgm *= 4) {
                     if (wgm > blk && wgm > 1)
                         break;
-                    lin_point(out, &n, max, mb, nb, vec, (int64_t)wgm, 1, 0, 16, 0);
+                    lin_point(&chk, out, &n, max, mb, nb, vec, (int64_t)wgm, 1, 0, 16, 0);
                 }
                 continue;
             }
@@ -264,17 +258,14 @@ static int lin_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_p
             for (int g = 0; g < 2; g++)
                 for (int kc = 16; kc <= 32; kc += 16) {
                     const uint64_t wgm = (uint64_t)groups[g][0], wgn = (uint64_t)groups[g][1];
-                    const uint64_t tm = wgm * (uint64_t)mb, tn = wgn * (uint64_t)nb * (uint64_t)vec;
-                    const uint64_t local = (tm + tn) * (uint64_t)(kc + 1) * 4;
-                    if (wgm * wgn > max_wgs || local > local_mem || kc % vec ||
-                        (tm > 2 * m && wgm > 1))
-                        continue;
-                    lin_point(out, &n, max, mb, nb, vec, (int64_t)wgm, (int64_t)wgn, 1, kc, 0);
+                    if (wgm * (uint64_t)mb > 2 * m && wgm > 1)
+                        continue; /* mostly idle rows of work-items */
+                    lin_point(&chk, out, &n, max, mb, nb, vec, (int64_t)wgm, (int64_t)wgn, 1, kc,
+                              0);
                 }
             if (m <= 16 && nb <= 2)
-                for (uint64_t wgn = 64; wgn <= 256 && wgn <= max_wgs; wgn *= 4) {
-                    lin_point(out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
-                }
+                for (uint64_t wgn = 64; wgn <= 256; wgn *= 4)
+                    lin_point(&chk, out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
         }
     }
     return n;

@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#define TUNER_NAME "oclfuse-tune 0.1.0"
+#define TUNER_NAME "oclfuse-tune " OCLF_VERSION_STRING
 
 /* One candidate of a job: a choice and what measuring it gave. */
 typedef struct cand {

@@ -71,6 +71,7 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
                               unsigned n_inputs, const oclf_expr_decl *outputs, unsigned n_outputs,
                               oclf_expr **out)
 {
+    oclf_enter(__func__);
     if (!ctx)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", OP_COMPILE);
     if (!out)
@@ -177,6 +178,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
                           uint64_t offset, const oclf_choice *choice, cl_uint num_events,
                           const cl_event *wait_list, cl_event *event)
 {
+    oclf_enter(__func__);
     if (!e)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: expr is NULL", OP_RUN);
     oclf_context *ctx = e->ctx;

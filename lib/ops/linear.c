@@ -19,21 +19,38 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The fused path's parameters, all compiled in. */
+static const oclf_param_spec lin_params[] = {
+    {"MB", 1, 8, 1, OCLF_PARAM_DEFINE},
+    {"NB", 1, 8, 1, OCLF_PARAM_DEFINE},
+    {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"WGM", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
+    {"WGN", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"KC", 4, 256, 0, OCLF_PARAM_DEFINE},
+    {"MV", 0, 1, 0, OCLF_PARAM_DEFINE},
+};
+enum { P_MB, P_NB, P_VEC, P_WGM, P_WGN, P_STAGE, P_KC, P_MV, P_COUNT };
+_Static_assert(sizeof lin_params / sizeof lin_params[0] == P_COUNT, "one spec per parameter");
+
+/* The fused configuration for one weight layout: kc is 0 unless staged and
+ * mv 0 for KN (no program per unused value); `defines` holds the layout
+ * and the parameters, the call adds its prologue. */
 typedef struct lin_cfg {
     int mb, nb, vec, wgm, wgn, stage, kc, mv;
+    char defines[OCLF_DEFINES_MAX];
 } lin_cfg;
+OCLF_CFG_FITS(lin_cfg);
 
 /* Work-group size of the unfused elementwise kernels. */
 #define LIN_ELEM_WGS 64
-
-static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 /* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
  * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds WGN
  * x MB x NB partial sums. */
 static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
 {
-    if (c->mv && !wkn)
+    if (c->mv)
         return (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
     if (!c->stage)
         return 0;
@@ -105,95 +122,95 @@ void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
 static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int wkn,
                               lin_cfg *cfg)
 {
-    int64_t v[8];
-    oclf_status st;
+    int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
-    if ((st = oclf_param(ctx, p, "MB", 1, 8, &v[0])) || (st = oclf_param(ctx, p, "NB", 1, 8, &v[1])) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &v[2])) ||
-        (st = oclf_param(ctx, p, "WGM", 1, (int64_t)ctx->info.max_wgs, &v[3])) ||
-        (st = oclf_param(ctx, p, "WGN", 1, (int64_t)ctx->info.max_wgs, &v[4])) ||
-        (st = oclf_param(ctx, p, "STAGE", 0, 1, &v[5])) ||
-        (st = oclf_param(ctx, p, "KC", 4, 256, &v[6])) ||
-        (st = oclf_param(ctx, p, "MV", 0, 1, &v[7])))
+    oclf_status st = oclf_params_read(ctx, lin_params, P_COUNT, p, v);
+    if (st != OCLF_SUCCESS)
         return st;
-    static const char *const names[3] = {"MB", "NB", "VEC"};
-    for (int i = 0; i < 3; i++)
-        if (!is_pow2(v[i]))
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "kernel parameter %s = %lld is not a power of two", names[i],
-                             (long long)v[i]);
-    if (v[3] * v[4] > (int64_t)ctx->info.max_wgs)
+    if (v[P_WGM] * v[P_WGN] > (int64_t)ctx->info.max_wgs)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameters WGM x WGN = %lld x %lld exceed the device's %zu "
                          "work-items a group",
-                         (long long)v[3], (long long)v[4], ctx->info.max_wgs);
-    if (v[5] && v[6] % v[2])
+                         (long long)v[P_WGM], (long long)v[P_WGN], ctx->info.max_wgs);
+    if (v[P_STAGE] && v[P_KC] % v[P_VEC])
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter KC = %lld is not a multiple of VEC = %lld",
-                         (long long)v[6], (long long)v[2]);
-    if (v[7] && (v[5] || v[3] != 1 || !is_pow2(v[4])))
+                         (long long)v[P_KC], (long long)v[P_VEC]);
+    const int64_t wgn = v[P_WGN];
+    if (v[P_MV] && (v[P_STAGE] || v[P_WGM] != 1 || (wgn & (wgn - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter MV = 1 needs STAGE = 0, WGM = 1 and WGN a power of "
                          "two (got %lld, %lld, %lld)",
-                         (long long)v[5], (long long)v[3], (long long)v[4]);
-    cfg->mb = (int)v[0];
-    cfg->nb = (int)v[1];
-    cfg->vec = (int)v[2];
-    cfg->wgm = (int)v[3];
-    cfg->wgn = (int)v[4];
-    cfg->stage = (int)v[5];
-    cfg->kc = cfg->stage ? (int)v[6] : 0; /* no program per unused KC */
-    cfg->mv = (int)v[7];
+                         (long long)v[P_STAGE], (long long)v[P_WGM], (long long)wgn);
+    /* The matrix-vector shape is NK's; a KN call runs the tiled kernel with
+     * the same block, whose lanes along N already read consecutive columns. */
+    if (!v[P_STAGE])
+        v[P_KC] = 0;
+    if (wkn)
+        v[P_MV] = 0;
+    cfg->mb = (int)v[P_MB];
+    cfg->nb = (int)v[P_NB];
+    cfg->vec = (int)v[P_VEC];
+    cfg->wgm = (int)v[P_WGM];
+    cfg->wgn = (int)v[P_WGN];
+    cfg->stage = (int)v[P_STAGE];
+    cfg->kc = (int)v[P_KC];
+    cfg->mv = (int)v[P_MV];
     const uint64_t local = lin_local_bytes(cfg, wkn);
     if (local > ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "linear: the parameters need %llu bytes of local memory, the device has "
                          "%llu",
                          (unsigned long long)local, (unsigned long long)ctx->info.local_mem);
+    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
+    oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, lin_params,
+                       P_COUNT, v);
     return OCLF_SUCCESS;
 }
 
-/* The fused program for (dtype, layout, prologue, cfg). The matrix-vector
- * shape is NK's; a KN call runs the tiled kernel with the same block,
- * whose lanes along N already read consecutive columns. */
-static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int wkn, int prologue,
+/* The fused program for (dtype, prologue, cfg) and the kernel it runs. */
+static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
                                  const lin_cfg *cfg, oclf_program **prog, const char **kernel)
 {
-    const int mv = cfg->mv && !wkn;
-    char opts[200];
-    snprintf(opts, sizeof opts,
-             "-DOCLF_DTYPE=%d -DOCLF_WKN=%d -DOCLF_PRO=%d -DOCLF_MB=%d -DOCLF_NB=%d -DOCLF_VEC=%d "
-             "-DOCLF_WGM=%d -DOCLF_WGN=%d -DOCLF_STAGE=%d -DOCLF_KC=%d -DOCLF_MV=%d",
-             (int)dtype, wkn, prologue, cfg->mb, cfg->nb, cfg->vec, cfg->wgm, cfg->wgn,
-             cfg->stage, cfg->stage ? cfg->kc : 0, mv);
-    *kernel = mv ? "linear_mv" : "linear_fused";
+    char defines[OCLF_DEFINES_MAX + 16], opts[OCLF_OPTIONS_MAX];
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s", prologue, cfg->defines);
+    oclf_program_options(opts, sizeof opts, dtype, -1, defines);
+    *kernel = cfg->mv ? "linear_mv" : "linear_fused";
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
 
 static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, oclf_program **prog)
 {
-    char opts[64];
-    snprintf(opts, sizeof opts, "-DOCLF_DTYPE=%d -DOCLF_UNFUSED=1", (int)dtype);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, "-DOCLF_UNFUSED=1");
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
 
 oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                 const oclf_shape *shape, const oclf_resolved *r, int deep)
+                                 const oclf_shape *shape, const oclf_resolved *r, int deep,
+                                 oclf_op_cfg *out)
 {
     (void)op;
     oclf_program *prog;
     oclf_status st;
     if (r->path == OCLF_PATH_UNFUSED) {
+        /* No parameters: the GEMM library tunes itself. */
+        if (out)
+            memset(out, 0, sizeof(lin_cfg));
         if (!deep || (st = unfused_program(ctx, dtype, &prog)))
             return deep ? st : OCLF_SUCCESS;
         static const char *const names[] = {"lin_prep", "lin_bias", "lin_res", "lin_act",
                                             "lin_store"};
-        return oclf_check_kernel_wgs(ctx, prog, names, 5, LIN_ELEM_WGS);
+        return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), LIN_ELEM_WGS);
     }
     lin_cfg cfg;
     const int wkn = shape->dim[3] == OCLF_WEIGHT_KN;
-    if ((st = lin_config(ctx, &r->params, wkn, &cfg)) || !deep)
+    if ((st = lin_config(ctx, &r->params, wkn, &cfg)))
         return st;
+    if (out)
+        memcpy(out, &cfg, sizeof cfg);
+    if (!deep)
+        return OCLF_SUCCESS;
     /* The other layout's program too: it runs the same parameters when that
      * layout has no record of its own (dispatch falls back on the nearest
      * shape), and so the cross-compile suite, which lists the programs
@@ -204,12 +221,14 @@ oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
         lin_cfg lc;
         if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, &lc)))
             return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
-        if ((st = fused_program(ctx, dtype, l ? !wkn : wkn, 0, &lc, &prog, &kernel)) ||
+        if ((st = fused_program(ctx, dtype, 0, &lc, &prog, &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
             return st;
     }
     return OCLF_SUCCESS;
 }
+
+const oclf_op_hooks oclf_linear_hooks = {oclf_linear_heuristic, oclf_linear_validate};
 
 void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue)
 {
@@ -304,10 +323,10 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
 {
     oclf_program *prog;
     const char *kernel;
-    oclf_status st = fused_program(ctx, c->dtype, c->wkn, c->prologue, cfg, &prog, &kernel);
+    oclf_status st = fused_program(ctx, c->dtype, c->prologue, cfg, &prog, &kernel);
     if (st != OCLF_SUCCESS)
         return st;
-    const int mv = cfg->mv && !c->wkn;
+    const int mv = cfg->mv;
     const size_t tm = (size_t)cfg->wgm * (size_t)cfg->mb;
     const size_t tn = mv ? (size_t)cfg->nb
                          : (size_t)cfg->wgn * (size_t)cfg->nb * (size_t)(c->wkn ? cfg->vec : 1);
@@ -330,7 +349,7 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
                     OCLF_ARG(hr),       OCLF_ARG(c->y.mem), OCLF_ARG(yo),      OCLF_ARG(ys),
                     OCLF_ARG(c->alpha), OCLF_ARG(c->beta), OCLF_ARG(c->act),   OCLF_ARG(c->before),
                     OCLF_ARG(m),        OCLF_ARG(n),       OCLF_ARG(k)};
-    return oclf_enqueue(ctx, queue, prog, kernel, a, sizeof a / sizeof *a, groups * wgs, wgs,
+    return oclf_enqueue(ctx, queue, prog, kernel, a, OCLF_NARGS(a), groups * wgs, wgs,
                         num_events, wait_list, event);
 }
 
@@ -401,7 +420,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call
         cl_uint rows = m, cols = (cl_uint)c->k, act = (cl_uint)c->prologue;
         oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(io),   OCLF_ARG(is),  OCLF_ARG(xf),
                         OCLF_ARG(rows),     OCLF_ARG(cols), OCLF_ARG(act)};
-        if ((st = elem_launch(ch, prog, "lin_prep", a, 7, c->m, c->k)))
+        if ((st = elem_launch(ch, prog, "lin_prep", a, OCLF_NARGS(a), c->m, c->k)))
             goto done;
     }
     if (wf) {
@@ -409,7 +428,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call
         cl_uint rows = (cl_uint)wr, cols = (cl_uint)wc, act = 0;
         oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(io),   OCLF_ARG(is),  OCLF_ARG(wf),
                         OCLF_ARG(rows),     OCLF_ARG(cols), OCLF_ARG(act)};
-        if ((st = elem_launch(ch, prog, "lin_prep", a, 7, wr, wc)))
+        if ((st = elem_launch(ch, prog, "lin_prep", a, OCLF_NARGS(a), wr, wc)))
             goto done;
     }
     cl_mem cm = direct ? c->y.mem : cf;
@@ -437,7 +456,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call
         cl_ulong bo = c->bias.offset;
         oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co), OCLF_ARG(cs),         OCLF_ARG(m),
                         OCLF_ARG(n),  OCLF_ARG(c->bias.mem), OCLF_ARG(bo)};
-        if ((st = elem_launch(ch, prog, "lin_bias", a, 7, c->m, c->n)))
+        if ((st = elem_launch(ch, prog, "lin_bias", a, OCLF_NARGS(a), c->m, c->n)))
             goto done;
     }
     for (int step = 0; step < 2; step++) {
@@ -448,13 +467,13 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call
             oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co), OCLF_ARG(cs),        OCLF_ARG(m),
                             OCLF_ARG(n),  OCLF_ARG(c->res.mem), OCLF_ARG(ro), OCLF_ARG(rs),
                             OCLF_ARG(c->beta)};
-            if ((st = elem_launch(ch, prog, "lin_res", a, 9, c->m, c->n)))
+            if ((st = elem_launch(ch, prog, "lin_res", a, OCLF_NARGS(a), c->m, c->n)))
                 goto done;
         }
         if (step == 0 && c->act != OCLF_LINEAR_NONE) {
             oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co), OCLF_ARG(cs),
                             OCLF_ARG(m),  OCLF_ARG(n),  OCLF_ARG(c->act)};
-            if ((st = elem_launch(ch, prog, "lin_act", a, 6, c->m, c->n)))
+            if ((st = elem_launch(ch, prog, "lin_act", a, OCLF_NARGS(a), c->m, c->n)))
                 goto done;
         }
     }
@@ -462,7 +481,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call
         cl_ulong yo = c->y.offset, ys = c->y.stride;
         oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co),       OCLF_ARG(cs), OCLF_ARG(m),
                         OCLF_ARG(n),  OCLF_ARG(c->y.mem), OCLF_ARG(yo), OCLF_ARG(ys)};
-        st = elem_launch(ch, prog, "lin_store", a, 8, c->m, c->n);
+        st = elem_launch(ch, prog, "lin_store", a, OCLF_NARGS(a), c->m, c->n);
     }
 done:;
     cl_mem all[] = {xf, wf, cf};
@@ -486,9 +505,15 @@ oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dt
     oclf_shape shape = {{m, n, k, (uint64_t)layout}};
     oclf_resolved r;
     lin_cfg cfg;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_LINEAR, dtype, &shape, choice, &r)) ||
-        (r.path == OCLF_PATH_FUSED && (st = lin_config(ctx, &r.params, c.wkn, &cfg))))
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_LINEAR, &oclf_linear_hooks, dtype, &shape,
+                                     choice, &r)))
         return st;
+    if (r.path == OCLF_PATH_FUSED) {
+        if (r.has_cfg)
+            memcpy(&cfg, &r.cfg, sizeof cfg);
+        else if ((st = lin_config(ctx, &r.params, c.wkn, &cfg)))
+            return st;
+    }
     if (m == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
     if (r.path == OCLF_PATH_FUSED)
