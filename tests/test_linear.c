@@ -327,7 +327,17 @@ static void bad_check_untouched(bad_env *b)
     ck_assert_msg(memcmp(got, b->hy, ny * 4) == 0, "a failing call wrote y");
 }
 
-#define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
+/* Every refusal names the public function first, whatever part of the call
+ * (argument checks, dispatch, the parameters' validation) refused it. */
+static void expect_linear_prefix(void)
+{
+    const char *msg = oclf_last_error(th_get()->ctx);
+    ck_assert_msg(strncmp(msg, "oclf_linear: ", 13) == 0 && !strstr(msg + 13, "oclf_linear: "),
+                  "'%s' does not start with 'oclf_linear: ' once", msg);
+}
+
+#define EXPECT(call, status, word) \
+    TH_EXPECT_FAIL(call, status, word, (bad_check_untouched(&bb), expect_linear_prefix()))
 
 START_TEST(test_bad_arguments)
 {
