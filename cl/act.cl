@@ -46,37 +46,7 @@
 #error "OCLF_LAYOUT must be 0 or 1"
 #endif
 
-/* erf for GELU. The built-in erf of some compilers is not vectorized (on the
- * CPU device here exact GELU ran at a fifth of SiLU's speed); this one is
- * two minimax polynomials (N. Juffa's erff, about 1 ulp): a polynomial in
- * x^2 near 0, and 1 - exp(p(|x|)) beyond 0.927734375. Both are evaluated and
- * selected, so vectors need no branch; a NaN takes the first and stays NaN. */
-#define OCLF_ERF_BODY(T)                                                       \
-    {                                                                          \
-        const T t = fabs(a), s = a * a;                                        \
-        T r = fma((T)(-1.72853470e-5f), t, (T)(3.83197126e-4f));               \
-        const T u = fma((T)(-3.88396438e-3f), t, (T)(2.42546219e-2f));         \
-        r = fma(r, s, u);                                                      \
-        r = fma(r, t, (T)(-1.06777877e-1f));                                   \
-        r = fma(r, t, (T)(-6.34846687e-1f));                                   \
-        r = fma(r, t, (T)(-1.28717512e-1f));                                   \
-        r = fma(r, t, -t);                                                     \
-        const T far = copysign(1.0f - exp(r), a);                              \
-        T q = (T)(-5.96761703e-4f);                                            \
-        q = fma(q, s, (T)(4.99119423e-3f));                                    \
-        q = fma(q, s, (T)(-2.67681349e-2f));                                   \
-        q = fma(q, s, (T)(1.12819925e-1f));                                    \
-        q = fma(q, s, (T)(-3.76125336e-1f));                                   \
-        q = fma(q, s, (T)(1.28379166e-1f));                                    \
-        const T near = fma(q, a, a);                                           \
-        return t > 0.927734375f ? far : near;                                  \
-    }
-static inline float erf_float(float a) OCLF_ERF_BODY(float)
-#if OCLF_VEC > 1
-static inline floatv erf_floatv(floatv a) OCLF_ERF_BODY(floatv)
-#else
-#define erf_floatv erf_float
-#endif
+/* erf_float / erf_floatv: cl/common.h. */
 
 /* Activations, each written once for float and floatv operands: `a` must be
  * a plain variable (it is evaluated more than once) and T its type. p0 is

@@ -630,6 +630,88 @@ OCLF_API oclf_status oclf_l2_topk_merge(size_t nq, size_t k, size_t lists,
                                         const size_t *list_k, float *dist, int64_t *idx);
 
 /* ------------------------------------------------------------------------ */
+/* Linear layer with fused prologue and epilogue (a GEMM).                   */
+
+/* The activations a linear layer applies before (to x) or after the product. */
+typedef enum oclf_linear_act {
+    OCLF_LINEAR_NONE = 0,
+    OCLF_LINEAR_RELU = 1,      /* t < 0 ? 0 : t (NaN stays NaN) */
+    OCLF_LINEAR_GELU = 2,      /* exact GELU: 0.5 t (1 + erf(t / sqrt(2))) */
+    OCLF_LINEAR_GELU_TANH = 3, /* 0.5 t (1 + tanh(sqrt(2/pi) (t + 0.044715 t^3))) */
+    OCLF_LINEAR_SILU = 4,      /* t / (1 + exp(-t)) */
+    OCLF_LINEAR_ACT_COUNT_ = 5
+} oclf_linear_act;
+
+/* How the weight is stored. */
+typedef enum oclf_weight_layout {
+    OCLF_WEIGHT_NK = 0, /* W [N, K] row-major (PyTorch's nn.Linear.weight): y = x W^T */
+    OCLF_WEIGHT_KN = 1, /* W [K, N] row-major: y = x W */
+    OCLF_WEIGHT_LAYOUT_COUNT_ = 2
+} oclf_weight_layout;
+
+/* What happens to each accumulated product acc = sum_k p(x)[m, k] w[n, k]
+ * before it is stored, in this order:
+ *   t = alpha * acc;  t += bias[n] (when bias);
+ *   residual_before_act: t += beta * residual[m, n]; t = act(t);
+ *   else:                t = act(t); t += beta * residual[m, n] (when residual).
+ * ResNet's relu(x W^T + b + r) is residual_before_act = 1 with RELU; a
+ * transformer's output projection r + x W^T + b is residual_before_act = 0
+ * with NONE. */
+typedef struct oclf_linear_epilogue {
+    float alpha;              /* finite; 1 after oclf_linear_epilogue_init */
+    const oclf_buf *bias;     /* N elements of the call's dtype (stride ignored), or NULL */
+    const oclf_buf *residual; /* [M, N] with its own offset and row stride, or NULL */
+    float beta;               /* finite; 1 after oclf_linear_epilogue_init */
+    int residual_before_act;  /* 0 or 1 */
+    oclf_linear_act act;
+} oclf_linear_epilogue;
+
+/* alpha = beta = 1, no bias, no residual, no activation. */
+OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
+
+/* y [M, N] = epilogue(prologue(x) . W^T) (layout NK; x . W for KN), with
+ * x [M, K] and y [M, N] at their offsets and row strides (0: packed), W at
+ * its offset with row stride >= K (NK) or >= N (KN). x, W, bias, residual
+ * and y share `dtype`; products accumulate in fp32 and each y element is
+ * rounded once. `prologue` is applied to every element of x as it is
+ * loaded. `epilogue` may be NULL (alpha 1, nothing else). M = 0 enqueues a
+ * marker; K = 0 gives y = epilogue(0). y may be exactly the residual's
+ * range (same buffer, offset and row stride: computed in place); any other
+ * overlap of y with x, W, bias or residual is rejected.
+ *
+ * Paths: fused, one tiled GEMM kernel with the prologue where x is loaded
+ * and the epilogue where y is stored; unfused, the prologue (and for f16 /
+ * bf16 a conversion of x and W to f32) as a kernel, the GEMM library's f32
+ * GEMM (alpha passed to it), then one kernel per epilogue step.
+ * Kernel parameters (fused): MB (rows of x per register block: 1, 2, 4, 8),
+ * NB (output columns per block for NK, column vectors for KN: 1, 2, 4, 8),
+ * VEC (1, 2, 4, 8, 16: along K for NK, along N for KN), WGM x WGN (register
+ * blocks per work-group along M and N; WGM * WGN <= the device limit),
+ * STAGE (0: operands read from global memory; 1: tiles of x and W staged
+ * in local memory, KC columns of K at a time, prologue applied once per
+ * element staged), KC (4..256, a multiple of VEC), MV (1: the matrix-vector
+ * shape for few rows: the WGN work-items of a group split K for one block
+ * of MB rows x NB columns and reduce in local memory; needs WGM 1, STAGE 0
+ * and WGN a power of two; a KN call runs the tiled kernel with the same
+ * parameters instead, whose lanes already read consecutive columns).
+ *
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, N = 0, a row stride
+ * below its width, a buffer smaller than the range described, y
+ * overlapping an input other than exactly the residual, alpha or beta not
+ * finite, an unknown activation, layout or residual_before_act not 0/1, a
+ * bad kernel parameter; OCLF_UNSUPPORTED for an unknown dtype, M, N or K
+ * of 2^31 or more, or a launch of 2^32 work-items or more (the fused
+ * kernel's groups; the unfused path's M x N, M x K or N x K elements);
+ * OCLF_OUT_OF_RESOURCES when a temporary of the unfused path exceeds the
+ * device's largest allocation. */
+OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                 size_t m, size_t n, size_t k, oclf_buf x,
+                                 oclf_linear_act prologue, oclf_buf w, oclf_weight_layout layout,
+                                 oclf_buf y, const oclf_linear_epilogue *epilogue,
+                                 const oclf_choice *choice, cl_uint num_events,
+                                 const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (see README "Elementwise expressions").
  *
  * Source: statements `name = expr;` over declared names. Operators + - * /,

@@ -192,9 +192,12 @@ size_t oclf_dtype_size(oclf_dtype dtype)
     }
 }
 
+/* Names itself in its own sentences instead of through oclf_enter: the
+ * library fills parameter sets inside other entry points (heuristics,
+ * dispatch laying a caller's parameters over them), whose later errors
+ * must still carry the caller's entry point. */
 oclf_status oclf_params_set(oclf_params *params, const char *name, int64_t value)
 {
-    oclf_enter(__func__);
     if (!params || !name || !*name)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "oclf_params_set: params and name are required");
     size_t n = strlen(name);

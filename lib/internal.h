@@ -356,6 +356,12 @@ OCLF_HIDDEN void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype,
 OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                            const oclf_shape *shape, const oclf_resolved *r,
                                            int deep, oclf_op_cfg *cfg);
+/* Hooks of the linear layer (ops/linear.c); shape: m, n, k, weight layout. */
+OCLF_HIDDEN void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                             const oclf_shape *shape, const oclf_resolved *r,
+                                             int deep, oclf_op_cfg *cfg);
 
 /* Decides the path and parameters of one call. Candidates, in order: the
  * tuning records that match (context, per-machine, built-in database; by

@@ -516,6 +516,31 @@ START_TEST(test_error_prefix)
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "shard 0: oclf_l2_topk: "));
     expect_prefix(oclf_l2_topk_merge(1, 0, 0, NULL, NULL, NULL, hd, hi), NULL,
                   "oclf_l2_topk_merge");
+    /* linear: a bad argument; a kernel parameter refused once dispatch has
+     * laid the call's parameters over the heuristic's (inside the call,
+     * where filling a parameter set must not rename the call) */
+    cl_mem ym = th_alloc(64 * 4);
+    const oclf_buf yb = {ym, 0, 0};
+    oclf_linear_epilogue epi;
+    oclf_linear_epilogue_init(&epi);
+    epi.act = (oclf_linear_act)9;
+    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 0, 4, b, OCLF_LINEAR_NONE, b, OCLF_WEIGHT_NK, yb,
+                              NULL, NULL, 0, NULL, NULL),
+                  c, "oclf_linear");
+    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 4, 4, b, OCLF_LINEAR_NONE, b, OCLF_WEIGHT_NK, yb,
+                              &epi, NULL, 0, NULL, NULL),
+                  c, "oclf_linear");
+    oclf_choice mb3 = th_choice(OCLF_PATH_FUSED);
+    TH_OK(oclf_params_set(&mb3.params, "MB", 3));
+    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 4, 4, b, OCLF_LINEAR_NONE, b, OCLF_WEIGHT_NK, yb,
+                              NULL, &mb3, 0, NULL, NULL),
+                  c, "oclf_linear");
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(c), "MB = 3"));
+    oclf_choice vec3 = th_choice(OCLF_PATH_FUSED);
+    TH_OK(oclf_params_set(&vec3.params, "VEC", 3));
+    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, b, yb, NULL, 1e-6f, &vec3, 0, NULL, NULL),
+                  c, "oclf_rms_norm");
+    clReleaseMemObject(ym);
     oclf_expr *bad_ex;
     expect_prefix(oclf_expr_compile(c, "y = ;", in, 1, outs, 1, &bad_ex), c,
                   "oclf_expr_compile");

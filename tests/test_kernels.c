@@ -88,6 +88,17 @@ static const kcase cases[K_COUNT] = {
      "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=0,XSTAGE=16;"
      "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=3,QLOCAL=0,XNORM=0,TOPK=1",
      "QB=2,RB=4,VEC=4,QG=2,WGS=16,SLICES=1,QLOCAL=1,XNORM=1", "2x2048x32x4", 1, 1},
+    /* m x n x k: tails in every dimension, several groups; the CPU block,
+     * a KN-friendly block, staged tiles and the matrix-vector shape (NK;
+     * a KN call runs the tiled kernel). Traffic: one staged work-group
+     * covers the 4 x 32 output, so x and W leave global memory once, and
+     * bias, residual and y once each: the minimum. */
+    [K_LINEAR] = {"7x37x45,1x20x33",
+     "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0;"
+     "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0;"
+     "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0;"
+     "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1",
+     "MB=2,NB=4,VEC=1,WGM=2,WGN=8,STAGE=1,KC=16,MV=0", "4x32x64", 1, 1},
     [K_ACT_AND_MUL] = {"5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2",
      "LAYOUT=1,WGS=16,VEC=4", "4x200", 0, 1},
     /* tokens x nq x nk x nv x hd x R */

@@ -48,14 +48,18 @@ typedef struct path_stat {
     double med, lo, hi, dev;
 } path_stat;
 
+/* Series index of the op's yardstick (another library's plain call), after
+ * the three paths. */
+#define YARD 3
+
 typedef struct row {
-    const tm_series *s[3]; /* by oclf_path; NULL: not run */
-    path_stat p[3];
+    const tm_series *s[4]; /* by oclf_path, then YARD; NULL: not run */
+    path_stat p[4];
     double call_us; /* host cost of one call of call_path; <0: not measured */
     int call_path;
 } row;
 
-static const char *path_names[3] = {"auto", "fused", "unfused"};
+static const char *path_names[4] = {"auto", "fused", "unfused", "yardstick"};
 
 /* Significance for telling two paths apart (Mann-Whitney U, two-sided). */
 #define ALPHA 0.05
@@ -87,7 +91,7 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
 {
     const double bytes = op->min_bytes(shape, dt);
     if (jf) {
-        for (int pi = 0; pi < 3; pi++) {
+        for (int pi = 0; pi < 4; pi++) {
             if (!r->s[pi])
                 continue;
             const path_stat *p = &r->p[pi];
@@ -158,6 +162,16 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
            text, fs, us, rs, gs, ps, as, ab, cs, note);
     if (op->flops && best >= 0)
         printf("  %.1f GFLOP/s", op->flops(shape) / R->p[best].med);
+    if (R->s[YARD]) {
+        /* the yardstick's time and rate, and the fused path's speed-up on it */
+        char ys[32];
+        fmt_time(ys, sizeof ys, &R->p[YARD]);
+        printf("  yardstick %s ms", ys);
+        if (op->flops)
+            printf(" %.1f GFLOP/s", op->flops(shape) / R->p[YARD].med);
+        if (R->s[F])
+            printf(", fused %.2fx", R->p[YARD].med / R->p[F].med);
+    }
     printf("\n");
     fflush(stdout);
 }
@@ -304,16 +318,22 @@ int main(int argc, char **argv)
                 }
                 /* The paths take turns, sample by sample (tune/timing.h), so
                  * a slow spell of a shared machine lands on every path alike. */
-                const oclf_choice *chs[3];
-                oclf_choice choice[3];
-                int idx[3], k = 0;
+                const oclf_choice *chs[4];
+                oclf_choice choice[4];
+                int idx[4], k = 0;
                 for (int pi = 0; pi < 3; pi++) {
                     memset(&choice[pi], 0, sizeof choice[pi]);
                     choice[pi].path = (oclf_path)pi;
                     if (live[pi])
                         chs[k] = &choice[pi], idx[k++] = pi;
                 }
-                tm_series got[3];
+                /* the yardstick takes its turns among the paths */
+                memset(&choice[YARD], 0, sizeof choice[YARD]);
+                if (op->yardstick) {
+                    oclf_params_set(&choice[YARD].params, OP_YARDSTICK_PARAM, 1);
+                    chs[k] = &choice[YARD], idx[k++] = YARD;
+                }
+                tm_series got[4];
                 row r;
                 memset(&r, 0, sizeof r);
                 int failed = 0;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #define OP_MAX_DIMS 8
+#define OP_YARDSTICK_PARAM "YARDSTICK"
 
 typedef struct op_env {
     cl_platform_id platform;
@@ -43,6 +44,11 @@ typedef struct op_desc {
     const char *llm_shapes;             /* the tuner's "llm" preset (NULL: tune_shapes) */
     const char *test_shape;             /* one small shape with tails, for tests */
     int has_unfused;
+    /* A plain call of another library timed beside the paths in the same
+     * run as a yardstick (linear: the GEMM library's plain GEMM), or NULL.
+     * run() performs it when the choice's params hold OP_YARDSTICK_PARAM = 1;
+     * the library never sees that parameter. */
+    const char *yardstick;
 
     /* Device inputs with random values for (shape, dtype); NULL and a
      * sentence in err on failure. */

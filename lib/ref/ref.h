@@ -99,6 +99,34 @@ void oclf_ref_l2_merge(size_t nq, size_t k, size_t lists, const float *const *di
                        const int64_t *const *ids, const size_t *list_k, float *dist,
                        int64_t *idx);
 
+/* ---- linear layer ------------------------------------------------------- */
+typedef struct oclf_ref_linear_args {
+    oclf_dtype dtype;
+    size_t m, n, k;
+    const void *x; /* [m, k], row stride xs */
+    size_t xs;
+    oclf_linear_act prologue;
+    const void *w; /* [n, k] (NK) or [k, n] (KN), row stride ws */
+    size_t ws;
+    oclf_weight_layout layout;
+    const void *bias;     /* n elements or NULL */
+    const void *residual; /* [m, n], row stride rs, or NULL */
+    size_t rs;
+    float alpha, beta;
+    int residual_before_act;
+    oclf_linear_act act;
+} oclf_ref_linear_args;
+double oclf_ref_linear_act(oclf_linear_act act, double t);
+/* y: [m, n] packed doubles. scale (may be NULL): per element the magnitude
+ * the tolerance is relative to besides |y|: |alpha| sum_k |p(x) w| plus
+ * |bias| and |beta residual| (the terms whose fp32 rounding reaches y). */
+void oclf_ref_linear(const oclf_ref_linear_args *args, double *y, double *scale);
+/* Elements of got (dtype, row stride gs) outside |got - ref| <= tol (|ref|
+ * + scale) with tol 1e-5 (f32), 2e-3 (f16), 1.6e-2 (bf16); NaN matches NaN. */
+size_t oclf_ref_linear_compare(oclf_dtype dtype, const void *got, size_t gs, const double *ref,
+                               const double *scale, size_t rows, size_t cols, size_t *first_bad,
+                               double *max_err);
+
 /* ---- elementwise expressions ---------------------------------------------- */
 /* Philox4x32-10: out = the block for counter ctr under key. */
 void oclf_ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);

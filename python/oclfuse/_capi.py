@@ -45,6 +45,9 @@ ROPE_NEOX, ROPE_GPTJ = 0, 1
 INT32, INT64 = 0, 1
 # enum oclf_l2_precision
 L2_FAST, L2_EXACT = 0, 1
+# enum oclf_linear_act, oclf_weight_layout
+LINEAR_NONE, LINEAR_RELU, LINEAR_GELU, LINEAR_GELU_TANH, LINEAR_SILU = 0, 1, 2, 3, 4
+WEIGHT_NK, WEIGHT_KN = 0, 1
 # enum oclf_expr_kind
 EXPR_MATRIX, EXPR_ROW, EXPR_COL, EXPR_SCALAR = 0, 1, 2, 3
 # enum oclf_log_level
@@ -142,6 +145,17 @@ class oclf_l2_shard(ctypes.Structure):
     ]
 
 
+class oclf_linear_epilogue(ctypes.Structure):
+    _fields_ = [
+        ("alpha", c_float),
+        ("bias", POINTER(oclf_buf)),
+        ("residual", POINTER(oclf_buf)),
+        ("beta", c_float),
+        ("residual_before_act", c_int),
+        ("act", c_enum),
+    ]
+
+
 class oclf_expr_decl(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("kind", c_enum), ("dtype", c_enum)]
 
@@ -154,7 +168,7 @@ class oclf_expr_arg(ctypes.Structure):
 STRUCTS = {cls.__name__: cls for cls in (
     oclf_context_options, oclf_context_stats, oclf_params, oclf_choice, oclf_buf,
     oclf_activation, oclf_rope, oclf_heads, oclf_l2_topk_options, oclf_l2_shard,
-    oclf_expr_decl, oclf_expr_arg)}
+    oclf_linear_epilogue, oclf_expr_decl, oclf_expr_arg)}
 
 P = POINTER
 _ev = P(cl_handle)        # cl_event *: the optional event out
@@ -213,6 +227,10 @@ FUNCTIONS = {
                                        P(oclf_l2_topk_options))),
     "oclf_l2_topk_merge": (_status, (c_size_t, c_size_t, c_size_t, P(P(c_float)),
                                      P(P(c_int64)), P(c_size_t), P(c_float), P(c_int64))),
+    "oclf_linear_epilogue_init": (None, (P(oclf_linear_epilogue),)),
+    "oclf_linear": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
+                              oclf_buf, c_enum, oclf_buf, c_enum, oclf_buf,
+                              P(oclf_linear_epilogue), P(oclf_choice)) + _wait + (_ev,)),
     "oclf_expr_compile": (_status, (c_void_p, c_char_p, P(oclf_expr_decl), c_uint,
                                     P(oclf_expr_decl), c_uint, P(c_void_p))),
     "oclf_expr_canonical": (c_char_p, (c_void_p,)),

@@ -25,6 +25,9 @@ _ACTS = {"silu": C.ACT_SILU, "gelu": C.ACT_GELU, "gelu_tanh": C.ACT_GELU_TANH,
 _STYLES = {"neox": C.ROPE_NEOX, "gptj": C.ROPE_GPTJ}
 _INDEX = {np.dtype(np.int32): C.INT32, np.dtype(np.int64): C.INT64}
 _PRECISION = {"fast": C.L2_FAST, "exact": C.L2_EXACT}
+_LINEAR_ACTS = {"none": C.LINEAR_NONE, "relu": C.LINEAR_RELU, "gelu": C.LINEAR_GELU,
+                "gelu_tanh": C.LINEAR_GELU_TANH, "silu": C.LINEAR_SILU}
+_LAYOUTS = {"nk": C.WEIGHT_NK, "kn": C.WEIGHT_KN}
 
 
 def _lookup(table, key, what):
@@ -210,6 +213,46 @@ def qk_norm_rope(qkv, positions, cos_sin, *, nq, nk, q_weight=None, k_weight=Non
     call.run(lib.oclf_qk_norm_rope, oclf_dtype(qkv.dtype), tokens, ctypes.byref(r), buf(d), nq,
              nk, max(heads - nq - nk, 0), qw, kw, eps, make_choice(path, params))
     return qkv
+
+
+def linear(x, weight, bias=None, residual=None, *, layout="nk", prologue="none", act="none",
+           alpha=1.0, beta=1.0, residual_before_act=False, out=None, path=None, params=None,
+           ctx=None, queue=None, wait_for=None):
+    """A linear layer with its prologue and epilogue in one GEMM:
+    out [M, N] = epilogue(prologue(x) W^T) for x [M, K] (a 1-D x is one row)
+    and weight [N, K] (layout "nk", PyTorch's nn.Linear.weight) or [K, N]
+    (layout "kn": x W). prologue and act: "none", "relu", "gelu",
+    "gelu_tanh", "silu". The epilogue, in order: t = alpha * acc; t += bias
+    [N]; then residual_before_act: t += beta * residual [M, N], t = act(t);
+    else t = act(t), t += beta * residual. `out` may be residual (in place);
+    default a new array. Returns out."""
+    call = _start([x, weight, bias, residual, out], ctx, queue, wait_for)
+    m, k = matrix_shape(x, "x")
+    lay = _lookup(_LAYOUTS, layout, "layout")
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be 2-D, not {weight.ndim}-D")
+    n, wk = (weight.shape[1], weight.shape[0]) if lay == C.WEIGHT_KN else weight.shape
+    if wk != k:
+        raise ValueError(f"weight {tuple(weight.shape)} ({layout}) does not take x rows of {k}")
+    same_dtype(x.dtype, weight=weight, bias=bias, residual=residual)
+    shape = (n,) if x.ndim == 1 else (m, n)
+    if residual is not None and tuple(residual.shape) != shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {shape}")
+    out, new = _out_like(call, out, shape, x.dtype)
+    e = C.init_struct(C.oclf_linear_epilogue())
+    lib.oclf_linear_epilogue_init(ctypes.byref(e))
+    e.alpha, e.beta = alpha, beta
+    e.residual_before_act = int(residual_before_act)
+    e.act = _lookup(_LINEAR_ACTS, act, "act")
+    e.bias = buf_ptr(call.dev(bias)) if bias is not None else None
+    e.residual = (buf_ptr(call.dev(residual, write=out is residual))
+                  if residual is not None else None)
+    dx, dw = call.dev(x), call.dev(weight)
+    do = call.dev(out, write=True, init=not new)
+    call.run(lib.oclf_linear, oclf_dtype(x.dtype), m, n, k, buf(dx),
+             _lookup(_LINEAR_ACTS, prologue, "prologue"), buf(dw), lay, buf(do),
+             ctypes.byref(e), make_choice(path, params))
+    return out
 
 
 def _l2_options(precision, max_temp_bytes, x_norms=None, allowed=None):

@@ -100,6 +100,14 @@ int main(void)
     F(oclf_l2_shard, allowed);
     F(oclf_l2_shard, choice);
 
+    S(oclf_linear_epilogue);
+    F(oclf_linear_epilogue, alpha);
+    F(oclf_linear_epilogue, bias);
+    F(oclf_linear_epilogue, residual);
+    F(oclf_linear_epilogue, beta);
+    F(oclf_linear_epilogue, residual_before_act);
+    F(oclf_linear_epilogue, act);
+
     S(oclf_expr_decl);
     F(oclf_expr_decl, name);
     F(oclf_expr_decl, kind);

@@ -1,0 +1,450 @@
+/*
+ * Linear layer: y = epilogue(prologue(x) . W^T), x [m, k], y [m, n], W
+ * [n, k] (OCLF_WKN 0) or [k, n] (OCLF_WKN 1).
+ *
+ * Fused kernels (one per build): linear_fused, a tiled GEMM, and with
+ * OCLF_MV the matrix-vector shape linear_mv. Unfused building blocks
+ * (OCLF_UNFUSED): lin_prep (prologue and widening to f32), lin_bias,
+ * lin_res, lin_act, lin_store.
+ *
+ * Build options of the fused kernels:
+ *   OCLF_MB x OCLF_NB  the register block: MB rows of x against NB output
+ *                      columns (NK: NB rows of W, each a dot product over K
+ *                      in VEC-wide vectors; KN: NB vectors of VEC columns,
+ *                      an outer product per k).
+ *   OCLF_WGM x OCLF_WGN  blocks per work-group. A group's tile is
+ *                      TM = WGM * MB rows by TN = WGN * NB * CW columns
+ *                      (CW = VEC for KN, else 1). Within a tile a lane's
+ *                      columns are interleaved with its neighbours' (block
+ *                      j of lane ln starts at j * WGN * CW + ln * CW), so
+ *                      consecutive work-items read consecutive columns.
+ *   OCLF_STAGE         0: every work-item reads its operands from global
+ *                      memory (no barrier: what a CPU wants, where a
+ *                      group's work-items share the W block through the
+ *                      cache). 1: the group copies KC columns of K of its x
+ *                      and W tiles into local memory, coalesced, then
+ *                      every lane runs its block from there (GPUs).
+ *   OCLF_PRO           the prologue activation, where x is loaded (with
+ *                      STAGE, once per element of a staged tile).
+ * The epilogue is a run-time argument: it runs once per output.
+ */
+
+#define LIN_NONE 0
+#define LIN_RELU 1
+#define LIN_GELU 2
+#define LIN_GELU_TANH 3
+#define LIN_SILU 4
+
+/* Activations over float or floatv operands (T); `a` must be a plain
+ * variable. ReLU as `a < 0 ? 0 : a` lets NaN through. */
+#define LACT_RELU(T, a) ((a) < 0.0f ? (T)(0.0f) : (a))
+#define LACT_GELU(T, a) (0.5f * (a) * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)))
+/* 0.5 a (1 + tanh z) == a sigmoid(2z), without the cancellation of 1 + tanh */
+#define LACT_GELU_TANH(T, a)                                                   \
+    ((a) / (1.0f + exp(-1.5957691216057308f * ((a) + 0.044715f * (a) * (a) * (a)))))
+#define LACT_SILU(T, a) ((a) / (1.0f + exp(-(a))))
+
+static inline float lin_act_run(float t, uint act)
+{
+    switch (act) {
+    case LIN_RELU: return LACT_RELU(float, t);
+    case LIN_GELU: return LACT_GELU(float, t);
+    case LIN_GELU_TANH: return LACT_GELU_TANH(float, t);
+    case LIN_SILU: return LACT_SILU(float, t);
+    default: return t;
+    }
+}
+
+#ifndef OCLF_UNFUSED
+
+#ifndef OCLF_WKN
+#define OCLF_WKN 0
+#endif
+#ifndef OCLF_MB
+#define OCLF_MB 2
+#endif
+#ifndef OCLF_NB
+#define OCLF_NB 2
+#endif
+#ifndef OCLF_WGM
+#define OCLF_WGM 8
+#endif
+#ifndef OCLF_WGN
+#define OCLF_WGN 1
+#endif
+#ifndef OCLF_STAGE
+#define OCLF_STAGE 0
+#endif
+#ifndef OCLF_KC
+#define OCLF_KC 16
+#endif
+#ifndef OCLF_PRO
+#define OCLF_PRO 0
+#endif
+#ifndef OCLF_MV
+#define OCLF_MV 0
+#endif
+
+#if OCLF_PRO == LIN_NONE
+#define PRO(T, a) (a)
+#elif OCLF_PRO == LIN_RELU
+#define PRO(T, a) LACT_RELU(T, a)
+#elif OCLF_PRO == LIN_GELU
+#define PRO(T, a) LACT_GELU(T, a)
+#elif OCLF_PRO == LIN_GELU_TANH
+#define PRO(T, a) LACT_GELU_TANH(T, a)
+#elif OCLF_PRO == LIN_SILU
+#define PRO(T, a) LACT_SILU(T, a)
+#else
+#error "unknown OCLF_PRO"
+#endif
+
+#if OCLF_WKN
+#define CW OCLF_VEC
+#else
+#define CW 1
+#endif
+#define TM (OCLF_WGM * OCLF_MB)
+#define NSTEP (OCLF_WGN * CW)
+#define TN (NSTEP * OCLF_NB)
+
+/* ---- the register block, written out by the preprocessor -------------- */
+/* MB x NB named accumulators, never a private array indexed in a loop, so
+ * the compiler keeps them in vector registers. */
+#define LIN_REP1(X) X(0)
+#define LIN_REP2(X) X(0) X(1)
+#define LIN_REP4(X) X(0) X(1) X(2) X(3)
+#define LIN_REP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define LIN_PREP1(X, j) X(0, j)
+#define LIN_PREP2(X, j) X(0, j) X(1, j)
+#define LIN_PREP4(X, j) X(0, j) X(1, j) X(2, j) X(3, j)
+#define LIN_PREP8(X, j) X(0, j) X(1, j) X(2, j) X(3, j) X(4, j) X(5, j) X(6, j) X(7, j)
+#define FOR_MJ(X, j) OCLF_CAT(LIN_PREP, OCLF_MB)(X, j)
+#define LIN_QREP1(X) FOR_MJ(X, 0)
+#define LIN_QREP2(X) FOR_MJ(X, 0) FOR_MJ(X, 1)
+#define LIN_QREP4(X) FOR_MJ(X, 0) FOR_MJ(X, 1) FOR_MJ(X, 2) FOR_MJ(X, 3)
+#define LIN_QREP8(X)                                                           \
+    FOR_MJ(X, 0) FOR_MJ(X, 1) FOR_MJ(X, 2) FOR_MJ(X, 3)                        \
+    FOR_MJ(X, 4) FOR_MJ(X, 5) FOR_MJ(X, 6) FOR_MJ(X, 7)
+#define FOR_M(X) OCLF_CAT(LIN_REP, OCLF_MB)(X)
+#define FOR_N(X) OCLF_CAT(LIN_REP, OCLF_NB)(X)
+#define FOR_MN(X) OCLF_CAT(LIN_QREP, OCLF_NB)(X)
+
+/* ---- epilogue ------------------------------------------------------------ */
+#define EPI_ARGS                                                               \
+    global const stor_t *bias, ulong bo, uint has_bias, global const stor_t *res, ulong ro, \
+        ulong rs, uint has_res, global stor_t *y, ulong yo, ulong ys, float alpha, float beta, \
+        uint act, uint before
+#define EPI_PASS bias, bo, has_bias, res, ro, rs, has_res, y, yo, ys, alpha, beta, act, before
+
+/* y[r, c] from its accumulated product. y may be the residual itself: the
+ * residual element is read before the same work-item writes it. */
+static inline void lin_store(float acc, uint r, uint c, EPI_ARGS)
+{
+    float t = alpha * acc;
+    if (has_bias)
+        t += LD(bias, bo + c);
+    const float rv = has_res ? beta * LD(res, ro + (ulong)r * rs + c) : 0.0f;
+    if (before)
+        t += rv;
+    t = lin_act_run(t, act);
+    if (!before)
+        t += rv;
+    ST(y, yo + (ulong)r * ys + c, t);
+}
+
+/* The VEC columns of v from column c on, those below n. */
+static inline void lin_store_vec(floatv v, uint r, uint c, uint n, EPI_ARGS)
+{
+    float t[OCLF_VEC];
+    STV_F(t, 0, v);
+    for (uint l = 0; l < OCLF_VEC; l++)
+        if (c + l < n)
+            lin_store(t[l], r, c + l, EPI_PASS);
+}
+
+/* VEC elements from column c of row p, those past n - 1 repeated from it
+ * (their products are never stored). */
+static inline floatv lin_ldv_edge(global const stor_t *p, uint c, uint n)
+{
+    float t[OCLF_VEC];
+    for (uint l = 0; l < OCLF_VEC; l++)
+        t[l] = LD(p, min(c + l, n - 1));
+    return LDV_F(t, 0);
+}
+
+#define LIN_ARGS                                                               \
+    global const stor_t *x, ulong xo, ulong xs, global const stor_t *w, ulong wo, ulong ws, \
+        EPI_ARGS, uint m, uint n, uint k
+
+/* This work-item's place: group (gm, gn), lane (lm, ln); rows m0.., its
+ * columns nb + j * NSTEP (+ lanes of a vector for KN). Groups along M
+ * vary fastest, so groups that run together share W's columns. */
+#define LIN_PLACE                                                              \
+    const uint lid = get_local_id(0);                                          \
+    const uint ln = lid % OCLF_WGN, lm = lid / OCLF_WGN;                       \
+    const uint ngm = (m + TM - 1) / TM, g = get_group_id(0);                   \
+    const uint gm = g % ngm, gn = g / ngm;                                     \
+    const uint m0 = gm * TM + lm * OCLF_MB;                                    \
+    const uint nb = gn * TN + ln * CW
+
+#define DECL_A(i, j) floatv a##i##_##j = VSPLAT(0.0f);
+#define DECL_X(i) global const stor_t *xp##i = x + xo + (ulong)min(m0 + (i), m - 1) * xs;
+
+#if !OCLF_WKN
+/* ---- NK: dot products along K ------------------------------------------- */
+#define DECL_W(j) global const stor_t *wp##j = w + wo + (ulong)min(nb + (j) * NSTEP, n - 1) * ws;
+#define LOAD_X(i)                                                              \
+    floatv vx##i = LDV(xp##i, c);                                              \
+    vx##i = PRO(floatv, vx##i);
+#define LOAD_W(j) const floatv vw##j = LDV(wp##j, c);
+#define FMA_V(i, j) a##i##_##j = fma(vx##i, vw##j, a##i##_##j);
+#define SUM(i, j) float s##i##_##j = VSUM(a##i##_##j);
+#define LOAD_XS(i)                                                             \
+    float sx##i = LD(xp##i, c);                                                \
+    sx##i = PRO(float, sx##i);
+#define LOAD_WS(j) const float sw##j = LD(wp##j, c);
+#define FMA_S(i, j) s##i##_##j = fma(sx##i, sw##j, s##i##_##j);
+#define STORE_S(i, j)                                                          \
+    if (m0 + (i) < m && nb + (j) * NSTEP < n)                                  \
+        lin_store(s##i##_##j, m0 + (i), nb + (j) * NSTEP, EPI_PASS);
+#else
+/* ---- KN: outer products, VEC columns per accumulator --------------------- */
+#define LOAD_XK(i)                                                             \
+    float sx##i = LD(xp##i, c);                                                \
+    sx##i = PRO(float, sx##i);
+#define LOAD_WK(j) const floatv vw##j = LDV(wr, nb + (j) * NSTEP);
+#define LOAD_WK_EDGE(j) const floatv vw##j = lin_ldv_edge(wr, nb + (j) * NSTEP, n);
+#define FMA_K(i, j) a##i##_##j = fma(VSPLAT(sx##i), vw##j, a##i##_##j);
+#define STORE_V(i, j)                                                          \
+    if (m0 + (i) < m)                                                          \
+        lin_store_vec(a##i##_##j, m0 + (i), nb + (j) * NSTEP, n, EPI_PASS);
+#endif
+
+#if OCLF_MV
+/* ---- matrix-vector shape (NK) ------------------------------------------- */
+/* A group computes one MB x NB block; its WGN lanes split K in VEC-wide
+ * strides (consecutive lanes on consecutive vectors of a W row: coalesced)
+ * and add their partial sums in local memory. For few rows (decode) this
+ * spreads a W row over a warp instead of one work-item. */
+#if OCLF_WKN || OCLF_WGM != 1 || OCLF_STAGE
+#error "OCLF_MV needs OCLF_WKN 0, OCLF_WGM 1 and OCLF_STAGE 0"
+#endif
+#define NQ (OCLF_MB * OCLF_NB)
+#define PART(i, j) part[lid * NQ + (i) * OCLF_NB + (j)] = s##i##_##j;
+kernel void linear_mv(LIN_ARGS)
+{
+    const uint lid = get_local_id(0);
+    const uint ngm = (m + OCLF_MB - 1) / OCLF_MB, g = get_group_id(0);
+    const uint m0 = (g % ngm) * OCLF_MB, nb = (g / ngm) * OCLF_NB;
+    local float part[OCLF_WGN * NQ];
+    FOR_M(DECL_X)
+#undef DECL_W
+#define DECL_W(j) global const stor_t *wp##j = w + wo + (ulong)min(nb + (j), n - 1) * ws;
+    FOR_N(DECL_W)
+    FOR_MN(DECL_A)
+    const uint kv = k / OCLF_VEC * OCLF_VEC;
+    for (uint c = lid * OCLF_VEC; c < kv; c += OCLF_WGN * OCLF_VEC) {
+        FOR_M(LOAD_X)
+        FOR_N(LOAD_W)
+        FOR_MN(FMA_V)
+    }
+    FOR_MN(SUM)
+    for (uint c = kv + lid; c < k; c += OCLF_WGN) {
+        FOR_M(LOAD_XS)
+        FOR_N(LOAD_WS)
+        FOR_MN(FMA_S)
+    }
+    FOR_MN(PART)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = OCLF_WGN / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            for (uint q = 0; q < NQ; q++)
+                part[lid * NQ + q] += part[(lid + s) * NQ + q];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (uint q = lid; q < NQ; q += OCLF_WGN) {
+        const uint r = m0 + q / OCLF_NB, c = nb + q % OCLF_NB;
+        if (r < m && c < n)
+            lin_store(part[q], r, c, EPI_PASS);
+    }
+}
+
+#elif !OCLF_STAGE
+/* ---- unstaged: operands from global memory, no barrier ------------------ */
+kernel void linear_fused(LIN_ARGS)
+{
+    LIN_PLACE;
+    if (m0 >= m || nb >= n)
+        return;
+    FOR_M(DECL_X)
+    FOR_MN(DECL_A)
+#if !OCLF_WKN
+    FOR_N(DECL_W)
+    uint c = 0;
+    for (; c + OCLF_VEC <= k; c += OCLF_VEC) {
+        FOR_M(LOAD_X)
+        FOR_N(LOAD_W)
+        FOR_MN(FMA_V)
+    }
+    FOR_MN(SUM)
+    for (; c < k; c++) {
+        FOR_M(LOAD_XS)
+        FOR_N(LOAD_WS)
+        FOR_MN(FMA_S)
+    }
+    FOR_MN(STORE_S)
+#else
+    global const stor_t *wr = w + wo;
+    if (nb + (OCLF_NB - 1) * NSTEP + OCLF_VEC <= n) {
+        for (uint c = 0; c < k; c++, wr += ws) {
+            FOR_M(LOAD_XK)
+            FOR_N(LOAD_WK)
+            FOR_MN(FMA_K)
+        }
+    } else {
+        for (uint c = 0; c < k; c++, wr += ws) {
+            FOR_M(LOAD_XK)
+            FOR_N(LOAD_WK_EDGE)
+            FOR_MN(FMA_K)
+        }
+    }
+    FOR_MN(STORE_V)
+#endif
+}
+
+#else
+/* ---- staged: tiles of x and W through local memory ----------------------- */
+/* x tile: TM rows of KC (+1: lanes reading different rows at one column hit
+ * different banks). W tile, NK: TN rows of KC (+1); KN: KC rows of TN. Zeros
+ * beyond K and outside the matrix, so every lane runs whole chunks. */
+#define XLS (OCLF_KC + 1)
+#if !OCLF_WKN
+#define WL_SIZE (TN * XLS)
+#else
+#define WL_SIZE (OCLF_KC * TN)
+#endif
+#if OCLF_KC % OCLF_VEC
+#error "OCLF_KC must be a multiple of OCLF_VEC"
+#endif
+#define LOCAL_X(i) const local float *lx##i = xl + (lm * OCLF_MB + (i)) * XLS;
+#define LDL(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))
+#if OCLF_VEC == 1
+#undef LDL
+#define LDL(p) (*(p))
+#endif
+kernel void linear_fused(LIN_ARGS)
+{
+    LIN_PLACE;
+    local float xl[TM * XLS];
+    local float wl[WL_SIZE];
+    const uint wgs = OCLF_WGM * OCLF_WGN;
+    const uint tm0 = gm * TM, tn0 = gn * TN;
+    FOR_MN(DECL_A)
+    FOR_M(LOCAL_X)
+    for (uint c0 = 0; c0 < k; c0 += OCLF_KC) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint e = lid; e < TM * OCLF_KC; e += wgs) {
+            const uint r = e / OCLF_KC, cc = e - r * OCLF_KC;
+            float v = 0.0f;
+            if (tm0 + r < m && c0 + cc < k) {
+                v = LD(x, xo + (ulong)(tm0 + r) * xs + c0 + cc);
+                v = PRO(float, v);
+            }
+            xl[r * XLS + cc] = v;
+        }
+#if !OCLF_WKN
+        for (uint e = lid; e < TN * OCLF_KC; e += wgs) {
+            const uint r = e / OCLF_KC, cc = e - r * OCLF_KC;
+            wl[r * XLS + cc] = tn0 + r < n && c0 + cc < k
+                                   ? LD(w, wo + (ulong)(tn0 + r) * ws + c0 + cc)
+                                   : 0.0f;
+        }
+#else
+        for (uint e = lid; e < OCLF_KC * TN; e += wgs) {
+            const uint r = e / TN, cc = e - r * TN;
+            wl[e] = c0 + r < k && tn0 + cc < n ? LD(w, wo + (ulong)(c0 + r) * ws + tn0 + cc)
+                                                 : 0.0f;
+        }
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+#if !OCLF_WKN
+#define LOCAL_W(j) const local float *lw##j = wl + ((j) * NSTEP + ln) * XLS;
+#define LOAD_XL(i) const floatv vx##i = LDL(lx##i + c);
+#define LOAD_WL(j) const floatv vw##j = LDL(lw##j + c);
+        FOR_N(LOCAL_W)
+        for (uint c = 0; c < OCLF_KC; c += OCLF_VEC) {
+            FOR_M(LOAD_XL)
+            FOR_N(LOAD_WL)
+            FOR_MN(FMA_V)
+        }
+#else
+#define LOAD_XLK(i) const float sx##i = lx##i[c];
+#define LOAD_WLK(j) const floatv vw##j = LDL(wl + c * TN + (j) * NSTEP + ln * CW);
+        for (uint c = 0; c < OCLF_KC; c++) {
+            FOR_M(LOAD_XLK)
+            FOR_N(LOAD_WLK)
+            FOR_MN(FMA_K)
+        }
+#endif
+    }
+#if !OCLF_WKN
+    FOR_MN(SUM)
+    FOR_MN(STORE_S)
+#else
+    FOR_MN(STORE_V)
+#endif
+}
+#endif /* OCLF_MV / OCLF_STAGE */
+
+#else /* OCLF_UNFUSED */
+
+/* ---- unfused building blocks: one element per work-item ----------------- */
+/* Each works on a float matrix c (offset co, row stride cs): the GEMM's
+ * output, y itself for f32 or a temporary. */
+#define ELEM_SETUP                                                             \
+    const ulong gid = get_global_id(0);                                        \
+    if (gid >= (ulong)rows * cols)                                             \
+        return;                                                                \
+    const uint r = (uint)(gid / cols), j = (uint)(gid % cols);                 \
+    global float *cp = cf + co + (ulong)r * cs + j
+
+/* out [rows, cols] packed f32 = act(in), widened from storage. */
+kernel void lin_prep(global const stor_t *in, ulong io, ulong is, global float *out, uint rows,
+                     uint cols, uint act)
+{
+    const ulong gid = get_global_id(0);
+    if (gid >= (ulong)rows * cols)
+        return;
+    const uint r = (uint)(gid / cols), j = (uint)(gid % cols);
+    out[gid] = lin_act_run(LD(in, io + (ulong)r * is + j), act);
+}
+
+kernel void lin_bias(global float *cf, ulong co, ulong cs, uint rows, uint cols,
+                     global const stor_t *bias, ulong bo)
+{
+    ELEM_SETUP;
+    *cp += LD(bias, bo + j);
+}
+
+kernel void lin_res(global float *cf, ulong co, ulong cs, uint rows, uint cols,
+                    global const stor_t *res, ulong ro, ulong rs, float beta)
+{
+    ELEM_SETUP;
+    *cp += beta * LD(res, ro + (ulong)r * rs + j);
+}
+
+kernel void lin_act(global float *cf, ulong co, ulong cs, uint rows, uint cols, uint act)
+{
+    ELEM_SETUP;
+    *cp = lin_act_run(*cp, act);
+}
+
+/* y = c rounded to storage once. */
+kernel void lin_store(global float *cf, ulong co, ulong cs, uint rows, uint cols,
+                      global stor_t *y, ulong yo, ulong ys)
+{
+    ELEM_SETUP;
+    ST(y, yo + (ulong)r * ys + j, *cp);
+}
+#endif /* OCLF_UNFUSED */

@@ -1,0 +1,532 @@
+/*
+ * Linear layer with fused prologue and epilogue: oclf_linear.
+ *
+ *   fused:   linear_fused (tiled GEMM, prologue where x is loaded, epilogue
+ *            where y is stored), or linear_mv (few rows, NK)
+ *   unfused: [lin_prep x] [lin_prep W] -> the GEMM library's Sgemm ->
+ *            [lin_bias] [lin_res] [lin_act] (in the epilogue's order)
+ *            [lin_store]
+ *
+ * Fused parameters: MB, NB (register block), VEC, WGM, WGN (blocks per
+ * group along M and N), STAGE, KC (local-memory tiles, KC columns of K at a
+ * time), MV (matrix-vector shape). The unfused path has none.
+ */
+#include "../internal.h"
+
+#include <clblast_c.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The fused path's parameters, all compiled in. */
+static const oclf_param_spec lin_params[] = {
+    {"MB", 1, 8, 1, OCLF_PARAM_DEFINE},
+    {"NB", 1, 8, 1, OCLF_PARAM_DEFINE},
+    {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"WGM", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
+    {"WGN", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"KC", 4, 256, 0, OCLF_PARAM_DEFINE},
+    {"MV", 0, 1, 0, OCLF_PARAM_DEFINE},
+};
+enum { P_MB, P_NB, P_VEC, P_WGM, P_WGN, P_STAGE, P_KC, P_MV, P_COUNT };
+_Static_assert(sizeof lin_params / sizeof lin_params[0] == P_COUNT, "one spec per parameter");
+
+/* The fused configuration for one weight layout: kc is 0 unless staged and
+ * mv 0 for KN (no program per unused value); `defines` holds the layout
+ * and the parameters, the call adds its prologue. */
+typedef struct lin_cfg {
+    int mb, nb, vec, wgm, wgn, stage, kc, mv;
+    char defines[OCLF_DEFINES_MAX];
+} lin_cfg;
+OCLF_CFG_FITS(lin_cfg);
+
+/* Work-group size of the unfused elementwise kernels. */
+#define LIN_ELEM_WGS 64
+
+/* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
+ * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds WGN
+ * x MB x NB partial sums. */
+static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
+{
+    if (c->mv)
+        return (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
+    if (!c->stage)
+        return 0;
+    const uint64_t tm = (uint64_t)c->wgm * (uint64_t)c->mb, kc = (uint64_t)c->kc;
+    const uint64_t tn = (uint64_t)c->wgn * (uint64_t)c->nb * (uint64_t)(wkn ? c->vec : 1);
+    return (tm * (kc + 1) + (wkn ? kc * tn : tn * (kc + 1))) * 4;
+}
+
+void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                           oclf_path path, oclf_params *out)
+{
+    (void)dtype;
+    if (path == OCLF_PATH_UNFUSED)
+        return;
+    const oclf_device_info *dev = &ctx->info;
+    const uint64_t m = shape->dim[0] ? shape->dim[0] : 1;
+    int mb, nb, vec, wgm, wgn, stage, kc = 16, mv = 0;
+    if (dev->type & CL_DEVICE_TYPE_CPU) {
+        /* A CPU: the dot-product block of l2_topk's scan (NK), 16-wide
+         * vectors, no barriers; a group's work-items run one after another
+         * on one core and share the W block through its cache, so they are
+         * all along M. NK: 2 rows x 8 columns (16-20% faster than 4 x 4 at
+         * 1024^3 here, 6 of 6 interleaved pairs); KN: 4 rows x 2 vectors
+         * of 16 columns (4 x 4 of those spilled: 2.5-3x slower at 512^3).
+         * A single row (decode) reads each W row once. */
+        const int kn = shape->dim[3] == OCLF_WEIGHT_KN;
+        mb = kn ? (m >= 4 ? 4 : m >= 2 ? 2 : 1) : (m >= 2 ? 2 : 1);
+        nb = kn ? 2 : 8;
+        vec = 16;
+        wgn = 1;
+        stage = 0;
+        const uint64_t blocks = (m + (uint64_t)mb - 1) / (uint64_t)mb;
+        wgm = blocks < 16 ? (int)blocks : 16;
+    } else {
+        /* GPUs: tiles of x and W staged in local memory by the whole group
+         * (coalesced), 8 x 8 work-items of at most 16 accumulator floats
+         * (OP_GPU_MAX_BLOCK_FLOATS: AMD's compiler spilled larger blocks).
+         * Few rows: a group per block of columns whose lanes split K. */
+        stage = 1;
+        kc = 32;
+        if (m <= 16) {
+            mv = 1;
+            stage = 0;
+            mb = m >= 4 ? 4 : m >= 2 ? 2 : 1;
+            nb = 1;
+            vec = 4;
+            wgm = 1;
+            wgn = dev->simd_width > 64 ? 64 : dev->simd_width < 32 ? 32 : (int)dev->simd_width;
+        } else {
+            mb = 2;
+            nb = 2;
+            vec = 4;
+            wgm = 8;
+            wgn = 8;
+        }
+        while ((size_t)(wgm * wgn) > dev->max_wgs && wgm > 1)
+            wgm /= 2;
+    }
+    oclf_params_set(out, "MB", mb);
+    oclf_params_set(out, "NB", nb);
+    oclf_params_set(out, "VEC", vec);
+    oclf_params_set(out, "WGM", wgm);
+    oclf_params_set(out, "WGN", wgn);
+    oclf_params_set(out, "STAGE", stage);
+    oclf_params_set(out, "KC", kc);
+    oclf_params_set(out, "MV", mv);
+}
+
+static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int wkn,
+                              lin_cfg *cfg)
+{
+    int64_t v[P_COUNT];
+    memset(cfg, 0, sizeof *cfg);
+    oclf_status st = oclf_params_read(ctx, lin_params, P_COUNT, p, v);
+    if (st != OCLF_SUCCESS)
+        return st;
+    if (v[P_WGM] * v[P_WGN] > (int64_t)ctx->info.max_wgs)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameters WGM x WGN = %lld x %lld exceed the device's %zu "
+                         "work-items a group",
+                         (long long)v[P_WGM], (long long)v[P_WGN], ctx->info.max_wgs);
+    if (v[P_STAGE] && v[P_KC] % v[P_VEC])
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter KC = %lld is not a multiple of VEC = %lld",
+                         (long long)v[P_KC], (long long)v[P_VEC]);
+    const int64_t wgn = v[P_WGN];
+    if (v[P_MV] && (v[P_STAGE] || v[P_WGM] != 1 || (wgn & (wgn - 1))))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter MV = 1 needs STAGE = 0, WGM = 1 and WGN a power of "
+                         "two (got %lld, %lld, %lld)",
+                         (long long)v[P_STAGE], (long long)v[P_WGM], (long long)wgn);
+    /* The matrix-vector shape is NK's; a KN call runs the tiled kernel with
+     * the same block, whose lanes along N already read consecutive columns. */
+    if (!v[P_STAGE])
+        v[P_KC] = 0;
+    if (wkn)
+        v[P_MV] = 0;
+    cfg->mb = (int)v[P_MB];
+    cfg->nb = (int)v[P_NB];
+    cfg->vec = (int)v[P_VEC];
+    cfg->wgm = (int)v[P_WGM];
+    cfg->wgn = (int)v[P_WGN];
+    cfg->stage = (int)v[P_STAGE];
+    cfg->kc = (int)v[P_KC];
+    cfg->mv = (int)v[P_MV];
+    const uint64_t local = lin_local_bytes(cfg, wkn);
+    if (local > ctx->info.local_mem)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "linear: the parameters need %llu bytes of local memory, the device has "
+                         "%llu",
+                         (unsigned long long)local, (unsigned long long)ctx->info.local_mem);
+    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
+    oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, lin_params,
+                       P_COUNT, v);
+    return OCLF_SUCCESS;
+}
+
+/* The fused program for (dtype, prologue, cfg) and the kernel it runs. */
+static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
+                                 const lin_cfg *cfg, oclf_program **prog, const char **kernel)
+{
+    char defines[OCLF_DEFINES_MAX + 16], opts[OCLF_OPTIONS_MAX];
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s", prologue, cfg->defines);
+    oclf_program_options(opts, sizeof opts, dtype, -1, defines);
+    *kernel = cfg->mv ? "linear_mv" : "linear_fused";
+    return oclf_program_get(ctx, "linear.cl", opts, prog);
+}
+
+static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, oclf_program **prog)
+{
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, "-DOCLF_UNFUSED=1");
+    return oclf_program_get(ctx, "linear.cl", opts, prog);
+}
+
+oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                 const oclf_shape *shape, const oclf_resolved *r, int deep,
+                                 oclf_op_cfg *out)
+{
+    (void)op;
+    oclf_program *prog;
+    oclf_status st;
+    if (r->path == OCLF_PATH_UNFUSED) {
+        /* No parameters: the GEMM library tunes itself. */
+        if (out)
+            memset(out, 0, sizeof(lin_cfg));
+        if (!deep || (st = unfused_program(ctx, dtype, &prog)))
+            return deep ? st : OCLF_SUCCESS;
+        static const char *const names[] = {"lin_prep", "lin_bias", "lin_res", "lin_act",
+                                            "lin_store"};
+        return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), LIN_ELEM_WGS);
+    }
+    lin_cfg cfg;
+    const int wkn = shape->dim[3] == OCLF_WEIGHT_KN;
+    if ((st = lin_config(ctx, &r->params, wkn, &cfg)))
+        return st;
+    if (out)
+        memcpy(out, &cfg, sizeof cfg);
+    if (!deep)
+        return OCLF_SUCCESS;
+    /* The other layout's program too: it runs the same parameters when that
+     * layout has no record of its own (dispatch falls back on the nearest
+     * shape), and so the cross-compile suite, which lists the programs
+     * deep validation builds from the NK shapes of the descriptor, sees the
+     * KN kernels. One more (cached) build per record taken. */
+    for (int l = 0; l < 2; l++) {
+        const char *kernel;
+        lin_cfg lc;
+        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, &lc)))
+            return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
+        if ((st = fused_program(ctx, dtype, 0, &lc, &prog, &kernel)) ||
+            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
+            return st;
+    }
+    return OCLF_SUCCESS;
+}
+
+const oclf_op_hooks oclf_linear_hooks = {oclf_linear_heuristic, oclf_linear_validate};
+
+void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue)
+{
+    if (!epilogue)
+        return;
+    memset(epilogue, 0, sizeof *epilogue);
+    epilogue->alpha = 1.0f;
+    epilogue->beta = 1.0f;
+}
+
+/* A checked call. */
+typedef struct lin_call {
+    oclf_dtype dtype;
+    size_t m, n, k;
+    int wkn, prologue, has_bias, has_res, inplace;
+    oclf_operand x, w, y, bias, res;
+    float alpha, beta;
+    cl_uint act, before;
+} lin_call;
+
+static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, size_t n, size_t k,
+                              oclf_buf x, oclf_linear_act prologue, oclf_buf w,
+                              oclf_weight_layout layout, oclf_buf y,
+                              const oclf_linear_epilogue *epi, lin_call *c)
+{
+    const char *op = "linear";
+    memset(c, 0, sizeof *c);
+    oclf_linear_epilogue plain;
+    oclf_linear_epilogue_init(&plain);
+    if (!epi)
+        epi = &plain;
+    if ((unsigned)prologue >= OCLF_LINEAR_ACT_COUNT_)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown prologue activation %d", op,
+                         (int)prologue);
+    if ((unsigned)epi->act >= OCLF_LINEAR_ACT_COUNT_)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown epilogue activation %d", op,
+                         (int)epi->act);
+    if ((unsigned)layout >= OCLF_WEIGHT_LAYOUT_COUNT_)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown weight layout %d", op,
+                         (int)layout);
+    if (epi->residual_before_act != 0 && epi->residual_before_act != 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: residual_before_act must be 0 or 1", op);
+    if (!isfinite(epi->alpha) || !isfinite(epi->beta))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: alpha (%g) and beta (%g) must be finite",
+                         op, (double)epi->alpha, (double)epi->beta);
+    if (n == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: N is 0", op);
+    /* Kernels index rows and columns with 32-bit integers. */
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: M, N and K must be below 2^31 (%zu, %zu, %zu)",
+                         op, m, n, k);
+    const size_t el = oclf_dtype_size(dtype);
+    const int wkn = layout == OCLF_WEIGHT_KN;
+    oclf_status st;
+    if ((st = oclf_check_2d(ctx, "linear: x", x, m, k, el, &c->x)) ||
+        (st = oclf_check_2d(ctx, "linear: w", w, wkn ? k : n, wkn ? n : k, el, &c->w)) ||
+        (st = oclf_check_2d(ctx, "linear: y", y, m, n, el, &c->y)))
+        return st;
+    if (epi->bias &&
+        (st = oclf_check_vector(ctx, "linear: bias", *epi->bias, n, el, &c->bias)))
+        return st;
+    if (epi->residual &&
+        (st = oclf_check_2d(ctx, "linear: residual", *epi->residual, m, n, el, &c->res)))
+        return st;
+    if (oclf_overlap(&c->y, &c->x) || oclf_overlap(&c->y, &c->w) ||
+        (epi->bias && oclf_overlap(&c->y, &c->bias)))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: y overlaps x, w or bias", op);
+    if (epi->residual) {
+        c->inplace = oclf_same_range(&c->y, &c->res);
+        if (!c->inplace && oclf_overlap(&c->y, &c->res))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: y overlaps the residual without being exactly its range", op);
+    }
+    c->dtype = dtype;
+    c->m = m;
+    c->n = n;
+    c->k = k;
+    c->wkn = wkn;
+    c->prologue = (int)prologue;
+    c->has_bias = epi->bias != NULL;
+    c->has_res = epi->residual != NULL;
+    c->alpha = epi->alpha;
+    c->beta = epi->beta;
+    c->act = (cl_uint)epi->act;
+    c->before = (cl_uint)epi->residual_before_act;
+    return OCLF_SUCCESS;
+}
+
+static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const lin_call *c,
+                             const lin_cfg *cfg, cl_uint num_events, const cl_event *wait_list,
+                             cl_event *event)
+{
+    oclf_program *prog;
+    const char *kernel;
+    oclf_status st = fused_program(ctx, c->dtype, c->prologue, cfg, &prog, &kernel);
+    if (st != OCLF_SUCCESS)
+        return st;
+    const int mv = cfg->mv;
+    const size_t tm = (size_t)cfg->wgm * (size_t)cfg->mb;
+    const size_t tn = mv ? (size_t)cfg->nb
+                         : (size_t)cfg->wgn * (size_t)cfg->nb * (size_t)(c->wkn ? cfg->vec : 1);
+    const size_t wgs = (size_t)cfg->wgm * (size_t)cfg->wgn;
+    const size_t groups = ((c->m + tm - 1) / tm) * ((c->n + tn - 1) / tn);
+    if (groups > OCLF_MAX_LAUNCH_ITEMS / wgs)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "linear: %zu work-groups of %zu exceed the launch "
+                                                "range",
+                         groups, wgs);
+    /* An absent bias or residual is never read; y stands in for its handle. */
+    cl_mem bm = c->has_bias ? c->bias.mem : c->y.mem, rm = c->has_res ? c->res.mem : c->y.mem;
+    cl_ulong xo = c->x.offset, xs = c->x.stride, wo = c->w.offset, ws = c->w.stride;
+    cl_ulong bo = c->bias.offset, ro = c->res.offset, rs = c->res.stride;
+    cl_ulong yo = c->y.offset, ys = c->y.stride;
+    cl_uint hb = (cl_uint)c->has_bias, hr = (cl_uint)c->has_res;
+    cl_uint m = (cl_uint)c->m, n = (cl_uint)c->n, k = (cl_uint)c->k;
+    oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo),      OCLF_ARG(xs),       OCLF_ARG(c->w.mem),
+                    OCLF_ARG(wo),       OCLF_ARG(ws),      OCLF_ARG(bm),       OCLF_ARG(bo),
+                    OCLF_ARG(hb),       OCLF_ARG(rm),      OCLF_ARG(ro),       OCLF_ARG(rs),
+                    OCLF_ARG(hr),       OCLF_ARG(c->y.mem), OCLF_ARG(yo),      OCLF_ARG(ys),
+                    OCLF_ARG(c->alpha), OCLF_ARG(c->beta), OCLF_ARG(c->act),   OCLF_ARG(c->before),
+                    OCLF_ARG(m),        OCLF_ARG(n),       OCLF_ARG(k)};
+    return oclf_enqueue(ctx, queue, prog, kernel, a, OCLF_NARGS(a), groups * wgs, wgs,
+                        num_events, wait_list, event);
+}
+
+/* One elementwise launch of the unfused path over rows x cols. */
+static oclf_status elem_launch(oclf_chain *ch, oclf_program *prog, const char *name,
+                               const oclf_arg *args, unsigned nargs, size_t rows, size_t cols)
+{
+    return oclf_chain_launch(ch, prog, name, args, nargs, oclf_round_up(rows * cols, LIN_ELEM_WGS),
+                             LIN_ELEM_WGS);
+}
+
+/* The GEMM library's C = alpha A op(B), ordered after the chain so far by
+ * a barrier (it takes no wait list), its event the chain's next. */
+static oclf_status gemm_launch(oclf_chain *ch, const lin_call *c, cl_mem a, size_t ao, size_t lda,
+                               cl_mem b, size_t bo, size_t ldb, cl_mem cm, size_t co, size_t ldc)
+{
+    if (ch->prev || ch->num_events) {
+        cl_int err = clEnqueueBarrierWithWaitList(ch->queue, ch->prev ? 1 : ch->num_events,
+                                                  ch->prev ? &ch->prev : ch->wait_list, NULL);
+        if (err != CL_SUCCESS)
+            return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
+    }
+    cl_event ev = NULL;
+    cl_command_queue qu = ch->queue;
+    CLBlastStatusCode s =
+        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
+                     c->wkn ? CLBlastTransposeNo : CLBlastTransposeYes, c->m, c->n, c->k, c->alpha,
+                     a, ao, lda, b, bo, ldb, 0.0f, cm, co, ldc, &qu, &ev);
+    if (s != CLBlastSuccess)
+        return oclf_fail(ch->ctx,
+                         s == CLBlastOpenCLOutOfResources || s == CLBlastOpenCLOutOfHostMemory ||
+                                 s == CLBlastTempBufferAllocFailure
+                             ? OCLF_OUT_OF_RESOURCES
+                             : OCLF_OPENCL_ERROR,
+                         "linear: the GEMM library's Sgemm failed with status %d", (int)s);
+    atomic_fetch_add(&ch->ctx->n_enqueued, 1);
+    if (ch->prev)
+        clReleaseEvent(ch->prev);
+    ch->prev = ev;
+    return OCLF_SUCCESS;
+}
+
+/* What a user of the GEMM library writes by hand. The GEMM computes in
+ * f32 (the library's half GEMM accumulates in half precision, whose error
+ * grows with K past the f16 tolerance), so f16 and bf16 operands are
+ * widened into f32 copies first, the prologue applied in the same pass. The
+ * product goes straight into y for f32 unless y is the residual (which the
+ * GEMM would overwrite before it is read) or K is 0; otherwise into an f32
+ * temporary that lin_store rounds into y once. */
+static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call *c)
+{
+    oclf_program *prog;
+    oclf_status st = unfused_program(ctx, c->dtype, &prog);
+    if (st != OCLF_SUCCESS)
+        return st;
+    const int conv = c->dtype != OCLF_F32;
+    const int prep_x = (conv || c->prologue) && c->k > 0;
+    const int direct = !conv && !c->inplace && c->k > 0;
+    const size_t wr = c->wkn ? c->k : c->n, wc = c->wkn ? c->n : c->k;
+    cl_mem xf = NULL, wf = NULL, cf = NULL;
+    if ((prep_x && (st = oclf_temp_buffer(ctx, c->m * c->k * 4, &xf))) ||
+        (conv && c->k > 0 && (st = oclf_temp_buffer(ctx, wr * wc * 4, &wf))) ||
+        (!direct && (st = oclf_temp_buffer(ctx, c->m * c->n * 4, &cf))))
+        goto done;
+    const cl_uint m = (cl_uint)c->m, n = (cl_uint)c->n;
+    if (prep_x) {
+        cl_ulong io = c->x.offset, is = c->x.stride;
+        cl_uint rows = m, cols = (cl_uint)c->k, act = (cl_uint)c->prologue;
+        oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(io),   OCLF_ARG(is),  OCLF_ARG(xf),
+                        OCLF_ARG(rows),     OCLF_ARG(cols), OCLF_ARG(act)};
+        if ((st = elem_launch(ch, prog, "lin_prep", a, OCLF_NARGS(a), c->m, c->k)))
+            goto done;
+    }
+    if (wf) {
+        cl_ulong io = c->w.offset, is = c->w.stride;
+        cl_uint rows = (cl_uint)wr, cols = (cl_uint)wc, act = 0;
+        oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(io),   OCLF_ARG(is),  OCLF_ARG(wf),
+                        OCLF_ARG(rows),     OCLF_ARG(cols), OCLF_ARG(act)};
+        if ((st = elem_launch(ch, prog, "lin_prep", a, OCLF_NARGS(a), wr, wc)))
+            goto done;
+    }
+    cl_mem cm = direct ? c->y.mem : cf;
+    cl_ulong co = direct ? c->y.offset : 0, cs = direct ? c->y.stride : c->n;
+    if (c->k == 0) {
+        /* An empty product: the epilogue of zeros. */
+        const float zero = 0.0f;
+        cl_event ev = NULL;
+        cl_int err = clEnqueueFillBuffer(ch->queue, cf, &zero, sizeof zero, 0, c->m * c->n * 4,
+                                         ch->prev ? 1 : ch->num_events,
+                                         ch->prev ? &ch->prev : ch->wait_list, &ev);
+        if (err != CL_SUCCESS) {
+            st = oclf_fail_cl(ctx, err, "clEnqueueFillBuffer(product)");
+            goto done;
+        }
+        if (ch->prev)
+            clReleaseEvent(ch->prev);
+        ch->prev = ev;
+    } else if ((st = gemm_launch(ch, c, xf ? xf : c->x.mem, xf ? 0 : c->x.offset,
+                                 xf ? c->k : c->x.stride, wf ? wf : c->w.mem,
+                                 wf ? 0 : c->w.offset, wf ? wc : c->w.stride, cm, co, cs))) {
+        goto done;
+    }
+    if (c->has_bias) {
+        cl_ulong bo = c->bias.offset;
+        oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co), OCLF_ARG(cs),         OCLF_ARG(m),
+                        OCLF_ARG(n),  OCLF_ARG(c->bias.mem), OCLF_ARG(bo)};
+        if ((st = elem_launch(ch, prog, "lin_bias", a, OCLF_NARGS(a), c->m, c->n)))
+            goto done;
+    }
+    for (int step = 0; step < 2; step++) {
+        /* the residual before or after the activation */
+        const int res_now = c->has_res && (step == 0) == (c->before == 1);
+        if (res_now) {
+            cl_ulong ro = c->res.offset, rs = c->res.stride;
+            oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co), OCLF_ARG(cs),        OCLF_ARG(m),
+                            OCLF_ARG(n),  OCLF_ARG(c->res.mem), OCLF_ARG(ro), OCLF_ARG(rs),
+                            OCLF_ARG(c->beta)};
+            if ((st = elem_launch(ch, prog, "lin_res", a, OCLF_NARGS(a), c->m, c->n)))
+                goto done;
+        }
+        if (step == 0 && c->act != OCLF_LINEAR_NONE) {
+            oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co), OCLF_ARG(cs),
+                            OCLF_ARG(m),  OCLF_ARG(n),  OCLF_ARG(c->act)};
+            if ((st = elem_launch(ch, prog, "lin_act", a, OCLF_NARGS(a), c->m, c->n)))
+                goto done;
+        }
+    }
+    if (!direct) {
+        cl_ulong yo = c->y.offset, ys = c->y.stride;
+        oclf_arg a[] = {OCLF_ARG(cm), OCLF_ARG(co),       OCLF_ARG(cs), OCLF_ARG(m),
+                        OCLF_ARG(n),  OCLF_ARG(c->y.mem), OCLF_ARG(yo), OCLF_ARG(ys)};
+        st = elem_launch(ch, prog, "lin_store", a, OCLF_NARGS(a), c->m, c->n);
+    }
+done:;
+    cl_mem all[] = {xf, wf, cf};
+    for (int i = 0; i < 3; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]); /* freed by OpenCL once the launches finish */
+    return st;
+}
+
+oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
+                        size_t n, size_t k, oclf_buf x, oclf_linear_act prologue, oclf_buf w,
+                        oclf_weight_layout layout, oclf_buf y, const oclf_linear_epilogue *epilogue,
+                        const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
+                        cl_event *event)
+{
+    oclf_status st;
+    lin_call c;
+    if ((st = oclf_check_call(ctx, "linear", queue, num_events, wait_list, dtype, event)) ||
+        (st = check_args(ctx, dtype, m, n, k, x, prologue, w, layout, y, epilogue, &c)))
+        return st;
+    oclf_shape shape = {{m, n, k, (uint64_t)layout}};
+    oclf_resolved r;
+    lin_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_LINEAR, &oclf_linear_hooks, dtype, &shape,
+                                     choice, &r)))
+        return st;
+    if (r.path == OCLF_PATH_FUSED) {
+        if (r.has_cfg)
+            memcpy(&cfg, &r.cfg, sizeof cfg);
+        else if ((st = lin_config(ctx, &r.params, c.wkn, &cfg)))
+            return st;
+    }
+    if (m == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+    if (r.path == OCLF_PATH_FUSED)
+        return run_fused(ctx, queue, &c, &cfg, num_events, wait_list, event);
+    /* One work-item per element of x, W or y in the unfused kernels. */
+    size_t big = c.m * c.n > c.m * c.k ? c.m * c.n : c.m * c.k;
+    big = big > c.n * c.k ? big : c.n * c.k;
+    if (big > OCLF_MAX_LAUNCH_ITEMS - LIN_ELEM_WGS)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "linear: the unfused path's %zu elements exceed the launch range", big);
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    st = run_unfused(ctx, &ch, &c);
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}

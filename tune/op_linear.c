@@ -1,0 +1,305 @@
+/* Descriptor of the linear layer for the benchmark and the tuner. */
+#include "opdesc.h"
+
+#include "ref.h"
+
+#include <clblast_c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The bench's layer: ResNet's relu(x W^T + b + r), W [N, K] as PyTorch
+ * stores it: bias, residual and activation are all in the epilogue. */
+typedef struct lin_inst {
+    oclf_dtype dtype;
+    size_t m, n, k;
+    void *hx, *hw, *hb, *hr;
+    cl_mem x, w, b, r, y;
+    /* f32 copies of x and W for the yardstick (the GEMM library's plain
+     * Sgemm) when the dtype is not f32; else x and w themselves. */
+    cl_mem xf, wf, yf;
+} lin_inst;
+
+static void lin_destroy(void *p)
+{
+    lin_inst *a = p;
+    if (!a)
+        return;
+    cl_mem all[] = {a->x, a->w, a->b, a->r, a->y, a->xf, a->wf, a->yf};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(a->hx), free(a->hw), free(a->hb), free(a->hr);
+    free(a);
+}
+
+/* An f32 copy of n elements of host data in dtype. */
+static cl_mem upload_f32(const op_env *env, oclf_dtype dt, const void *h, size_t n, char *err,
+                         size_t errlen)
+{
+    float *f = malloc(n * 4 + 4);
+    if (!f) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        f[i] = oclf_ref_get(dt, h, i);
+    cl_mem m = op_upload(env, f, n * 4, err, errlen);
+    free(f);
+    return m;
+}
+
+static void *lin_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err,
+                        size_t errlen)
+{
+    lin_inst *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    a->dtype = dt;
+    a->m = s->d[0];
+    a->n = s->d[1];
+    a->k = s->d[2];
+    const size_t es = oclf_dtype_size(dt), nx = a->m * a->k, nw = a->n * a->k, ny = a->m * a->n;
+    a->hx = malloc(nx * es + 4);
+    a->hw = malloc(nw * es + 4);
+    a->hb = malloc(a->n * es + 4);
+    a->hr = malloc(ny * es + 4);
+    if (!a->hx || !a->hw || !a->hb || !a->hr) {
+        snprintf(err, errlen, "out of host memory for %zu x %zu x %zu", a->m, a->n, a->k);
+        lin_destroy(a);
+        return NULL;
+    }
+    op_fill_random(dt, a->hx, nx, -1.0f, 1.0f, 21);
+    op_fill_random(dt, a->hw, nw, -1.0f, 1.0f, 22);
+    op_fill_random(dt, a->hb, a->n, -1.0f, 1.0f, 23);
+    op_fill_random(dt, a->hr, ny, -1.0f, 1.0f, 24);
+    if (!(a->x = op_upload(env, a->hx, nx * es, err, errlen)) ||
+        !(a->w = op_upload(env, a->hw, nw * es, err, errlen)) ||
+        !(a->b = op_upload(env, a->hb, a->n * es, err, errlen)) ||
+        !(a->r = op_upload(env, a->hr, ny * es, err, errlen)) ||
+        !(a->y = op_upload(env, NULL, ny * es, err, errlen))) {
+        lin_destroy(a);
+        return NULL;
+    }
+    if (dt != OCLF_F32 && (!(a->xf = upload_f32(env, dt, a->hx, nx, err, errlen)) ||
+                           !(a->wf = upload_f32(env, dt, a->hw, nw, err, errlen)) ||
+                           !(a->yf = op_upload(env, NULL, ny * 4, err, errlen)))) {
+        lin_destroy(a);
+        return NULL;
+    }
+    return a;
+}
+
+static void lin_epilogue(lin_inst *a, oclf_buf *b, oclf_buf *r, oclf_linear_epilogue *e)
+{
+    *b = (oclf_buf){a->b, 0, 0};
+    *r = (oclf_buf){a->r, 0, 0};
+    oclf_linear_epilogue_init(e);
+    e->bias = b;
+    e->residual = r;
+    e->residual_before_act = 1;
+    e->act = OCLF_LINEAR_RELU;
+}
+
+/* The yardstick: the GEMM library's plain Sgemm, y = x W^T, no epilogue. */
+static oclf_status lin_yardstick(const op_env *env, lin_inst *a, cl_event *ev)
+{
+    cl_command_queue q = env->queue;
+    cl_mem x = a->xf ? a->xf : a->x, w = a->wf ? a->wf : a->w, y = a->yf ? a->yf : a->y;
+    CLBlastStatusCode s =
+        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, a->m, a->n,
+                     a->k, 1.0f, x, 0, a->k, w, 0, a->k, 0.0f, y, 0, a->n, &q, ev);
+    return s == CLBlastSuccess ? OCLF_SUCCESS : OCLF_OPENCL_ERROR;
+}
+
+static oclf_status lin_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
+{
+    lin_inst *a = p;
+    int64_t yard = 0;
+    if (ch && oclf_params_get(&ch->params, OP_YARDSTICK_PARAM, &yard) && yard)
+        return lin_yardstick(env, a, ev);
+    oclf_buf b, r;
+    oclf_linear_epilogue e;
+    lin_epilogue(a, &b, &r, &e);
+    return oclf_linear(env->ctx, env->queue, a->dtype, a->m, a->n, a->k, (oclf_buf){a->x, 0, 0},
+                       OCLF_LINEAR_NONE, (oclf_buf){a->w, 0, 0}, OCLF_WEIGHT_NK,
+                       (oclf_buf){a->y, 0, 0}, &e, ch, 0, NULL, ev);
+}
+
+/* The first, a middle and the last row against the reference (all of them
+ * would cost M x N x K in fp64 on the host). */
+static int lin_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+{
+    lin_inst *a = p;
+    oclf_status st = lin_run(env, a, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    if (a->m == 0)
+        return 1;
+    const size_t es = oclf_dtype_size(a->dtype);
+    void *got = malloc(a->m * a->n * es + 4);
+    double *want = malloc(a->n * sizeof *want + 8), *scale = malloc(a->n * sizeof *scale + 8);
+    int ok = got && want && scale && op_download(env, a->y, got, a->m * a->n * es) == 0;
+    if (!ok)
+        snprintf(msg, len, "cannot read the result back");
+    const size_t rows[3] = {0, a->m / 2, a->m - 1};
+    for (int t = 0; t < 3 && ok; t++) {
+        const size_t i = rows[t];
+        oclf_ref_linear_args r = {
+            .dtype = a->dtype, .m = 1, .n = a->n, .k = a->k,
+            .x = (const char *)a->hx + i * a->k * es, .xs = a->k,
+            .prologue = OCLF_LINEAR_NONE, .w = a->hw, .ws = a->k, .layout = OCLF_WEIGHT_NK,
+            .bias = a->hb, .residual = (const char *)a->hr + i * a->n * es, .rs = a->n,
+            .alpha = 1.0f, .beta = 1.0f, .residual_before_act = 1, .act = OCLF_LINEAR_RELU};
+        oclf_ref_linear(&r, want, scale);
+        size_t first = 0;
+        double maxerr = 0;
+        size_t bad = oclf_ref_linear_compare(a->dtype, (const char *)got + i * a->n * es, a->n,
+                                             want, scale, 1, a->n, &first, &maxerr);
+        if (bad) {
+            ok = 0;
+            snprintf(msg, len, "row %zu: %zu elements out of tolerance (first column %zu, max "
+                               "error %g)",
+                     i, bad, first, maxerr);
+        }
+    }
+    free(got), free(want), free(scale);
+    return ok;
+}
+
+/* x, W, bias and residual read once, y written once. */
+static double lin_bytes(const op_shape *s, oclf_dtype dt)
+{
+    const double m = (double)s->d[0], n = (double)s->d[1], k = (double)s->d[2];
+    return (m * k + n * k + n + 2 * m * n) * (double)oclf_dtype_size(dt);
+}
+
+static double lin_flops(const op_shape *s)
+{
+    return 2.0 * (double)s->d[0] * (double)s->d[1] * (double)s->d[2];
+}
+
+/* One point of the fused space, when the library takes it. */
+static void lin_point(const op_point_check *c, oclf_params *out, int *n, int max, int mb, int nb,
+                      int vec, int64_t wgm, int64_t wgn, int stage, int kc, int mv)
+{
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "MB", mb);
+    oclf_params_set(&p, "NB", nb);
+    oclf_params_set(&p, "VEC", vec);
+    oclf_params_set(&p, "WGM", wgm);
+    oclf_params_set(&p, "WGN", wgn);
+    oclf_params_set(&p, "STAGE", stage);
+    oclf_params_set(&p, "KC", kc);
+    oclf_params_set(&p, "MV", mv);
+    op_space_add_valid(c, out, n, max, &p);
+}
+
+/* The search space, pruned by a model before anything compiles rather than
+ * walked at random: the register block comes first, and only blocks whose
+ * accumulators and operands fit the register file are kept (a CPU: 32
+ * vector registers of VEC = 16 floats; a GPU: at most
+ * OP_GPU_MAX_BLOCK_FLOATS accumulator floats, where AMD's compiler began to
+ * spill), largest arithmetic intensity (MB x NB per MB + NB loads) first,
+ * since the tuner screens candidates in order under its budget. For each
+ * block, the group shapes that cover the shape without mostly idle work-
+ * items, and staging only where local memory is the device's own (a GPU)
+ * with K chunks of 16 and 32. Few rows (M <= 16) add the matrix-vector
+ * shape with 64 or 256 lanes over K. The library's validation drops what
+ * the device cannot run (group size, local memory, KC against VEC). */
+static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                     oclf_path path, oclf_params *out, int max)
+{
+    op_point_check chk;
+    op_point_check_init(&chk, env, op, s, dt, path);
+    int n = 0;
+    if (path == OCLF_PATH_UNFUSED) {
+        oclf_params p;
+        memset(&p, 0, sizeof p);
+        op_space_add_valid(&chk, out, &n, max, &p); /* no parameters: the GEMM library tunes itself */
+        return n;
+    }
+    const int gpu = op_is_gpu(env);
+    const uint64_t m = s->d[0] ? s->d[0] : 1;
+    /* register blocks, in order of intensity */
+    static const int blocks[][2] = {{4, 4}, {4, 8}, {8, 4}, {2, 8}, {8, 2}, {4, 2},
+                                    {2, 4}, {2, 2}, {1, 8}, {1, 4}, {4, 1}, {2, 1}, {1, 2},
+                                    {1, 1}};
+    static const int vecs[] = {16, 8, 4, 2, 1};
+    for (int b = 0; b < (int)(sizeof blocks / sizeof *blocks); b++) {
+        const int mb = blocks[b][0], nb = blocks[b][1];
+        if ((uint64_t)mb > m * 2 && mb > 1)
+            continue; /* mostly padding rows */
+        for (int v = 0; v < 5; v++) {
+            const int vec = vecs[v];
+            /* GPU: blocks of exactly the spill cap's accumulator floats (fewer
+             * leave a work-item too little to do per operand loaded) in
+             * vectors of at most 16 bytes of floats */
+            if (gpu ? mb * nb * vec != OP_GPU_MAX_BLOCK_FLOATS ||
+                          vec * 4 > OP_GPU_MAX_VEC_BYTES
+                    : (vec < 8 || mb * nb + mb + nb > 32))
+                continue;
+            if (!gpu) {
+                /* no barriers: a group's work-items along M share the W block */
+                const uint64_t blk = (m + (uint64_t)mb - 1) / (uint64_t)mb;
+                for (uint64_t wgm = 1; wgm <= 64; wgm *= 4) {
+                    if (wgm > blk && wgm > 1)
+                        break;
+                    lin_point(&chk, out, &n, max, mb, nb, vec, (int64_t)wgm, 1, 0, 16, 0);
+                }
+                continue;
+            }
+            static const int groups[][2] = {{8, 8}, {16, 16}};
+            for (int g = 0; g < 2; g++)
+                for (int kc = 16; kc <= 32; kc += 16) {
+                    const uint64_t wgm = (uint64_t)groups[g][0], wgn = (uint64_t)groups[g][1];
+                    if (wgm * (uint64_t)mb > 2 * m && wgm > 1)
+                        continue; /* mostly idle rows of work-items */
+                    lin_point(&chk, out, &n, max, mb, nb, vec, (int64_t)wgm, (int64_t)wgn, 1, kc,
+                              0);
+                }
+            if (m <= 16 && nb <= 2)
+                for (uint64_t wgn = 64; wgn <= 256; wgn *= 4)
+                    lin_point(&chk, out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
+        }
+    }
+    return n;
+}
+
+/* The library keys records by the weight layout too; the bench's is NK. */
+static int lin_lib_shape(const op_shape *s, uint64_t *dims)
+{
+    dims[0] = s->d[0];
+    dims[1] = s->d[1];
+    dims[2] = s->d[2];
+    dims[3] = OCLF_WEIGHT_NK;
+    return 4;
+}
+
+const op_desc op_linear = {
+    .name = "linear",
+    .shape_help = "MxNxK (rows x outputs x inputs), W [N, K], relu(x W^T + bias + residual)",
+    .ndims = 3,
+    .dim_names = {"m", "n", "k"},
+    .bench_shapes = "128x128x128,256x256x256,512x512x512,1024x1024x1024,1x4096x4096,"
+                    "16x4096x4096,128x4096x11008,2048x4096x4096",
+    .tune_shapes = "128x128x128,256x256x256,1024x1024x1024,1x4096x4096,16x4096x4096",
+    .llm_shapes = "1x4096x4096,16x4096x4096,128x4096x11008,2048x4096x4096",
+    .test_shape = "7x129x33",
+    .has_unfused = 1,
+    .yardstick = "the GEMM library's plain Sgemm (x W^T, no epilogue)",
+    .create = lin_create,
+    .run = lin_run,
+    .verify = lin_verify,
+    .min_bytes = lin_bytes,
+    .flops = lin_flops,
+    .destroy = lin_destroy,
+    .space = lin_space,
+    .lib_shape = lin_lib_shape,
+    .lib_dim_names = {"m", "n", "k", "layout"},
+};
