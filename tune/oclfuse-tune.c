@@ -351,7 +351,7 @@ static int near_default(tuner *t, const op_desc *op, oclf_dtype dt, const op_sha
         char text[2048];
         uint64_t dims[OP_MAX_DIMS];
         const int nd = op_lib_shape(op, shape, dims, NULL);
-        if (oclf_tuning_explain(t->env.ctx, op->name, dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
+        if (oclf_tuning_explain(t->env.ctx, op_lib_op(op), dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
                                 text, sizeof text) == OCLF_SUCCESS) {
             /* "uses: heuristic (...): fused NAME=V NAME=V" */
             char *p = strstr(text, ": fused");

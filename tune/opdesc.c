@@ -11,17 +11,29 @@
 #include <string.h>
 #include <time.h>
 
-/* One descriptor per row of the op list, named op_<name>. */
+/* One descriptor per row of the op list, named op_<name>; the expression
+ * family has one per preset expression instead (tune/op_expr.c). A new
+ * family adds its line here. */
+#define OP_ONE(name) &op_##name,
+#define OP_DESCS_norm OP_ONE
+#define OP_DESCS_act OP_ONE
+#define OP_DESCS_rope OP_ONE
+#define OP_DESCS_l2topk OP_ONE
+#define OP_DESCS_expr(name) \
+    &op_ew_softplus, &op_ew_add_relu_scale, &op_ew_bias_gelu_dropout, &op_ew_chain8,
 #define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) extern const op_desc op_##name;
 #include "../lib/ops.def"
 #undef OCLF_OP
+extern const op_desc op_ew_softplus, op_ew_add_relu_scale, op_ew_bias_gelu_dropout, op_ew_chain8;
 
 const op_desc *const op_table[] = {
-#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) &op_##name,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) OP_DESCS_##family(name)
 #include "../lib/ops.def"
 #undef OCLF_OP
     NULL,
 };
+
+const char *op_lib_op(const op_desc *op) { return op->lib_op ? op->lib_op : op->name; }
 
 const op_desc *op_find(const char *name)
 {

@@ -33,6 +33,10 @@ typedef struct op_shape {
 
 typedef struct op_desc {
     const char *name;
+    /* The library's op (lib/ops.def) this descriptor runs, when its own
+     * name is not one: each preset expression (tune/op_expr.c) runs "expr".
+     * NULL: the name. */
+    const char *lib_op;
     /* How --shapes is read for this op, e.g. "ROWSxHIDDEN (rows x hidden size)". */
     const char *shape_help;
     int ndims;
@@ -77,6 +81,8 @@ typedef struct op_desc {
 /* Every op, NULL-terminated. */
 extern const op_desc *const op_table[];
 const op_desc *op_find(const char *name);
+/* The library's op name of a descriptor (database records, explain). */
+const char *op_lib_op(const op_desc *op);
 
 /* "4096x4096" -> shape; 0 on a malformed string or wrong dimension count. */
 int op_parse_shape(const op_desc *op, const char *text, op_shape *out);

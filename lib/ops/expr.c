@@ -8,7 +8,7 @@
  *
  * Parameters: VEC (elements per work-item: 1, 2, 4, 8, 16), WGS (work-group
  * size, a power of two up to the device limit). One program per (canonical
- * form, VEC, WGS) holds both paths.
+ * form, VEC) holds both paths.
  */
 #include "../internal.h"
 #include "../expr/expr.h"
@@ -25,6 +25,7 @@ struct oclf_expr {
     oclf_xgraph graph;
     char *key;    /* "expr:" + canonical form */
     char *source; /* generated OpenCL */
+    uint64_t form; /* tuning key: oclf_expr_form_id */
     int vec, wgs; /* defaults for this device */
 };
 
@@ -43,13 +44,14 @@ void oclf_expr_release(oclf_expr *expr) { expr_free(expr); }
 
 const char *oclf_expr_canonical(const oclf_expr *expr) { return expr ? expr->key + 5 : ""; }
 
-/* Defaults: a CPU work-item loops over a few neighbours (fewer index
- * divisions per element); on a GPU neighbours go to neighbouring
+/* Defaults: a CPU work-item takes 16 neighbours (a 64-byte vector of
+ * floats, fewer index divisions per element; with 4 a cheap chain ran at
+ * half the copy bandwidth); on a GPU neighbours go to neighbouring
  * work-items, so each load instruction is coalesced. */
 static void expr_defaults(const oclf_context *ctx, int *vec, int *wgs)
 {
     if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
-        *vec = 4;
+        *vec = 16;
         *wgs = 64;
     } else {
         *vec = 1;
@@ -59,11 +61,87 @@ static void expr_defaults(const oclf_context *ctx, int *vec, int *wgs)
         *wgs /= 2;
 }
 
-static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec, int wgs,
+void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                         oclf_path path, oclf_params *out)
+{
+    (void)dtype, (void)shape, (void)path;
+    int vec, wgs;
+    expr_defaults(ctx, &vec, &wgs);
+    oclf_params_set(out, "VEC", vec);
+    oclf_params_set(out, "WGS", wgs);
+}
+
+/* The parameters alone: the program depends on the expression, which the
+ * shape names only by its hash, so oclf_expr_run checks the built kernel's
+ * work-group limit itself. */
+oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+{
+    (void)op, (void)dtype, (void)shape, (void)deep;
+    int64_t v = 0;
+    if (!oclf_params_get(&r->params, "VEC", &v) ||
+        (v != 1 && v != 2 && v != 4 && v != 8 && v != 16))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: VEC = %lld is not 1, 2, 4, 8 or 16",
+                         OP_RUN, (long long)v);
+    if (!oclf_params_get(&r->params, "WGS", &v) || v < 1 || (v & (v - 1)) ||
+        (uint64_t)v > ctx->info.max_wgs)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: WGS = %lld is not a power of two up to %zu", OP_RUN, (long long)v,
+                         ctx->info.max_wgs);
+    return OCLF_SUCCESS;
+}
+
+/* The tuning key of a parsed expression: its canonical form with every
+ * dtype taken as f32 (a record's dtype field carries the first output's),
+ * hashed to 52 bits so that every JSON reader holds it exactly. */
+static int form_of(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
+                   const oclf_expr_decl *outputs, unsigned n_outputs, uint64_t *form)
+{
+    oclf_expr_decl in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
+    for (unsigned i = 0; i < n_inputs; i++)
+        in[i] = (oclf_expr_decl){NULL, inputs[i].kind, OCLF_F32};
+    for (unsigned j = 0; j < n_outputs; j++)
+        out[j] = (oclf_expr_decl){NULL, outputs[j].kind, OCLF_F32};
+    oclf_xbuf b = {0};
+    oclf_expr_canonical_form(g, in, n_inputs, out, &b);
+    const int ok = !b.failed && b.s;
+    if (ok) {
+        oclf_hash h;
+        oclf_hash_init(&h);
+        oclf_hash_str(&h, b.s);
+        *form = h.a & ((UINT64_C(1) << 52) - 1);
+    }
+    free(b.s);
+    return ok;
+}
+
+oclf_status oclf_expr_form_id(const char *source, const oclf_expr_decl *inputs, unsigned n_inputs,
+                              const oclf_expr_decl *outputs, unsigned n_outputs, uint64_t *form)
+{
+    static const char *const OP = "oclf_expr_form_id";
+    if (!source || !form)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: source or form is NULL", OP);
+    oclf_xgraph *g = malloc(sizeof *g);
+    if (!g)
+        return oclf_fail(NULL, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP);
+    char err[256];
+    oclf_status st = OCLF_SUCCESS;
+    if (oclf_expr_parse(source, strnlen(source, OCLF_EXPR_MAX_SOURCE + 1), inputs, n_inputs,
+                        outputs, n_outputs, g, err, sizeof err))
+        st = oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: %s", OP, err);
+    else if (!form_of(g, inputs, n_inputs, outputs, n_outputs, form))
+        st = oclf_fail(NULL, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP);
+    free(g);
+    return st;
+}
+
+/* One program per (expression, VEC): the work-group size is only the
+ * launch's, so tuning it compiles nothing. */
+static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec,
                                 oclf_program **prog)
 {
-    char opts[96];
-    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d -DOCLF_WGS=%d", vec, wgs);
+    char opts[32];
+    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d", vec);
     return oclf_program_get_generated(ctx, e->key, e->source, opts, prog);
 }
 
@@ -103,15 +181,17 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     oclf_expr_codegen(&e->graph, e->inputs, n_inputs, e->outputs, &src);
     e->key = key.s;
     e->source = src.s;
-    if (key.failed || src.failed || !e->key || !e->source) {
+    if (key.failed || src.failed || !e->key || !e->source ||
+        !form_of(&e->graph, e->inputs, n_inputs, e->outputs, n_outputs, &e->form)) {
         expr_free(e);
         return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP_COMPILE);
     }
     expr_defaults(ctx, &e->vec, &e->wgs);
-    /* Build now, so the first run launches at once. */
+    /* Build now, so the first run launches at once (a program sink only
+     * lists it). */
     oclf_program *prog;
-    oclf_status st = expr_program(ctx, e, e->vec, e->wgs, &prog);
-    if (st != OCLF_SUCCESS) {
+    oclf_status st = expr_program(ctx, e, e->vec, &prog);
+    if (st != OCLF_SUCCESS && !ctx->program_sink) {
         expr_free(e);
         return st;
     }
@@ -119,34 +199,23 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     return OCLF_SUCCESS;
 }
 
-/* Path and parameters of a run: the caller's, else this device's defaults. */
-static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, const oclf_choice *choice,
-                              oclf_path *path, int *vec, int *wgs)
+/* Path and parameters of a run: the caller's, laid over the tuning record
+ * for this expression (its form) and shape, else this device's defaults. */
+static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows, size_t cols,
+                              const oclf_choice *choice, oclf_path *path, int *vec, int *wgs)
 {
-    *path = OCLF_PATH_FUSED;
-    *vec = e->vec;
-    *wgs = e->wgs;
-    if (!choice)
-        return OCLF_SUCCESS;
-    if (choice->path == OCLF_PATH_UNFUSED)
-        *path = OCLF_PATH_UNFUSED;
-    else if (choice->path != OCLF_PATH_AUTO && choice->path != OCLF_PATH_FUSED)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown path %d", OP_RUN,
-                         (int)choice->path);
-    int64_t v;
-    if (oclf_params_get(&choice->params, "VEC", &v)) {
-        if (v != 1 && v != 2 && v != 4 && v != 8 && v != 16)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: VEC = %lld is not 1, 2, 4, 8 or 16",
-                             OP_RUN, (long long)v);
-        *vec = (int)v;
-    }
-    if (oclf_params_get(&choice->params, "WGS", &v)) {
-        if (v < 1 || (v & (v - 1)) || (uint64_t)v > ctx->info.max_wgs)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "%s: WGS = %lld is not a power of two up to %zu", OP_RUN,
-                             (long long)v, ctx->info.max_wgs);
-        *wgs = (int)v;
-    }
+    const oclf_shape shape = {{rows, cols, e->form, 0}};
+    oclf_resolved r;
+    oclf_status st;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_EXPR, e->outputs[0].dtype, &shape, choice, &r)) ||
+        (st = oclf_expr_validate(ctx, OCLF_OP_EXPR, e->outputs[0].dtype, &shape, &r, 0)))
+        return st;
+    int64_t v = 0;
+    *path = r.path;
+    oclf_params_get(&r.params, "VEC", &v);
+    *vec = (int)v;
+    oclf_params_get(&r.params, "WGS", &v);
+    *wgs = (int)v;
     return OCLF_SUCCESS;
 }
 
@@ -191,7 +260,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", OP_RUN);
     oclf_path path;
     int vec, wgs;
-    if ((st = run_config(ctx, e, choice, &path, &vec, &wgs)))
+    if ((st = run_config(ctx, e, rows, cols, choice, &path, &vec, &wgs)))
         return st;
 
     oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
@@ -243,7 +312,9 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporaries of %zu x %zu floats", OP_RUN,
                          rows, cols);
     oclf_program *prog;
-    if ((st = expr_program(ctx, e, vec, wgs, &prog)))
+    static const char *const fused_kernel[] = {"expr_fused"};
+    if ((st = expr_program(ctx, e, vec, &prog)) ||
+        (st = oclf_check_kernel_wgs(ctx, prog, fused_kernel, 1, (size_t)wgs)))
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);

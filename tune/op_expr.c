@@ -1,0 +1,309 @@
+/*
+ * Descriptors of generated elementwise expressions for the benchmark and the
+ * tuner: one per preset expression (the library's op "expr", its records
+ * keyed by rows, cols and the expression's form, oclf_expr_form_id).
+ *
+ *   ew_softplus           y = log(exp(x) + 1)
+ *   ew_add_relu_scale     y = relu(a + b) * s              s a scalar
+ *   ew_bias_gelu_dropout  y = dropout(gelu(x + bias), p)   bias a row vector, p = 0.1
+ *   ew_chain8             eight cheap operations in a chain
+ *
+ * Every input and the output have the run's dtype.
+ */
+#include "opdesc.h"
+
+#include "ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_IN = 3 };
+
+typedef struct preset {
+    const char *source;
+    int n_inputs;
+    oclf_expr_kind kind[MAX_IN];
+    const char *name[MAX_IN];
+    float scalar; /* the value of the scalar input, if any */
+    /* The output from input 0's and input 1's element (0 when absent), the
+     * scalar and the element's dropout counter. */
+    double (*ref)(double a, double b, double k, uint64_t n);
+} preset;
+
+static const uint64_t SEED = 0x5eed;
+
+static double gelu(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
+
+static double ref_softplus(double a, double b, double k, uint64_t n)
+{
+    (void)b, (void)k, (void)n;
+    return log(exp(a) + 1.0);
+}
+
+static double ref_add_relu_scale(double a, double b, double k, uint64_t n)
+{
+    (void)n;
+    return (a + b < 0 ? 0.0 : a + b) * k;
+}
+
+static double ref_bias_gelu_dropout(double a, double b, double k, uint64_t n)
+{
+    return oclf_ref_dropout(gelu(a + b), (float)k, SEED, n, 0);
+}
+
+static double ref_chain8(double a, double b, double k, uint64_t n)
+{
+    (void)b, (void)k, (void)n;
+    const double t = fmin(fmax(a * 0.5 + 0.25, -1.0), 1.0) - 0.125;
+    return (t < 0 ? 0.0 : t) * 2.0 + 1.0;
+}
+
+static const preset p_softplus = {"y = log(exp(x) + 1);", 1, {OCLF_EXPR_MATRIX}, {"x"}, 0,
+                                  ref_softplus};
+static const preset p_add_relu_scale = {"y = relu(a + b) * s;",
+                                        3,
+                                        {OCLF_EXPR_MATRIX, OCLF_EXPR_MATRIX, OCLF_EXPR_SCALAR},
+                                        {"a", "b", "s"},
+                                        1.5f,
+                                        ref_add_relu_scale};
+static const preset p_bias_gelu_dropout = {"y = dropout(gelu(x + bias), p);",
+                                           3,
+                                           {OCLF_EXPR_MATRIX, OCLF_EXPR_ROW, OCLF_EXPR_SCALAR},
+                                           {"x", "bias", "p"},
+                                           0.1f,
+                                           ref_bias_gelu_dropout};
+/* mul, add, max, min, sub, relu, mul, add */
+static const preset p_chain8 = {"y = relu(min(max(x * 0.5 + 0.25, -1), 1) - 0.125) * 2 + 1;", 1,
+                                {OCLF_EXPR_MATRIX}, {"x"}, 0, ref_chain8};
+
+typedef struct expr_inst {
+    const preset *p;
+    oclf_dtype dtype;
+    size_t rows, cols;
+    oclf_expr *e;
+    void *host[MAX_IN];
+    cl_mem in[MAX_IN], out;
+    double *want; /* reference, computed on first verify */
+} expr_inst;
+
+static size_t input_elems(const preset *p, int i, size_t rows, size_t cols)
+{
+    return p->kind[i] == OCLF_EXPR_MATRIX ? rows * cols
+           : p->kind[i] == OCLF_EXPR_ROW  ? cols
+           : p->kind[i] == OCLF_EXPR_COL  ? rows
+                                          : 0;
+}
+
+static void expr_destroy(void *v)
+{
+    expr_inst *x = v;
+    if (!x)
+        return;
+    for (int i = 0; i < MAX_IN; i++) {
+        if (x->in[i])
+            clReleaseMemObject(x->in[i]);
+        free(x->host[i]);
+    }
+    if (x->out)
+        clReleaseMemObject(x->out);
+    oclf_expr_release(x->e);
+    free(x->want);
+    free(x);
+}
+
+static void decls(const preset *p, oclf_dtype dt, oclf_expr_decl *in, oclf_expr_decl *out)
+{
+    for (int i = 0; i < p->n_inputs; i++)
+        in[i] = (oclf_expr_decl){p->name[i], p->kind[i], dt};
+    *out = (oclf_expr_decl){"y", OCLF_EXPR_MATRIX, dt};
+}
+
+static void *expr_create(const preset *p, const op_env *env, const op_shape *s, oclf_dtype dt,
+                         char *err, size_t errlen)
+{
+    expr_inst *x = calloc(1, sizeof *x);
+    if (!x) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    x->p = p;
+    x->dtype = dt;
+    x->rows = s->d[0];
+    x->cols = s->d[1];
+    const size_t es = oclf_dtype_size(dt);
+    oclf_expr_decl in[MAX_IN], out;
+    decls(p, dt, in, &out);
+    if (oclf_expr_compile(env->ctx, p->source, in, (unsigned)p->n_inputs, &out, 1, &x->e) !=
+        OCLF_SUCCESS) {
+        snprintf(err, errlen, "oclf_expr_compile: %s", oclf_last_error(env->ctx));
+        expr_destroy(x);
+        return NULL;
+    }
+    for (int i = 0; i < p->n_inputs; i++) {
+        const size_t n = input_elems(p, i, x->rows, x->cols);
+        if (p->kind[i] == OCLF_EXPR_SCALAR)
+            continue;
+        if (!(x->host[i] = malloc(n * es + 1))) {
+            snprintf(err, errlen, "out of host memory");
+            expr_destroy(x);
+            return NULL;
+        }
+        op_fill_random(dt, x->host[i], n, -4.0f, 4.0f, 1 + (uint64_t)i);
+        if (!(x->in[i] = op_upload(env, x->host[i], n * es, err, errlen))) {
+            expr_destroy(x);
+            return NULL;
+        }
+    }
+    if (!(x->out = op_upload(env, NULL, x->rows * x->cols * es, err, errlen))) {
+        expr_destroy(x);
+        return NULL;
+    }
+    return x;
+}
+
+static oclf_status expr_run(const op_env *env, void *v, const oclf_choice *ch, cl_event *ev)
+{
+    expr_inst *x = v;
+    oclf_expr_arg a[MAX_IN];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < x->p->n_inputs; i++) {
+        a[i].buf = (oclf_buf){x->in[i], 0, 0};
+        a[i].scalar = x->p->scalar;
+    }
+    const oclf_buf out = {x->out, 0, 0};
+    return oclf_expr_run(x->e, env->queue, x->rows, x->cols, a, &out, SEED, 0, ch, 0, NULL, ev);
+}
+
+/* The value of input i at (r, c), 0 when there is none. */
+static double input_at(const expr_inst *x, int i, size_t r, size_t c)
+{
+    if (i >= x->p->n_inputs)
+        return 0;
+    switch (x->p->kind[i]) {
+    case OCLF_EXPR_MATRIX: return oclf_ref_get(x->dtype, x->host[i], r * x->cols + c);
+    case OCLF_EXPR_ROW: return oclf_ref_get(x->dtype, x->host[i], c);
+    case OCLF_EXPR_COL: return oclf_ref_get(x->dtype, x->host[i], r);
+    default: return x->p->scalar;
+    }
+}
+
+static int expr_verify(const op_env *env, void *v, const oclf_choice *ch, char *msg, size_t len)
+{
+    expr_inst *x = v;
+    const size_t es = oclf_dtype_size(x->dtype), n = x->rows * x->cols;
+    /* A sentinel output, so a run that writes nothing cannot pass. */
+    void *got = malloc(n * es + 1);
+    if (got) {
+        memset(got, 0x7f, n * es);
+        op_rewrite(env, x->out, got, n * es);
+    }
+    oclf_status st = expr_run(env, x, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        free(got);
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    if (!x->want && (x->want = malloc((n + 1) * sizeof *x->want)) != NULL)
+        for (size_t r = 0; r < x->rows; r++)
+            for (size_t c = 0; c < x->cols; c++)
+                x->want[r * x->cols + c] =
+                    x->p->ref(input_at(x, 0, r, c), input_at(x, 1, r, c), x->p->scalar,
+                              r * x->cols + c);
+    int ok = 0;
+    if (got && x->want && op_download(env, x->out, got, n * es) == 0) {
+        size_t first = 0;
+        double maxerr = 0;
+        size_t bad =
+            oclf_ref_compare(x->dtype, got, x->cols, x->want, x->rows, x->cols, &first, &maxerr);
+        ok = bad == 0;
+        if (!ok)
+            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
+                     first, maxerr);
+    } else {
+        snprintf(msg, len, "cannot read the result back");
+    }
+    free(got);
+    return ok;
+}
+
+/* Each array input read once, the output written once. */
+static double expr_bytes(const preset *p, const op_shape *s, oclf_dtype dt)
+{
+    double elems = (double)s->d[0] * (double)s->d[1];
+    for (int i = 0; i < p->n_inputs; i++)
+        elems += (double)input_elems(p, i, s->d[0], s->d[1]);
+    return elems * (double)oclf_dtype_size(dt);
+}
+
+/* rows, cols and the form the library keys records by. */
+static int expr_lib_shape(const preset *p, const op_shape *s, uint64_t *dims)
+{
+    oclf_expr_decl in[MAX_IN], out;
+    decls(p, OCLF_F32, in, &out);
+    uint64_t form = 0;
+    oclf_expr_form_id(p->source, in, (unsigned)p->n_inputs, &out, 1, &form);
+    dims[0] = s->d[0];
+    dims[1] = s->d[1];
+    dims[2] = form;
+    return 3;
+}
+
+/* VEC 1..16 by WGS 16..1024 (the device's limit), on both paths. */
+static int expr_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
+                      oclf_params *out, int max)
+{
+    (void)s, (void)path;
+    size_t max_wgs = 1;
+    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    int n = 0;
+    for (int vec = 1; vec <= 16; vec *= 2)
+        for (size_t wgs = 16; wgs <= max_wgs && wgs <= 1024; wgs *= 2) {
+            oclf_params p;
+            memset(&p, 0, sizeof p);
+            oclf_params_set(&p, "VEC", vec);
+            oclf_params_set(&p, "WGS", (int64_t)wgs);
+            op_space_add(out, &n, max, &p);
+        }
+    return op_gpu_vector_cap(env, dt, out, n);
+}
+
+#define EXPR_DESC(NAME, PRESET, HELP)                                                         \
+    static void *NAME##_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err, \
+                               size_t errlen)                                                 \
+    {                                                                                         \
+        return expr_create(&PRESET, env, s, dt, err, errlen);                                 \
+    }                                                                                         \
+    static double NAME##_bytes(const op_shape *s, oclf_dtype dt)                              \
+    {                                                                                         \
+        return expr_bytes(&PRESET, s, dt);                                                    \
+    }                                                                                         \
+    static int NAME##_lib_shape(const op_shape *s, uint64_t *dims)                            \
+    {                                                                                         \
+        return expr_lib_shape(&PRESET, s, dims);                                              \
+    }                                                                                         \
+    const op_desc op_##NAME = {                                                               \
+        .name = #NAME,                                                                        \
+        .lib_op = "expr",                                                                     \
+        .shape_help = "ROWSxCOLS, " HELP,                                                     \
+        .ndims = 2,                                                                           \
+        .dim_names = {"rows", "cols"},                                                        \
+        .bench_shapes = "4096x4096",                                                          \
+        .tune_shapes = "4096x4096,1x8192",                                                    \
+        .test_shape = "5x77",                                                                 \
+        .has_unfused = 1,                                                                     \
+        .create = NAME##_create,                                                              \
+        .run = expr_run,                                                                      \
+        .verify = expr_verify,                                                                \
+        .min_bytes = NAME##_bytes,                                                            \
+        .destroy = expr_destroy,                                                              \
+        .space = expr_space,                                                                  \
+        .lib_shape = NAME##_lib_shape,                                                        \
+        .lib_dim_names = {"rows", "cols", "form"},                                            \
+    }
+
+EXPR_DESC(ew_softplus, p_softplus, "y = log(exp(x) + 1)");
+EXPR_DESC(ew_add_relu_scale, p_add_relu_scale, "y = relu(a + b) * s");
+EXPR_DESC(ew_bias_gelu_dropout, p_bias_gelu_dropout, "y = dropout(gelu(x + bias), 0.1)");
+EXPR_DESC(ew_chain8, p_chain8, "y = relu(min(max(x * 0.5 + 0.25, -1), 1) - 0.125) * 2 + 1");
