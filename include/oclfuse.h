@@ -612,7 +612,8 @@ typedef struct oclf_expr_arg {
  * elements of a matrix input of its dtype (in place); any other overlap is
  * rejected. choice: path FUSED (one kernel) or UNFUSED (a kernel per
  * operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16: elements
- * per work-item) and WGS (work-group size). Without a choice, a tuning
+ * per work-item), WGS (work-group size) and ROWS (fused: rows per
+ * work-item, 1 to 65536; row vectors are loaded once for them). Without a choice, a tuning
  * record for the expression's form and shape decides (see
  * oclf_expr_form_id), else fused with the device's defaults. */
 OCLF_API oclf_status oclf_expr_run(const oclf_expr *expr, cl_command_queue queue, size_t rows,

@@ -454,3 +454,24 @@ void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p)
     if (*n < max)
         out[(*n)++] = *p;
 }
+
+int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const double *want,
+                     size_t rows, size_t cols, char *msg, size_t len)
+{
+    const size_t bytes = rows * cols * oclf_dtype_size(dtype);
+    void *got = malloc(bytes + 1);
+    int ok = 0;
+    if (got && want && op_download(env, out, got, bytes) == 0) {
+        size_t first = 0;
+        double maxerr = 0;
+        size_t bad = oclf_ref_compare(dtype, got, cols, want, rows, cols, &first, &maxerr);
+        ok = bad == 0;
+        if (!ok)
+            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
+                     first, maxerr);
+    } else {
+        snprintf(msg, len, "cannot read the result back");
+    }
+    free(got);
+    return ok;
+}

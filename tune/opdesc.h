@@ -148,6 +148,17 @@ int op_is_gpu(const op_env *env);
  * elsewhere). */
 int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int n);
 
+/* Expressions (tune/op_expr.c): milliseconds from oclf_expr_compile of an
+ * expression whose program the context already holds (memory) or only the
+ * disk cache holds (a new context), to the end of its first run; medians
+ * of 5. 0, or -1 when a call failed. */
+int op_expr_first_launch_ms(const op_env *env, double *memory_ms, double *disk_ms);
+
+/* Reads rows x cols packed elements of `out` and compares them with the
+ * reference under the dtype's tolerance: 1 when right, else 0 and why. */
+int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const double *want,
+                     size_t rows, size_t cols, char *msg, size_t len);
+
 /* Adds p to out[*n] when *n < max. */
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);
 

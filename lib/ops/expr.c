@@ -7,8 +7,9 @@
  *                                are inputs or numbers
  *
  * Parameters: VEC (elements per work-item: 1, 2, 4, 8, 16), WGS (work-group
- * size, a power of two up to the device limit). One program per (canonical
- * form, VEC) holds both paths.
+ * size, a power of two up to the device limit), ROWS (fused: rows per
+ * work-item, row-vector inputs loaded once for them; a kernel argument).
+ * One program per (canonical form, VEC) holds both paths.
  */
 #include "../internal.h"
 #include "../expr/expr.h"
@@ -88,6 +89,9 @@ oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: WGS = %lld is not a power of two up to %zu", OP_RUN, (long long)v,
                          ctx->info.max_wgs);
+    if (oclf_params_get(&r->params, "ROWS", &v) && (v < 1 || v > 65536))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: ROWS = %lld is not in [1, 65536]",
+                         OP_RUN, (long long)v);
     return OCLF_SUCCESS;
 }
 
@@ -202,7 +206,8 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
 /* Path and parameters of a run: the caller's, laid over the tuning record
  * for this expression (its form) and shape, else this device's defaults. */
 static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows, size_t cols,
-                              const oclf_choice *choice, oclf_path *path, int *vec, int *wgs)
+                              const oclf_choice *choice, oclf_path *path, int *vec, int *wgs,
+                              int *rpb)
 {
     const oclf_shape shape = {{rows, cols, e->form, 0}};
     oclf_resolved r;
@@ -216,6 +221,9 @@ static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows
     *vec = (int)v;
     oclf_params_get(&r.params, "WGS", &v);
     *wgs = (int)v;
+    v = 1;
+    oclf_params_get(&r.params, "ROWS", &v);
+    *rpb = (int)v;
     return OCLF_SUCCESS;
 }
 
@@ -259,8 +267,8 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     if (cols == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", OP_RUN);
     oclf_path path;
-    int vec, wgs;
-    if ((st = run_config(ctx, e, rows, cols, choice, &path, &vec, &wgs)))
+    int vec, wgs, rpb;
+    if ((st = run_config(ctx, e, rows, cols, choice, &path, &vec, &wgs, &rpb)))
         return st;
 
     oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
@@ -353,9 +361,14 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     args[na++] = OCLF_ARG(o);
     const size_t local = (size_t)wgs, global = oclf_round_up(rows * nch, local);
 
-    if (path == OCLF_PATH_FUSED)
-        return oclf_enqueue(ctx, queue, prog, "expr_fused", args, na, global, local, num_events,
-                            wait_list, event);
+    if (path == OCLF_PATH_FUSED) {
+        const cl_ulong r = (cl_ulong)rpb;
+        const size_t blocks = (rows + (size_t)rpb - 1) / (size_t)rpb;
+        args[na++] = OCLF_ARG(r);
+        return oclf_enqueue(ctx, queue, prog, "expr_fused", args, na,
+                            oclf_round_up(blocks * nch, local), local, num_events, wait_list,
+                            event);
+    }
 
     const oclf_xgraph *g = &e->graph;
     for (int k = 0; k < g->n_nodes && st == OCLF_SUCCESS; k++) {
