@@ -554,7 +554,8 @@ OCLF_API oclf_status oclf_l2_topk_merge(size_t nq, size_t k, size_t lists,
  * log log1p expm1 sqrt rsqrt abs tanh erf sigmoid relu gelu gelu_tanh silu
  * (one argument), min max pow (two), clamp(x, lo, hi), dropout(e, p) with p
  * a literal or a scalar input. Literals: decimal or C99 hex floats. All
- * arithmetic in fp32; each output rounded once to its dtype. Statements may
+ * arithmetic in fp32; each output rounded once to its dtype. exp and log
+ * are within 3 ulp, erf within 1e-7 (absolute; relative below |x| = 1). Statements may
  * come in any order; an intermediate used twice is computed once.
  *
  * dropout: Philox4x32-10 keyed by the 64-bit seed; counter (low word first)
