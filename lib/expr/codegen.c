@@ -258,7 +258,7 @@ static const char prelude[] =
     "    return fma(e, (xf)0.693145752f, fma(e, (xf)1.42860677e-06f, 2.0f * s * q));\n"
     "}\n"
     "/* erf of whole vectors: below 1, x * P(2x^2 - 1) (relative error under\n"
-    " * 1e-7); from 1 to 4, 1 - Q((2|x| - 5) / 3) with Q erfc's polynomial\n"
+    " * 1e-7); from 1 to 4, 1 - q((2|x| - 5) / 3) with q erfc's polynomial\n"
     " * (absolute error under 5e-8); beyond 4, +-1 (erfc(4) < 1.6e-8). Both\n"
     " * are Chebyshev interpolants at degree 7 and 14. A CPU's erf library ran\n"
     " * many times slower. NaN stays NaN. */\n"
