@@ -50,13 +50,38 @@ static inline ushort f32_to_bf16(float f)
     return (ushort)(u >> 16);
 }
 
+/* ---- 16-bit conversions -------------------------------------------------
+ * f16 widening is vload_half(N), which the CPU device here turns into
+ * vcvtph2ps. Narrowing, where the device converts _Float16 vectors
+ * (OCLF_HAS_FLOAT16 from lib/device.c) and the compiler has the type and
+ * builtins (then OCLF_FLOAT16 is 1), is the language's own round-to-
+ * nearest-even conversion, which CPUs with F16C run as one vcvtps2ph per
+ * vector; elsewhere vstore_half(N)_rte. The CPU device here expands
+ * vstore_half*_rte into some sixty integer instructions per vector, which
+ * bound every f16 kernel that writes. Widening stays opaque on purpose: a
+ * visible float-from-_Float16 conversion lets the optimizer move selects
+ * and compares to _Float16 vectors, which the CPU has no instructions for
+ * (act_and_mul f16 ran 4x slower, lane by lane). */
+#if defined(OCLF_HAS_FLOAT16) && defined(__FLT16_MAX__) && defined(__has_builtin)
+#if __has_builtin(__builtin_convertvector) && __has_builtin(__builtin_astype)
+#define OCLF_FLOAT16 1
+#endif
+#endif
+#ifndef OCLF_FLOAT16
+#define OCLF_FLOAT16 0
+#endif
+
 /* Scalar load/store at element index i (64-bit). */
 #if OCLF_DTYPE == 0
 #define LD(p, i) ((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = (v))
 #elif OCLF_DTYPE == 1
 #define LD(p, i) vload_half((i), (p))
+#if OCLF_FLOAT16
+#define ST(p, i, v) (((global _Float16 *)(p))[(i)] = (_Float16)(v))
+#else
 #define ST(p, i, v) vstore_half_rte((v), (i), (p))
+#endif
 #else
 #define LD(p, i) bf16_to_f32((p)[(i)])
 #define ST(p, i, v) ((p)[(i)] = f32_to_bf16(v))
@@ -71,7 +96,11 @@ static inline ushort f32_to_bf16(float f)
 static inline float oclf_round_half(float v)
 {
     ushort h;
+#if OCLF_FLOAT16
+    h = __builtin_astype((_Float16)v, ushort);
+#else
     vstore_half_rte(v, 0, (__private half *)&h);
+#endif
     return vload_half(0, (__private const half *)&h);
 }
 #define ROUND_STOR(v) oclf_round_half(v)
@@ -79,10 +108,80 @@ static inline float oclf_round_half(float v)
 #define ROUND_STOR(v) bf16_to_f32(f32_to_bf16(v))
 #endif
 
+/* ---- vectors of 16-bit storage -------------------------------------------
+ * LD16V(n, p) / ST16V(n, p, h): n ushorts at p as one ushortn, with one
+ * vector access that assumes only the element's alignment, so any element
+ * offset and row stride may use it. This is how libclc implements vloadn /
+ * vstoren; the CPU device here instead splits vstoren of 16-bit elements
+ * into n scalar stores (a ushort16 copy ran at a fifth of the speed of the
+ * same copy through these types). */
+typedef ushort2 oclf_ushort2_e __attribute__((aligned(2)));
+typedef ushort4 oclf_ushort4_e __attribute__((aligned(2)));
+typedef ushort8 oclf_ushort8_e __attribute__((aligned(2)));
+typedef ushort16 oclf_ushort16_e __attribute__((aligned(2)));
+#define LD16V(n, p) (*(global const OCLF_CAT(OCLF_CAT(oclf_ushort, n), _e) *)(p))
+#define ST16V(n, p, h) (*(global OCLF_CAT(OCLF_CAT(oclf_ushort, n), _e) *)(p) = (h))
+
+/* WIDEN_F16(n, h) / NARROW_F16(n, v): ushortn of f16 bits <-> floatn;
+ * WIDEN_BF16(n, h) / NARROW_BF16(n, v) the same for bf16 bits. */
+/* The vload_halfN/vstore_halfN conversions run on a private vector that
+ * is naturally aligned: some compilers give vload_halfN on a global pointer
+ * the alignment of a halfN (an aligned 16- or 32-byte move that faults at
+ * an odd element offset). */
+#if OCLF_FLOAT16
+typedef _Float16 oclf_f16x2 __attribute__((ext_vector_type(2)));
+typedef _Float16 oclf_f16x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 oclf_f16x8 __attribute__((ext_vector_type(8)));
+typedef _Float16 oclf_f16x16 __attribute__((ext_vector_type(16)));
+#define OCLF_NARROW_F16_FN_(n)                                                 \
+    static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_f16_, n)(OCLF_CAT(float, n) v) \
+    {                                                                          \
+        return __builtin_astype(__builtin_convertvector(v, OCLF_CAT(oclf_f16x, n)), \
+                                OCLF_CAT(ushort, n));                          \
+    }
+#else
+#define OCLF_NARROW_F16_FN_(n)                                                 \
+    static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_f16_, n)(OCLF_CAT(float, n) v) \
+    {                                                                          \
+        OCLF_CAT(ushort, n) h;                                                 \
+        OCLF_CAT(OCLF_CAT(vstore_half, n), _rte)(v, 0, (private half *)&h);    \
+        return h;                                                              \
+    }
+#endif
+#define OCLF_HALF_CVT_FN_(n)                                                   \
+    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_widen_f16_, n)(OCLF_CAT(ushort, n) h) \
+    {                                                                          \
+        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
+    }                                                                          \
+    OCLF_NARROW_F16_FN_(n)
+OCLF_HALF_CVT_FN_(2)
+OCLF_HALF_CVT_FN_(4)
+OCLF_HALF_CVT_FN_(8)
+OCLF_HALF_CVT_FN_(16)
+#define WIDEN_F16(n, h) OCLF_CAT(oclf_widen_f16_, n)(h)
+#define NARROW_F16(n, v) OCLF_CAT(oclf_narrow_f16_, n)(v)
+#define WIDEN_BF16(n, h) OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(h) << 16)
+#define NARROW_BF16(n, v) OCLF_CAT(oclf_narrow_bf16_, n)(v)
+/* f32 -> bf16 as f32_to_bf16, lane by lane. */
+#define OCLF_BF16_CVT_FN_(n)                                                   \
+    static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_bf16_, n)(OCLF_CAT(float, n) f) \
+    {                                                                          \
+        const OCLF_CAT(uint, n) u = OCLF_CAT(as_uint, n)(f);                   \
+        /* comparisons give -1/0 ints */                                       \
+        const OCLF_CAT(int, n) nan = (u & 0x7fffffffu) > 0x7f800000u;          \
+        const OCLF_CAT(uint, n) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;    \
+        const OCLF_CAT(uint, n) q = (u >> 16) | 0x0040u;                       \
+        return OCLF_CAT(convert_ushort, n)(select(r, q, nan));                 \
+    }
+OCLF_BF16_CVT_FN_(2)
+OCLF_BF16_CVT_FN_(4)
+OCLF_BF16_CVT_FN_(8)
+OCLF_BF16_CVT_FN_(16)
+
 /* ---- vectors of OCLF_VEC floats ---------------------------------------- */
-/* Vector loads need only element alignment (vloadN), so any offset and row
- * stride may use them; the tail of a row that is not a multiple of VEC is
- * handled by scalar code in each kernel. */
+/* Vector loads need only element alignment (vloadN, LD16V), so any offset
+ * and row stride may use them; the tail of a row that is not a multiple of
+ * VEC is handled by scalar code in each kernel. */
 #if OCLF_VEC == 1
 typedef float floatv;
 #define VSUM(v) (v)
@@ -114,41 +213,11 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #define LDV(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
 #define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
 #elif OCLF_DTYPE == 1
-/* The bits move through a ushortN with plain vloadN/vstoreN, and only the
- * conversion goes through vload_halfN/vstore_halfN, on a private vector
- * that is naturally aligned. Some compilers give vload_halfN on a global
- * pointer the alignment of a halfN (an aligned 16- or 32-byte move that
- * faults at an odd element offset); vloadN of ushort has no such
- * assumption, and the private copy costs nothing once registers hold it. */
-typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
-static inline floatv oclf_ldv_half(global const half *p)
-{
-    ushortv h = OCLF_CAT(vload, OCLF_VEC)(0, (global const ushort *)p);
-    return OCLF_CAT(vload_half, OCLF_VEC)(0, (private const half *)&h);
-}
-static inline void oclf_stv_half(global half *p, floatv v)
-{
-    ushortv h;
-    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (private half *)&h);
-    OCLF_CAT(vstore, OCLF_VEC)(h, 0, (global ushort *)p);
-}
-#define LDV(p, i) oclf_ldv_half((p) + (i))
-#define STV(p, i, v) oclf_stv_half((p) + (i), (v))
+#define LDV(p, i) WIDEN_F16(OCLF_VEC, LD16V(OCLF_VEC, (p) + (i)))
+#define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_F16(OCLF_VEC, (v)))
 #else
-typedef OCLF_CAT(ushort, OCLF_VEC) ushortv;
-typedef OCLF_CAT(uint, OCLF_VEC) uintv;
-typedef OCLF_CAT(int, OCLF_VEC) intv;
-static inline floatv bf16v_to_f32v(ushortv h) { return OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16); }
-static inline ushortv f32v_to_bf16v(floatv f)
-{
-    uintv u = OCLF_CAT(as_uint, OCLF_VEC)(f);
-    intv nan = (u & 0x7fffffffu) > 0x7f800000u; /* comparisons give -1/0 ints */
-    uintv r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uintv q = (u >> 16) | 0x0040u;
-    return OCLF_CAT(convert_ushort, OCLF_VEC)(select(r, q, nan));
-}
-#define LDV(p, i) bf16v_to_f32v(OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i)))
-#define STV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)(f32v_to_bf16v(v), 0, (p) + (i))
+#define LDV(p, i) WIDEN_BF16(OCLF_VEC, LD16V(OCLF_VEC, (p) + (i)))
+#define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_BF16(OCLF_VEC, (v)))
 #endif
 
 /* Vectors of fp32 in local memory (a row staged for its second pass). */
@@ -164,15 +233,9 @@ static inline ushortv f32v_to_bf16v(floatv f)
 #if OCLF_DTYPE == 0 || OCLF_VEC == 1
 #define ROUNDV(v) ROUND_STOR(v)
 #elif OCLF_DTYPE == 1
-static inline floatv oclf_round_halfv(floatv v)
-{
-    ushort h[OCLF_VEC];
-    OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)(v, 0, (__private half *)h);
-    return OCLF_CAT(vload_half, OCLF_VEC)(0, (__private const half *)h);
-}
-#define ROUNDV(v) oclf_round_halfv(v)
+#define ROUNDV(v) WIDEN_F16(OCLF_VEC, NARROW_F16(OCLF_VEC, (v)))
 #else
-#define ROUNDV(v) bf16v_to_f32v(f32v_to_bf16v(v))
+#define ROUNDV(v) WIDEN_BF16(OCLF_VEC, NARROW_BF16(OCLF_VEC, (v)))
 #endif
 
 /* ---- row structures ----------------------------------------------------- */

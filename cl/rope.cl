@@ -16,6 +16,8 @@
  *   staged (OCLF_STAGE 1, LAYOUT 1): a work-group per `rpg` tokens that
  *     visits all their heads and reads weights, cos/sin rows and heads from
  *     global memory once each (see the comment at that section).
+ * Each kernel is written once, over macros each structure defines ("the
+ * two structures" below).
  *
  * The rotation style (NeoX or GPT-J) and the position width are run-time
  * arguments tested outside the loops, so one program serves all of them;
@@ -39,24 +41,11 @@ typedef float cstor_t;
 #elif OCLF_CDTYPE == 1
 typedef half cstor_t;
 #define LDC(p, i) vload_half((i), (p))
-/* Through ushortN, for the alignment reason given at LDV in common.h. */
-#define CLOADV_(n, p, i)                                                       \
-    OCLF_CAT(oclf_cload_half, n)((global const ushort *)((p) + (i)))
-#define CLOAD_HALF_FN_(n)                                                      \
-    static inline OCLF_CAT(float, n) OCLF_CAT(oclf_cload_half, n)(global const ushort *p) \
-    {                                                                          \
-        OCLF_CAT(ushort, n) h = OCLF_CAT(vload, n)(0, p);                      \
-        return OCLF_CAT(vload_half, n)(0, (private const half *)&h);           \
-    }
-CLOAD_HALF_FN_(2)
-CLOAD_HALF_FN_(4)
-CLOAD_HALF_FN_(8)
-CLOAD_HALF_FN_(16)
+#define CLOADV_(n, p, i) WIDEN_F16(n, LD16V(n, (p) + (i)))
 #elif OCLF_CDTYPE == 2
 typedef ushort cstor_t;
 #define LDC(p, i) bf16_to_f32((p)[(i)])
-#define CLOADV_(n, p, i)                                                       \
-    OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(OCLF_CAT(vload, n)(0, (p) + (i))) << 16)
+#define CLOADV_(n, p, i) WIDEN_BF16(n, LD16V(n, (p) + (i)))
 #else
 #error "unknown OCLF_CDTYPE"
 #endif
@@ -218,108 +207,58 @@ typedef float8 hfloatv;
 #define OCLF_STAGE 0
 #endif
 
+/* ---- the two structures --------------------------------------------------
+ * Each kernel is written once, over:
+ *   HEADS_PROLOGUE(wq, wk): the structure's start, with the q and k norm
+ *     weights (NULL: none; the staged structure stages them).
+ *   FOR_HEADS(nh) { ... } END_HEADS: the body once per (token t, head h)
+ *     item of this work-item or work-group, with `trot` and `thd` the
+ *     rotary and head dims its loops run over and CACHE_V / CACHE_S
+ *     reading the token's cos/sin row.
+ *   QK_HEAD(): in that body, head h of token t of a packed qkv as `hp`,
+ *     its 1/rms as `r`, its values as `hv` and its norm weight as `wv`
+ *     (read with VLD / SLD; `has_w` 0: no weight, and `wv` is the head). */
+
 #if !OCLF_STAGE
-/* ---- item structure: one (token, head) per work-item or work-group -------- */
+/* ---- item structure: one (token, head) per work-item or work-group -------
+ * Items past the end and tokens whose position is outside the cache return
+ * early: uniform within a work-group (LAYOUT 1 gives the group one item). */
 #if OCLF_LAYOUT == 0
 #define ITEM_ID get_global_id(0)
 #else
 #define ITEM_ID get_group_id(0)
 #endif
 
-/* The (token, head) item of a packed qkv row that a work-item (LAYOUT 0)
- * or work-group (LAYOUT 1) handles: returns for items past the end and for
- * tokens whose position is outside the cache; else declares t, h, p, the
- * head `hp` and its norm weight `wp` (NULL: none). */
-#define QK_HEAD_ITEM()                                                         \
-    const uint nh = nq + nk;                                                   \
-    ROW_LANES;                                                                 \
-    const ulong row = ITEM_ID;                                                 \
-    if (row >= tokens * nh)                                                    \
-        return;                                                                \
-    const ulong t = row / nh;                                                  \
-    const uint h = (uint)(row % nh);                                           \
-    const long p = TOKEN_POSITION(t);                                          \
-    if (p < 0 || (ulong)p >= max_pos)                                          \
-        return;                                                                \
+#define HEADS_PROLOGUE(wq, wk)                                                 \
+    local float scratch[OCLF_WGS];                                             \
+    ROW_LANES
+
+#define FOR_HEADS(nh)                                                          \
+    {                                                                          \
+        const ulong item_ = ITEM_ID;                                           \
+        if (item_ >= tokens * (nh))                                            \
+            return;                                                            \
+        const ulong t = item_ / (nh);                                          \
+        const uint h = (uint)(item_ % (nh));                                   \
+        const long p = TOKEN_POSITION(t);                                      \
+        if (p < 0 || (ulong)p >= max_pos)                                      \
+            return;                                                            \
+        const uint trot = rot, thd = hd;                                       \
+        global const cstor_t *cr = cache + co + (ulong)p * cs;
+#define END_HEADS }
+#define CACHE_V CACHE_GV
+#define CACHE_S CACHE_GS
+
+/* Values and weights come from global memory. */
+#define QK_HEAD()                                                              \
     global stor_t *hp = x + xo + t * ts + (ulong)h * hd;                       \
-    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0)
-
-/* q (nq heads) and k (nk heads, may be 0) rotated in place. Items are
- * (token, head) with the q heads first. */
-kernel void rotary_embedding(ROTARY_ARGS)
-{
-    const uint nh = nq + nk;
-    ROW_LANES;
-    const ulong row = ITEM_ID;
-    if (row >= tokens * nh)
-        return;
-    const ulong t = row / nh;
-    const uint h = (uint)(row % nh);
-    const long p = TOKEN_POSITION(t);
-    if (p < 0 || (ulong)p >= max_pos)
-        return;
-    global stor_t *hp =
-        h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
-    global const cstor_t *cr = cache + co + (ulong)p * cs;
-#define LOAD_V(i) LDV(hp, (i))
-#define LOAD_S(i) LD(hp, (i))
-    ROTATE_HEAD(hp, rot, LOAD_V, LOAD_S, CACHE_GV, CACHE_GS);
-#undef LOAD_V
-#undef LOAD_S
-}
-
-/* Per-head RMSNorm of the nq Q and nk K heads of a packed qkv, in place:
- * the unfused path's first kernel. Tokens with a bad position are skipped
- * here too, so both paths leave them alone. */
-kernel void head_rms_norm(HEAD_NORM_ARGS)
-{
-    local float scratch[OCLF_WGS];
-    QK_HEAD_ITEM();
-    float r;
-    HEAD_RSTD(hp, hd, (local float *)0, r);
-    FOR_VEC_IN(i, 0, hd) {
-        floatv v = LDV(hp, i) * r;
-        if (wp)
-            v *= LDV(wp, i);
-        STV(hp, i, v);
-    }
-    FOR_TAIL_IN(i, 0, hd) {
-        float v = LD(hp, i) * r;
-        if (wp)
-            v *= LD(wp, i);
-        ST(hp, i, v);
-    }
-}
-
-/* Fused: per-head RMSNorm, then the rotation of the normalized fp32 values
- * (re-read from the head and normalized again on the fly, so nothing is
- * rounded to storage in between), one store per element. */
-kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
-{
-    local float scratch[OCLF_WGS];
-    QK_HEAD_ITEM();
-    global const cstor_t *cr = cache + co + (ulong)p * cs;
-    float r;
-    HEAD_RSTD(hp, hd, (local float *)0, r);
-#if OCLF_LAYOUT == 1
-    /* The rotation writes elements other work-items read for the sum of
-     * squares; the reduction's barriers fence local memory only. */
-    barrier(CLK_GLOBAL_MEM_FENCE);
-#endif
-    /* The same products as head_rms_norm: (v * r) * w. Without a weight
-     * the loads come from the head itself and are replaced by 1: both
-     * sides of the choice are safe to evaluate, so it needs no branch in
-     * the loops and the rotation is compiled once. */
-    global const stor_t *ws = wp ? wp : hp;
-    const int has_w = wp != 0;
-#define NORM_V(i) (LDV(hp, (i)) * r * (has_w ? LDV(ws, (i)) : VSPLAT(1.0f)))
-#define NORM_S(i) (LD(hp, (i)) * r * (has_w ? LD(ws, (i)) : 1.0f))
-    ROTATE_HEAD(hp, rot, NORM_V, NORM_S, CACHE_GV, CACHE_GS);
-    FOR_VEC_IN(i, rot, hd) STV(hp, i, NORM_V(i));
-    FOR_TAIL_IN(i, rot, hd) ST(hp, i, NORM_S(i));
-#undef NORM_V
-#undef NORM_S
-}
+    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0); \
+    float r;                                                                   \
+    HEAD_RSTD(hp, hd, (local float *)0, r);                                    \
+    global const stor_t *const hv = hp, *const wv = wp ? wp : hp;              \
+    const int has_w = wp != 0
+#define VLD(p, i) LDV(p, (i))
+#define SLD(p, i) LD(p, (i))
 
 #else
 /* ---- staged structure: a work-group per `rpg` tokens (LAYOUT 1) ----------
@@ -333,8 +272,8 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
  * Local memory `stage`: the group's rpg positions (long), then in floats
  * q weight [hd], k weight [hd], two cache rows [rot], two heads [hd]. The
  * positions go first so the longs sit at the buffer's aligned start, and
- * one staging pass reads each once. Rows and heads alternate between their two
- * buffers, so a buffer is rewritten only after a barrier that every
+ * one staging pass reads each once. Rows and heads alternate between their
+ * two buffers, so a buffer is rewritten only after a barrier that every
  * work-item reaches once done reading it (the next head's reduction, or
  * the next token's staging barrier): no barrier beyond those.
  *
@@ -344,21 +283,6 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
 #if OCLF_LAYOUT != 1
 #error "OCLF_STAGE needs OCLF_LAYOUT 1"
 #endif
-
-#define STAGE_LAYOUT()                                                         \
-    ROW_LANES;                                                                 \
-    local long *const lpos = (local long *)stage;                              \
-    local float *const lqw = stage + 2 * rpg, *const lkw = lqw + hd;           \
-    local float *const lcs = lkw + hd, *const lhs = lcs + 2 * rot;             \
-    STAGE_POSITIONS()
-
-/* The positions of the group's tokens into lpos, visible to all after the
- * barrier; t0_ is the group's first token. */
-#define STAGE_POSITIONS()                                                      \
-    const ulong t0_ = (ulong)get_group_id(0) * rpg;                            \
-    for (uint i = lane; i < rpg && t0_ + i < tokens; i += nlanes)              \
-        lpos[i] = TOKEN_POSITION(t0_ + i);                                     \
-    barrier(CLK_LOCAL_MEM_FENCE)
 
 /* Copies n elements of a vector (storage) into local fp32, this work-item's
  * share; nothing when src is NULL. */
@@ -370,115 +294,128 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
         }                                                                      \
     } while (0)
 
-/* Token t of the group: whether its position is inside the cache
- * (`in_cache`), the rotary dims its loops run over (0 when not), and its
- * cos/sin row staged into the buffer of t's parity as `lc`. */
-#define STAGED_TOKEN(t)                                                        \
-    const long p = lpos[(t) - t0_];                                            \
-    const int in_cache = p >= 0 && (ulong)p < max_pos;                         \
-    const uint trot = in_cache ? rot : 0;                                      \
-    global const cstor_t *cr = cache + co + (in_cache ? (ulong)p : 0) * cs;    \
-    local float *const lc = lcs + (uint)((t) & 1) * rot;                      \
-    FOR_VEC_IN(i, 0, trot) STV_F(lc, i, CLOAD(OCLF_VEC, cr, i));               \
-    FOR_TAIL_IN(i, 0, trot) lc[i] = LDC(cr, i)
-
-/* The per-head norm kernels' start: the stage's layout and positions, both
- * weights staged, and `n`, the group's running head count. */
-#define STAGED_QK_PROLOGUE()                                                   \
+/* The stage's layout, the group's positions (visible to all after the
+ * barrier; t0_ is the group's first token), the norm weights as wq_, wk_
+ * and staged, and `n`, the group's running head count. */
+#define HEADS_PROLOGUE(wq, wk)                                                 \
     local float scratch[OCLF_WGS];                                             \
-    STAGE_LAYOUT();                                                            \
-    if (qw)                                                                    \
-        qw += qwo;                                                             \
-    if (kw)                                                                    \
-        kw += kwo;                                                             \
-    STAGE_WEIGHT(qw, lqw, hd);                                                 \
-    STAGE_WEIGHT(kw, lkw, hd);                                                 \
+    ROW_LANES;                                                                 \
+    local long *const lpos = (local long *)stage;                              \
+    local float *const lqw = stage + 2 * rpg, *const lkw = lqw + hd;           \
+    local float *const lcs = lkw + hd, *const lhs = lcs + 2 * rot;             \
+    const ulong t0_ = (ulong)get_group_id(0) * rpg;                            \
+    for (uint i = lane; i < rpg && t0_ + i < tokens; i += nlanes)              \
+        lpos[i] = TOKEN_POSITION(t0_ + i);                                     \
+    barrier(CLK_LOCAL_MEM_FENCE);                                              \
+    global const stor_t *const wq_ = (wq), *const wk_ = (wk);                  \
+    STAGE_WEIGHT(wq_, lqw, hd);                                                \
+    STAGE_WEIGHT(wk_, lkw, hd);                                                \
     uint n = 0
 
-/* Head h of the packed qkv row of token t, staged into the buffer of the
- * group's head count `n` as `lh`, with its 1/rms as r and its staged weight
- * as lw (NULL: none). */
-#define STAGED_QK_HEAD(t, h, n)                                                \
-    global stor_t *hp = x + xo + (t) * ts + (ulong)(h) * hd;                   \
-    local const float *const lw = (h) < nq ? (qw ? lqw : 0) : (kw ? lkw : 0);  \
-    local float *const lh = lhs + ((n) & 1) * hd;                              \
-    float r;                                                                   \
-    HEAD_RSTD(hp, thd, lh, r)
+/* Token t's cos/sin row is staged into the buffer of t's parity as `lc`
+ * and made visible to the group before its heads. */
+#define FOR_HEADS(nh)                                                          \
+    FOR_ROWS(t, tokens, rpg) {                                                 \
+        const long p = lpos[t - t0_];                                          \
+        const int in_cache = p >= 0 && (ulong)p < max_pos;                     \
+        const uint trot = in_cache ? rot : 0, thd = in_cache ? hd : 0;         \
+        global const cstor_t *cr = cache + co + (in_cache ? (ulong)p : 0) * cs; \
+        local float *const lc = lcs + (uint)(t & 1) * rot;                     \
+        FOR_VEC_IN(i, 0, trot) STV_F(lc, i, CLOAD(OCLF_VEC, cr, i));           \
+        FOR_TAIL_IN(i, 0, trot) lc[i] = LDC(cr, i);                            \
+        barrier(CLK_LOCAL_MEM_FENCE);                                          \
+        for (uint h = 0; h < (nh); h++, n++) {
+#define END_HEADS                                                              \
+    }                                                                          \
+    }
+#define CACHE_V CACHE_LV
+#define CACHE_S CACHE_LS
 
+/* The head is staged into the buffer of the group's head count as `lh`
+ * while its sum of squares is taken; values and weights come from there. */
+#define QK_HEAD()                                                              \
+    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;                       \
+    local const float *const lw = h < nq ? (wq_ ? lqw : 0) : (wk_ ? lkw : 0);  \
+    local float *const lh = lhs + (n & 1) * hd;                                \
+    float r;                                                                   \
+    HEAD_RSTD(hp, thd, lh, r);                                                 \
+    local const float *const hv = lh, *const wv = lw ? lw : lh;                \
+    const int has_w = lw != 0
+#define VLD(p, i) LDV_F(p, (i))
+#define SLD(p, i) ((p)[(i)])
+#endif
+
+/* ---- kernels ---------------------------------------------------------- */
+
+/* q (nq heads) and k (nk heads, may be 0) rotated in place. Items are
+ * (token, head) with the q heads first. */
 kernel void rotary_embedding(ROTARY_ARGS)
 {
-    ROW_LANES;
-    /* positions, then only the two cache rows */
-    local long *const lpos = (local long *)stage;
-    local float *const lcs = stage + 2 * rpg;
-    STAGE_POSITIONS();
-    const uint nh = nq + nk;
-    FOR_ROWS(t, tokens, rpg) {
-        STAGED_TOKEN(t);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (uint h = 0; h < nh; h++) {
-            global stor_t *hp =
-                h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
+    HEADS_PROLOGUE(0, 0); /* no norm weights */
+    FOR_HEADS(nq + nk) {
+        global stor_t *hp =
+            h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
 #define LOAD_V(i) LDV(hp, (i))
 #define LOAD_S(i) LD(hp, (i))
-            ROTATE_HEAD(hp, trot, LOAD_V, LOAD_S, CACHE_LV, CACHE_LS);
+        ROTATE_HEAD(hp, trot, LOAD_V, LOAD_S, CACHE_V, CACHE_S);
 #undef LOAD_V
 #undef LOAD_S
-        }
     }
+    END_HEADS
 }
 
+/* Per-head RMSNorm of the nq Q and nk K heads of a packed qkv, in place:
+ * the unfused path's first kernel. Tokens with a bad position are skipped
+ * here too, so both paths leave them alone. */
 kernel void head_rms_norm(HEAD_NORM_ARGS)
 {
-    const uint rot = 0; /* no cache rows in the stage */
-    STAGED_QK_PROLOGUE();
-    FOR_ROWS(t, tokens, rpg) {
-        const long p = lpos[t - t0_];
-        const uint thd = p >= 0 && (ulong)p < max_pos ? hd : 0;
-        for (uint h = 0; h < nq + nk; h++, n++) {
-            STAGED_QK_HEAD(t, h, n);
-            FOR_VEC_IN(i, 0, thd) {
-                floatv v = LDV_F(lh, i) * r;
-                if (lw)
-                    v *= LDV_F(lw, i);
-                STV(hp, i, v);
-            }
-            FOR_TAIL_IN(i, 0, thd) {
-                float v = lh[i] * r;
-                if (lw)
-                    v *= lw[i];
-                ST(hp, i, v);
-            }
+    /* no cos/sin rows: nothing rotated, nothing of the cache read */
+    const uint rot = 0;
+    global const cstor_t *const cache = 0;
+    const ulong co = 0, cs = 0;
+    HEADS_PROLOGUE(qw ? qw + qwo : 0, kw ? kw + kwo : 0);
+    FOR_HEADS(nq + nk) {
+        QK_HEAD();
+        FOR_VEC_IN(i, 0, thd) {
+            floatv v = VLD(hv, i) * r;
+            if (has_w)
+                v *= VLD(wv, i);
+            STV(hp, i, v);
+        }
+        FOR_TAIL_IN(i, 0, thd) {
+            float v = SLD(hv, i) * r;
+            if (has_w)
+                v *= SLD(wv, i);
+            ST(hp, i, v);
         }
     }
+    END_HEADS
 }
 
+/* Fused: per-head RMSNorm, then the rotation of the normalized fp32 values
+ * (normalized again on the fly from the head, so nothing is rounded to
+ * storage in between), one store per element. */
 kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
 {
-    STAGED_QK_PROLOGUE();
-    FOR_ROWS(t, tokens, rpg) {
-        /* the row becomes visible to the group at the first head's
-         * reduction, before any rotation reads it */
-        STAGED_TOKEN(t);
-        const uint thd = in_cache ? hd : 0;
-        for (uint h = 0; h < nq + nk; h++, n++) {
-            STAGED_QK_HEAD(t, h, n);
-            /* The rotation writes elements of the head that other
-             * work-items read while staging it; the reduction's barriers
-             * fence local memory only. */
-            barrier(CLK_GLOBAL_MEM_FENCE);
-            /* (v * r) * w as in the item structure; without a weight the
-             * head's own values stand in and are replaced by 1 */
-            local const float *const ws = lw ? lw : lh;
-            const int has_w = lw != 0;
-#define NORM_V(i) (LDV_F(lh, (i)) * r * (has_w ? LDV_F(ws, (i)) : VSPLAT(1.0f)))
-#define NORM_S(i) (lh[(i)] * r * (has_w ? ws[(i)] : 1.0f))
-            ROTATE_HEAD(hp, trot, NORM_V, NORM_S, CACHE_LV, CACHE_LS);
-            FOR_VEC_IN(i, trot, thd) STV(hp, i, NORM_V(i));
-            FOR_TAIL_IN(i, trot, thd) ST(hp, i, NORM_S(i));
+    HEADS_PROLOGUE(qw ? qw + qwo : 0, kw ? kw + kwo : 0);
+    FOR_HEADS(nq + nk) {
+        QK_HEAD();
+#if OCLF_LAYOUT == 1
+        /* The rotation writes elements other work-items read for the sum
+         * of squares; the reduction's barriers fence local memory only. */
+        barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
+        /* The same products as head_rms_norm: (v * r) * w. Without a
+         * weight `wv` is the head itself and its values are replaced by 1:
+         * both sides of the choice are safe to evaluate, so the loops need
+         * no branch and the rotation is compiled once. */
+#define NORM_V(i) (VLD(hv, (i)) * r * (has_w ? VLD(wv, (i)) : VSPLAT(1.0f)))
+#define NORM_S(i) (SLD(hv, (i)) * r * (has_w ? SLD(wv, (i)) : 1.0f))
+        ROTATE_HEAD(hp, trot, NORM_V, NORM_S, CACHE_V, CACHE_S);
+        FOR_VEC_IN(i, trot, thd) STV(hp, i, NORM_V(i));
+        FOR_TAIL_IN(i, trot, thd) ST(hp, i, NORM_S(i));
 #undef NORM_V
 #undef NORM_S
-        }
     }
+    END_HEADS
 }
-#endif

@@ -17,6 +17,37 @@
  *    in fp32 and each output element is rounded to its storage type once.
  *  - A bad argument is rejected on the host before anything is enqueued, so
  *    a failing call leaves every buffer untouched.
+ *  - Every sentence in oclf_last_error starts with the name of the public
+ *    function that failed: "oclf_rms_norm: cols is 0".
+ *  - Option structs (oclf_context_options, oclf_l2_topk_options) begin with
+ *    `size_t size` so later versions can add fields without breaking
+ *    callers: set it with the struct's _init function or _INIT macro (a
+ *    zeroed struct, size 0, means the first layout with every default). A
+ *    size smaller than this header's (an older layout's sizeof) leaves the
+ *    fields past it at their defaults; a larger one (a caller built against
+ *    a newer header) is accepted when every byte past this library's layout
+ *    is zero. Otherwise, and for a size that is no layout's sizeof (not a
+ *    multiple of the struct's alignment), the call fails with
+ *    OCLF_INVALID_ARGUMENT.
+ *
+ * Threads. One oclf_context may be used from any number of threads at once:
+ * every operation (oclf_rms_norm ... oclf_l2_topk, oclf_expr_run),
+ * oclf_expr_compile, oclf_tuning_explain, oclf_context_get_stats and the
+ * context's getters run concurrently on it. Programs are built once (a
+ * thread wanting a program another thread is building waits for it, and
+ * different programs build side by side); each thread sets arguments on a
+ * kernel object no other thread holds at that moment; the decision cache
+ * and the tuning databases (loaded once) are shared under the context's
+ * lock; the statistics are atomic. Threads may share a cl_command_queue as
+ * OpenCL allows, but the order of their commands is then the order in which
+ * the calls happen to enqueue; give each thread its own queue (the tests do)
+ * or order them with events. The log callback may be called from any of
+ * those threads at once. oclf_context_destroy must not overlap any other
+ * call on the same context (nor any later use). An oclf_expr is immutable:
+ * any thread may run it until oclf_expr_release. oclf_tuning_db_merge may
+ * run from several threads and processes on one file (an advisory lock).
+ * oclf_last_error is per thread; functions without a context (versions,
+ * names, oclf_params_*, oclf_l2_topk_merge) touch no shared state.
  */
 #ifndef OCLFUSE_H
 #define OCLFUSE_H
@@ -40,9 +71,9 @@ extern "C" {
 #define OCLF_API
 #endif
 
-#define OCLF_VERSION_MAJOR 0
-#define OCLF_VERSION_MINOR 1
-#define OCLF_VERSION_PATCH 0
+/* OCLF_VERSION_MAJOR, _MINOR, _PATCH and _STRING, generated from the
+ * version in meson.build (the one version source). */
+#include "oclfuse_version.h"
 /* 0xMMmmpp, comparable with >= */
 #define OCLF_VERSION_HEX                                                      \
     ((OCLF_VERSION_MAJOR << 16) | (OCLF_VERSION_MINOR << 8) | OCLF_VERSION_PATCH)
@@ -65,6 +96,10 @@ typedef enum oclf_status {
 
 /* "OCLF_INVALID_ARGUMENT", ...; never NULL. */
 OCLF_API const char *oclf_status_string(oclf_status status);
+/* A sentence for a user: "An OpenCL call failed.", ...; "Unknown status."
+ * for a value outside the enum; never NULL. (oclf_last_error says what
+ * exactly went wrong in a call.) */
+OCLF_API const char *oclf_status_message(oclf_status status);
 
 typedef enum oclf_dtype {
     OCLF_F32 = 0,
@@ -89,6 +124,9 @@ typedef enum oclf_log_level { OCLF_LOG_DEBUG, OCLF_LOG_INFO, OCLF_LOG_WARN } ocl
 typedef void (*oclf_log_fn)(void *user, oclf_log_level level, const char *message);
 
 typedef struct oclf_context_options {
+    /* sizeof(oclf_context_options) as the caller was compiled (the _INIT
+     * macro and oclf_context_options_init set it); 0: the first layout. */
+    size_t size;
     /* Load .cl sources from this folder instead of the copies compiled into
      * the library. NULL: $OCLF_KERNEL_DIR if set, else the embedded ones. */
     const char *kernel_dir;
@@ -108,11 +146,15 @@ typedef struct oclf_context_options {
     void *log_user;
 } oclf_context_options;
 
-/* Zeroed options: every default above. */
+/* Every default above, with `size` set:
+ *   oclf_context_options o = OCLF_CONTEXT_OPTIONS_INIT;   (C)
+ *   oclf_context_options o; oclf_context_options_init(&o); */
+#define OCLF_CONTEXT_OPTIONS_INIT {.size = sizeof(oclf_context_options)}
 OCLF_API void oclf_context_options_init(oclf_context_options *options);
 
 /* Wraps (context, device); both are retained and released by
- * oclf_context_destroy. `options` may be NULL. On failure *out is NULL and
+ * oclf_context_destroy. `options` may be NULL (a bad options.size is
+ * OCLF_INVALID_ARGUMENT). On failure *out is NULL and
  * oclf_last_error(NULL) tells why. */
 OCLF_API oclf_status oclf_context_create(cl_context context, cl_device_id device,
                                          const oclf_context_options *options,
@@ -132,8 +174,10 @@ OCLF_API void oclf_context_destroy(oclf_context *ctx);
 OCLF_API cl_device_type oclf_context_device_type(const oclf_context *ctx);
 
 /* The detail of the last failed call on this thread for this context (pass
- * NULL after a failed oclf_context_create). Empty string when none. The
- * pointer stays valid until the next call on this thread. */
+ * NULL after a failed oclf_context_create, and for the calls without a
+ * context), starting with the failing function's name ("oclf_l2_topk: k is
+ * 0"). Empty string when none. The pointer stays valid until the next call
+ * on this thread. */
 OCLF_API const char *oclf_last_error(const oclf_context *ctx);
 
 /* Device fingerprint: "vendor|name|driver|type". Owned by the context. */
@@ -226,11 +270,37 @@ OCLF_API oclf_status oclf_tuning_db_merge(const oclf_context *ctx, const char *p
 
 /* Explains which record (from which file) dispatch would use for `op` (a
  * name such as "rms_norm"), dtype, shape (`dims` in the op's order, e.g.
- * rows, cols) and path, and which records it skipped and why. Writes text
- * into buf (truncated to len). OCLF_INVALID_ARGUMENT for an unknown op. */
+ * rows, cols) and path, and which records it skipped and why: dispatch's
+ * own decision, run with a trace. Writes text into buf (truncated to len).
+ * OCLF_INVALID_ARGUMENT for an unknown op. */
 OCLF_API oclf_status oclf_tuning_explain(oclf_context *ctx, const char *op, oclf_dtype dtype,
                                          const uint64_t *dims, unsigned ndims, oclf_path path,
                                          char *buf, size_t len);
+
+/* What dispatch decides for a call of `op` with no explicit parameters, as
+ * parameter sets (for tools such as the tuner; oclf_tuning_explain is the
+ * same decision as text). `heuristic`: the op's heuristic default for
+ * `path` (AUTO: fused). `decision`: what the call would run, the first
+ * usable tuning record laid over the heuristic for its path, else the
+ * heuristic; `from_record` says which. OCLF_INVALID_ARGUMENT for an unknown
+ * op, dtype or path, the wrong number of dims or a NULL argument. */
+typedef struct oclf_tuning_decision {
+    oclf_choice heuristic;
+    oclf_choice decision;
+    int from_record;
+} oclf_tuning_decision;
+OCLF_API oclf_status oclf_tuning_resolve(oclf_context *ctx, const char *op, oclf_dtype dtype,
+                                         const uint64_t *dims, unsigned ndims, oclf_path path,
+                                         oclf_tuning_decision *out);
+
+/* 1 when dispatch would take `params` for `op` on `path` (FUSED or UNFUSED)
+ * at this shape: laid over the heuristic, within every rule of the op's
+ * parameters and the device's limits that needs no build (the tuner's
+ * search spaces keep only such points). 0 otherwise, with the reason in
+ * oclf_last_error(ctx); 0 for an unknown op, dtype, path or dims too. */
+OCLF_API int oclf_tuning_params_valid(oclf_context *ctx, const char *op, oclf_dtype dtype,
+                                      const uint64_t *dims, unsigned ndims, oclf_path path,
+                                      const oclf_params *params);
 
 /* ------------------------------------------------------------------------ */
 /* Normalization. Rows are independent; `cols` is the hidden size.
@@ -370,8 +440,11 @@ typedef struct oclf_heads {
 
 /* Rotates q (and k when not NULL) in place, `tokens` tokens of `dtype`.
  * q and k may live in one buffer (vLLM passes views of a packed qkv) as long
- * as no element belongs to both; positions and the cache must not overlap
- * them. Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `rope`, a head
+ * as no element belongs to both: the check compares heads, so column blocks
+ * of one packed tensor and heads interleaved as q0 k0 q1 k1 ... (q at
+ * offset o, k at o + head_dim, both with head stride 2 * head_dim) qualify
+ * when the two share the token stride. Positions and the cache must not
+ * overlap them. Statuses: OCLF_INVALID_ARGUMENT for NULL handles or `rope`, a head
  * count of 0, head_dim 0, an odd rot_dim, rot_dim 0 or > head_dim, max_pos 0,
  * a head stride below head_dim, a token stride below the heads' extent, a
  * buffer (heads, positions, cache) smaller than described, overlapping
@@ -421,6 +494,9 @@ typedef enum oclf_l2_precision { OCLF_L2_FAST = 0, OCLF_L2_EXACT = 1 } oclf_l2_p
 #define OCLF_L2_DEFAULT_MAX_TEMP ((size_t)256 << 20)
 
 typedef struct oclf_l2_topk_options {
+    /* sizeof(oclf_l2_topk_options) as the caller was compiled (the _INIT
+     * macro and oclf_l2_topk_options_init set it); 0: the first layout. */
+    size_t size;
     oclf_l2_precision precision;
     /* Bound on the device temporaries the call allocates, in bytes; 0 means
      * OCLF_L2_DEFAULT_MAX_TEMP (256 MiB). It covers the per-(query, slice)
@@ -443,7 +519,9 @@ typedef struct oclf_l2_topk_options {
     const oclf_buf *allowed;
 } oclf_l2_topk_options;
 
-/* Zeroed options: FAST, 256 MiB, no norms. */
+/* FAST, 256 MiB, no norms, no mask, with `size` set (or, in C,
+ * oclf_l2_topk_options o = OCLF_L2_TOPK_OPTIONS_INIT;). */
+#define OCLF_L2_TOPK_OPTIONS_INIT {.size = sizeof(oclf_l2_topk_options)}
 OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
 
 /* For each of nq queries (f32 rows of D in `q`) the k database rows of `x`
@@ -473,7 +551,7 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,
  * k > 2^31, row strides below D, buffers (inputs, norms, mask or outputs) smaller
  * than the ranges described, outputs that overlap each other or an input,
- * a bad precision or kernel parameter; OCLF_UNSUPPORTED for an unknown
+ * a bad precision, options.size or kernel parameter; OCLF_UNSUPPORTED for an unknown
  * dtype; OCLF_OUT_OF_RESOURCES when max_temp_bytes cannot hold the
  * candidates of one query. */
 OCLF_API oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x_dtype,
@@ -525,8 +603,8 @@ typedef struct oclf_l2_shard {
  * ("oclf_l2_topk_sharded: shard 2: ..."). Statuses: OCLF_INVALID_ARGUMENT
  * for NULL pointers, num_shards == 0, d == 0, k == 0, q_stride < d, a shard
  * without context, queue or buffer, a queue of another context or device, a
- * negative first_id or overlapping id ranges, options with x_norms or
- * allowed; any status of oclf_l2_topk for a shard it rejects. On failure
+ * negative first_id or overlapping id ranges, options with a bad size or
+ * with x_norms or allowed; any status of oclf_l2_topk for a shard it rejects. On failure
  * dist and idx are not written. */
 OCLF_API oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t num_shards,
                                           size_t nq, size_t d, size_t k, const float *q,

@@ -8,19 +8,7 @@
 void oclf_context_options_init(oclf_context_options *options)
 {
     if (options)
-        memset(options, 0, sizeof *options);
-}
-
-void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
-{
-    if (!ctx || !ctx->log)
-        return;
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ctx->log(ctx->log_user, level, msg);
+        *options = (oclf_context_options)OCLF_CONTEXT_OPTIONS_INIT;
 }
 
 static char *dup_or_null(const char *s)
@@ -59,6 +47,7 @@ static char *cache_dir_for(const char *opt)
 oclf_status oclf_context_create(cl_context context, cl_device_id device,
                                 const oclf_context_options *options, oclf_context **out)
 {
+    oclf_enter(__func__);
     if (!out)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "oclf_context_create: out is NULL");
     *out = NULL;
@@ -94,9 +83,12 @@ oclf_status oclf_context_create(cl_context context, cl_device_id device,
     oclf_device_fingerprint(&ctx->info, ctx->fingerprint, sizeof ctx->fingerprint);
     oclf_device_quirk_options(&ctx->info, ctx->quirk_options, sizeof ctx->quirk_options);
 
-    oclf_context_options defaults;
-    oclf_context_options_init(&defaults);
-    const oclf_context_options *o = options ? options : &defaults;
+    oclf_context_options opt;
+    if ((st = oclf_context_options_read(options, &opt))) {
+        free(ctx);
+        return st;
+    }
+    const oclf_context_options *o = &opt;
     const char *kdir = o->kernel_dir ? o->kernel_dir : getenv("OCLF_KERNEL_DIR");
     const char *db = o->tuning_db ? o->tuning_db : getenv("OCLF_TUNING_DB");
     ctx->kernel_dir = (kdir && *kdir) ? dup_or_null(kdir) : NULL;
@@ -141,7 +133,8 @@ void oclf_context_destroy(oclf_context *ctx)
     if (!ctx)
         return;
     oclf_programs_release(ctx);
-    oclf_tune_cache_free(ctx);
+    oclf_dispatch_free(ctx);
+    oclf_tunedb_free(ctx);
     pthread_cond_destroy(&ctx->built);
     pthread_mutex_destroy(&ctx->lock);
     clReleaseDevice(ctx->device);
@@ -159,6 +152,7 @@ const char *oclf_context_fingerprint(const oclf_context *ctx)
 
 oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *out)
 {
+    oclf_enter(__func__);
     if (!ctx || !out)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "oclf_context_get_stats: NULL argument");
     out->programs_compiled = atomic_load(&ctx->n_compiled);

@@ -145,6 +145,7 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         free(ext);
     }
     o->split_tail_miscompile = platform_is(o, "pocl");
+    o->float16 = platform_is(o, "pocl") && (o->type & CL_DEVICE_TYPE_CPU);
     /* The lockstep width, from the vendors' attribute queries (an unknown
      * query fails harmlessly on other devices). */
     cl_uint width = 0;
@@ -167,7 +168,8 @@ void oclf_device_quirk_options(const oclf_device_info *info, char *buf, size_t l
     /* Quirks reach the kernels as named defines. OCLF_LOCAL_IS_GLOBAL tells
      * a kernel that "local" memory is ordinary cached memory (CPUs), where
      * staging a row buys nothing over re-reading it. */
-    snprintf(buf, len, "%s%s%s", info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
+    snprintf(buf, len, "%s%s%s%s", info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
              info->subgroups ? " -DOCLF_HAS_SUBGROUPS=1" : "",
-             info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "");
+             info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "",
+             info->float16 ? " -DOCLF_HAS_FLOAT16=1" : "");
 }

@@ -8,15 +8,87 @@
  * see each other's messages; it remembers which context it belongs to. */
 static _Thread_local const oclf_context *last_ctx;
 static _Thread_local char last_msg[8192];
+/* The public function running on this thread, with or without its "oclf_"
+ * (op names such as "rms_norm" come from oclf_check_call). */
+static _Thread_local const char *entry;
+
+void oclf_enter(const char *fn) { entry = fn; }
+const char *oclf_entered(void) { return entry; }
+
+/* Appends s to last_msg at *at, truncated to fit. */
+static void append(size_t *at, const char *s)
+{
+    size_t n = strlen(s);
+    if (n > sizeof last_msg - 1 - *at)
+        n = sizeof last_msg - 1 - *at;
+    memcpy(last_msg + *at, s, n);
+    *at += n;
+    last_msg[*at] = '\0';
+}
 
 oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *fmt, ...)
 {
+    /* Formatted apart from last_msg: an argument may be the last error. */
+    char msg[sizeof last_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* Every message starts with the public function's name: kept when the
+     * message already names a public function ("oclf_l2_topk_sharded:
+     * shard 2: ..."), put in place of the op's bare name ("rms_norm: ..."),
+     * else put in front. */
+    const char *name = entry;
+    if (name && strncmp(name, "oclf_", 5) == 0)
+        name += 5;
+    size_t at = 0;
+    const char *body = msg;
+    if (name && strncmp(msg, "oclf_", 5) != 0) {
+        const size_t n = strlen(name);
+        if (strncmp(msg, name, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+            body += n + 2;
+        append(&at, "oclf_");
+        append(&at, name);
+        append(&at, ": ");
+    }
+    append(&at, body);
     last_ctx = ctx;
     return status;
+}
+
+oclf_status oclf_options_read(const oclf_context *ctx, const char *what, const void *src,
+                              size_t first_size, void *dst, size_t dst_size, size_t align)
+{
+    memset(dst, 0, dst_size);
+    size_t size = first_size;
+    if (src) {
+        memcpy(&size, src, sizeof size);
+        if (size == 0)
+            size = first_size;
+    }
+    /* Every layout's sizeof is a multiple of its alignment, so a size that
+     * is not could end inside a field. */
+    if (size < sizeof size || size % align)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s.size %zu is not the size of a layout of this struct (a multiple of "
+                         "%zu, at least %zu)",
+                         what, size, align, sizeof size);
+    if (size > dst_size) {
+        /* A newer caller's layout: fine while it sets none of the fields
+         * this library does not know. */
+        const unsigned char *tail = (const unsigned char *)src + dst_size;
+        for (size_t i = 0; i < size - dst_size; i++)
+            if (tail[i])
+                return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                                 "%s.size is %zu bytes, beyond this library's %zu, and byte %zu "
+                                 "is set: a field of a newer version that this one cannot honour",
+                                 what, size, dst_size, dst_size + i);
+        size = dst_size;
+    }
+    if (src)
+        memcpy(dst, src, size);
+    memcpy(dst, &dst_size, sizeof dst_size);
+    return OCLF_SUCCESS;
 }
 
 const char *oclf_last_error(const oclf_context *ctx)
@@ -78,15 +150,27 @@ const char *oclf_status_string(oclf_status status)
     return "unknown oclf_status";
 }
 
+const char *oclf_status_message(oclf_status status)
+{
+    switch (status) {
+    case OCLF_SUCCESS: return "The call succeeded.";
+    case OCLF_INVALID_ARGUMENT:
+        return "An argument is invalid: a NULL handle, a size, stride or parameter out of "
+               "range, or operands that overlap.";
+    case OCLF_UNSUPPORTED: return "The request is valid, but this device or build cannot do it.";
+    case OCLF_BUILD_FAILED: return "The OpenCL compiler rejected a kernel.";
+    case OCLF_OUT_OF_RESOURCES:
+        return "Device or host memory, or a work-group limit, is too small for the request.";
+    case OCLF_OPENCL_ERROR: return "An OpenCL call failed.";
+    case OCLF_DB_ERROR: return "A tuning database is damaged or of an unknown format.";
+    case OCLF_IO_ERROR: return "A file could not be read or written.";
+    }
+    return "Unknown status.";
+}
+
 unsigned oclf_version(void) { return OCLF_VERSION_HEX; }
 
-#define OCLF_STR_(x) #x
-#define OCLF_STR(x) OCLF_STR_(x)
-const char *oclf_version_string(void)
-{
-    return OCLF_STR(OCLF_VERSION_MAJOR) "." OCLF_STR(OCLF_VERSION_MINOR) "." OCLF_STR(
-        OCLF_VERSION_PATCH);
-}
+const char *oclf_version_string(void) { return OCLF_VERSION_STRING; }
 
 const char *oclf_dtype_name(oclf_dtype dtype)
 {
@@ -110,6 +194,7 @@ size_t oclf_dtype_size(oclf_dtype dtype)
 
 oclf_status oclf_params_set(oclf_params *params, const char *name, int64_t value)
 {
+    oclf_enter(__func__);
     if (!params || !name || !*name)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "oclf_params_set: params and name are required");
     size_t n = strlen(name);

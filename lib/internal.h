@@ -4,10 +4,21 @@
  *   error.c      statuses, the per-thread last error, parameter sets
  *   device.c     device facts, fingerprint, quirk defines (the only file that
  *                knows vendors)
- *   context.c    oclf_context: options, logging, stats
+ *   log.c        the context's log callback
+ *   context.c    oclf_context: options, stats; creation and destruction
+ *                (the only file that calls upward, to free what the layers
+ *                above keep in the context)
  *   program.c    source assembly, build, in-memory and on-disk program
  *                caches, pooled kernels
- *   dispatch.c   (op, dtype, shape, choice) -> path + parameters
+ *   oplist.c     the op list as data (names, database dims) from ops.def
+ *   tunedb_parse.c  tuning-database text -> records (pure)
+ *   tunedb.c     the per-context chain of databases, record matching, check
+ *   tunedb_write.c  the locked, atomic merge-write
+ *   dispatch.c   (op, hooks, dtype, shape, choice) -> path + parameters +
+ *                the op's config: the decision cache and the one decision
+ *                function; calls the hooks the op hands in, never an op
+ *   tuning.c     explain / resolve / parameter check for tools, by op name:
+ *                the table of every family's hooks
  *   launch.c     argument checks shared by every op, kernel enqueue helpers
  *   ops/<op>.c   one file per operation family
  */
@@ -26,9 +37,43 @@
 
 /* ---- errors --------------------------------------------------------------*/
 
-/* Records `fmt` as this thread's last error for ctx and returns status. */
+/* Every public entry point that can fail names itself first (oclf_check_call
+ * does it for the ops): oclf_fail then starts each message with that name. */
+OCLF_HIDDEN void oclf_enter(const char *fn);
+/* The name oclf_enter last recorded on this thread (NULL: none). */
+OCLF_HIDDEN const char *oclf_entered(void);
+/* Records "oclf_<entry>: " + `fmt` as this thread's last error for ctx and
+ * returns status (a message that already names a public function is kept
+ * as it is; an op's bare name in front becomes the public name). */
 OCLF_HIDDEN oclf_status oclf_fail(const oclf_context *ctx, oclf_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Reads a caller's growable options struct (its first member `size_t
+ * size`) into dst, this library's layout of dst_size bytes and alignment
+ * `align`: size 0 means the first layout (first_size bytes), fields past a
+ * smaller size take their defaults (zero), and a larger size is accepted
+ * only when the bytes past dst_size are zero; a size that is not a multiple
+ * of `align` is no layout's. src NULL: all defaults. dst->size = dst_size.
+ * `what` names the argument in the error. */
+OCLF_HIDDEN oclf_status oclf_options_read(const oclf_context *ctx, const char *what,
+                                          const void *src, size_t first_size, void *dst,
+                                          size_t dst_size, size_t align);
+/* The first published layouts: these sizes never change. */
+#define OCLF_CONTEXT_OPTIONS_FIRST_SIZE (offsetof(oclf_context_options, log_user) + sizeof(void *))
+#define OCLF_L2_TOPK_OPTIONS_FIRST_SIZE                                                       \
+    (offsetof(oclf_l2_topk_options, allowed) + sizeof(const oclf_buf *))
+static inline oclf_status oclf_context_options_read(const oclf_context_options *src,
+                                                    oclf_context_options *dst)
+{
+    return oclf_options_read(NULL, "options", src, OCLF_CONTEXT_OPTIONS_FIRST_SIZE, dst,
+                             sizeof *dst, _Alignof(oclf_context_options));
+}
+static inline oclf_status oclf_l2_topk_options_read(const oclf_context *ctx,
+                                                   const oclf_l2_topk_options *src,
+                                                   oclf_l2_topk_options *dst)
+{
+    return oclf_options_read(ctx, "options", src, OCLF_L2_TOPK_OPTIONS_FIRST_SIZE, dst,
+                             sizeof *dst, _Alignof(oclf_l2_topk_options));
+}
 /* Maps an OpenCL error to a status and records "what: CL_NAME". */
 OCLF_HIDDEN oclf_status oclf_fail_cl(const oclf_context *ctx, cl_int err, const char *what);
 OCLF_HIDDEN const char *oclf_cl_error_name(cl_int err);
@@ -57,6 +102,10 @@ typedef struct oclf_device_info {
      * outside the buffer, while a simulator runs the same kernel right and
      * race-free). Ops keep that combination off such a device. */
     bool split_tail_miscompile;
+    /* The compiler takes _Float16 vectors and converts float vectors to
+     * them in hardware (clang for a CPU with F16C), so f16 stores need not
+     * go through vstore_halfN_rte (cl/common.h, OCLF_HAS_FLOAT16). */
+    bool float16;
     /* cl_khr_device_uuid: some vendors version their compiler apart from
      * CL_DRIVER_VERSION, so the program cache keys on these too. */
     /* Work-items that execute in lockstep (a warp or wavefront) where the
@@ -78,7 +127,8 @@ OCLF_HIDDEN const char *oclf_device_type_name(cl_device_type type);
 /* ---- context ---------------------------------------------------------------*/
 
 typedef struct oclf_program oclf_program;
-struct oclf_tune_cache;
+struct oclf_tunedb;
+struct oclf_decisions;
 /* source: a cl/ file name, or a generated program's key with its text in
  * `generated` (NULL for files). */
 typedef void (*oclf_program_sink_fn)(void *user, const char *source, const char *generated,
@@ -102,15 +152,17 @@ struct oclf_context {
     oclf_program_sink_fn program_sink; /* see oclf_context_set_program_sink */
     void *program_sink_user;
 
-    pthread_mutex_t lock; /* guards programs, tune */
+    pthread_mutex_t lock; /* guards programs, tunedb, decisions */
     pthread_cond_t built; /* a program finished building */
     oclf_program *programs;
-    struct oclf_tune_cache *tune;
+    struct oclf_tunedb *tunedb;       /* the loaded chain (tunedb.c) */
+    struct oclf_decisions *decisions; /* the decision cache (dispatch.c) */
 
     atomic_uint_fast64_t n_compiled, n_from_disk, n_hits, n_rejected, n_enqueued;
     atomic_uint_fast64_t n_tune_lookups, n_tune_hits, n_db_errors;
 };
 
+/* Sends a line to the context's log callback, if any (log.c). */
 OCLF_HIDDEN void oclf_log(const oclf_context *ctx, oclf_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -180,7 +232,7 @@ OCLF_HIDDEN void oclf_hash_update(oclf_hash *h, const void *data, size_t len);
 /* Adds a string and its terminator, so ("ab","c") != ("a","bc"). */
 OCLF_HIDDEN void oclf_hash_str(oclf_hash *h, const char *s);
 
-/* ---- dispatch (dispatch.c) --------------------------------------------------*/
+/* ---- the op list (oplist.c) --------------------------------------------------*/
 
 /* Op identifiers shared by dispatch, the tuning database, bench and tuner. */
 typedef enum oclf_op {
@@ -189,91 +241,31 @@ typedef enum oclf_op {
 #undef OCLF_OP
     OCLF_OP_COUNT_
 } oclf_op;
+
+/* An op's name and the dims the tuning database keys its shape by. */
+typedef struct oclf_op_key {
+    const char *name;
+    unsigned ndims;
+    const char *dims[4];
+} oclf_op_key;
+/* NULL when op is not one. */
+OCLF_HIDDEN const oclf_op_key *oclf_op_key_get(oclf_op op);
 OCLF_HIDDEN const char *oclf_op_name(oclf_op op);
+/* OCLF_OP_COUNT_ when unknown. */
+OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
 
 /* A shape as the database keys it: up to 4 named extents. */
 typedef struct oclf_shape {
     uint64_t dim[4];
 } oclf_shape;
 
-typedef struct oclf_resolved {
-    oclf_path path; /* FUSED or UNFUSED, never AUTO */
-    oclf_params params;
-} oclf_resolved;
+/* ---- tuning database (tunedb_parse.c, tunedb.c, tunedb_write.c) ----------------*/
 
-/* Fills the heuristic parameters for (op, path) on this device and shape. */
-typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
-                                  const oclf_shape *shape, oclf_path path, oclf_params *out);
-/* Checks that `r` can launch for this shape on this device (recording why
- * not with oclf_fail). `deep`: also build the program and compare the
- * kernels' CL_KERNEL_WORK_GROUP_SIZE with the work-group size; dispatch asks
- * for it once per tuning record it takes, never in steady state. */
-typedef oclf_status (*oclf_validate_fn)(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                        const oclf_shape *shape, const oclf_resolved *r,
-                                        int deep);
-
-/* What dispatch knows about an op: its name and dims (the database keys),
- * its heuristic and its validator. */
-typedef struct oclf_op_info {
-    const char *name;
-    unsigned ndims;
-    const char *dims[4];
-    oclf_heuristic_fn heuristic;
-    oclf_validate_fn validate;
-} oclf_op_info;
-OCLF_HIDDEN const oclf_op_info *oclf_op_get(oclf_op op);
-/* OCLF_OP_COUNT_ when unknown. */
-OCLF_HIDDEN oclf_op oclf_op_from_name(const char *name);
-
-/* Hooks of the normalization family (ops/norm.c). */
-OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                             const oclf_shape *shape, const oclf_resolved *r,
-                                             int deep);
-OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                           const oclf_shape *shape, const oclf_resolved *r,
-                                           int deep);
-
-/* Hooks of act_and_mul (ops/act.c); shape: rows, d. */
-OCLF_HIDDEN void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                    const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                          const oclf_shape *shape, const oclf_resolved *r,
-                                          int deep);
-/* Hooks of rotary_embedding and qk_norm_rope (ops/rope.c); shape: tokens,
- * heads rotated per token, head_dim, rot_dim. */
-OCLF_HIDDEN void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                           const oclf_shape *shape, const oclf_resolved *r,
-                                           int deep);
-
-/* Hooks of generated expressions (ops/expr.c); shape: rows, cols, form
- * (the canonical-form hash). */
-OCLF_HIDDEN void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                           const oclf_shape *shape, const oclf_resolved *r,
-                                           int deep);
-
-/* Decides the path and parameters of one call. Candidates, in order: the
- * tuning records that match (context, per-machine, built-in database; by
- * device match level, then shape distance), each validated by the op and
- * skipped when it cannot launch, then the heuristic. The caller's explicit
- * parameters are laid over the winner. The result per (op, dtype, shape,
- * path) is cached in the context, so steady state is one hash probe. */
-OCLF_HIDDEN oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                              const oclf_shape *shape, const oclf_choice *choice,
-                                              oclf_resolved *out);
-
-/* ---- tuning database (tunedb.c) ---------------------------------------------*/
-
-/* Where a candidate came from, for explanations and logs. */
+/* A candidate record for one call, with where it came from. */
 typedef struct oclf_tune_candidate {
-    oclf_resolved r;
+    oclf_path path;     /* FUSED or UNFUSED */
+    oclf_params params; /* the record's, to lay over the heuristic's */
+    uint64_t dim[4];    /* the shape it was tuned for */
     int source;         /* index in the context's chain */
     int record;         /* index in that source's records */
     int level;          /* device match: 0 exact .. 3 type only */
@@ -289,16 +281,130 @@ OCLF_HIDDEN int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype d
                                      oclf_tune_candidate *out, int max);
 /* "per-machine database /x/tuning.json" for a candidate's source. */
 OCLF_HIDDEN const char *oclf_tune_source_name(const oclf_context *ctx, int source);
-/* The lookup cache: 1 and *out on a hit. Both take ctx->lock. */
-OCLF_HIDDEN int oclf_tune_cache_get(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                    const oclf_shape *shape, oclf_path path, oclf_resolved *out);
-OCLF_HIDDEN void oclf_tune_cache_put(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path,
-                                     const oclf_resolved *r);
-OCLF_HIDDEN void oclf_tune_cache_free(oclf_context *ctx);
+/* Drops the loaded chain. */
+OCLF_HIDDEN void oclf_tunedb_free(oclf_context *ctx);
 
 /* Parses a tuning-database document held in memory (the fuzzing entry). */
 OCLF_HIDDEN oclf_status oclf_tunedb_parse_text(const char *text, size_t len, size_t *records);
+
+/* ---- dispatch (dispatch.c) --------------------------------------------------*/
+
+/* An op's typed configuration (its own struct, parsed from the parameters
+ * by its validate hook), kept beside the parameters so that a call served
+ * by the decision cache parses nothing. Each op checks that its struct
+ * fits. */
+typedef union oclf_op_cfg {
+    int64_t align;
+    unsigned char bytes[256];
+} oclf_op_cfg;
+#define OCLF_CFG_FITS(type) \
+    _Static_assert(sizeof(type) <= sizeof(oclf_op_cfg), #type " fits oclf_op_cfg")
+
+typedef struct oclf_resolved {
+    oclf_path path; /* FUSED or UNFUSED, never AUTO */
+    oclf_params params;
+    int has_cfg;     /* cfg is the op's config for exactly (path, params) */
+    oclf_op_cfg cfg;
+} oclf_resolved;
+
+/* Fills the heuristic parameters for (op, path) on this device and shape. */
+typedef void (*oclf_heuristic_fn)(const oclf_context *ctx, oclf_dtype dtype,
+                                  const oclf_shape *shape, oclf_path path, oclf_params *out);
+/* Checks that `r` can launch for this shape on this device (recording why
+ * not with oclf_fail) and, on success, writes the op's typed config into
+ * *cfg (may be NULL). `deep`: also build the program and compare the
+ * kernels' CL_KERNEL_WORK_GROUP_SIZE with the work-group size; dispatch asks
+ * for it once per tuning record it takes, never in steady state. A config
+ * checked here holds for every call of the shape: where a call's own
+ * arguments matter (norm weights), the check assumes the most demanding. */
+typedef oclf_status (*oclf_validate_fn)(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                        const oclf_shape *shape, const oclf_resolved *r,
+                                        int deep, oclf_op_cfg *cfg);
+
+/* What dispatch calls of an op, handed in by the op with each call. */
+typedef struct oclf_op_hooks {
+    oclf_heuristic_fn heuristic;
+    oclf_validate_fn validate;
+} oclf_op_hooks;
+/* Each family's hooks (lib/ops/<family>.c), named by ops.def's column. */
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) \
+    OCLF_HIDDEN extern const oclf_op_hooks oclf_##family##_hooks;
+#include "ops.def"
+#undef OCLF_OP
+/* Any op's hooks (tuning.c, the table of every family); NULL when op is
+ * not one. */
+OCLF_HIDDEN const oclf_op_hooks *oclf_op_hooks_get(oclf_op op);
+
+/* Hooks of l2_topk (ops/l2topk.c) and the normalization family (ops/norm.c). */
+OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                             const oclf_shape *shape, const oclf_resolved *r,
+                                             int deep, oclf_op_cfg *cfg);
+OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep, oclf_op_cfg *cfg);
+
+/* Hooks of act_and_mul (ops/act.c); shape: rows, d. */
+OCLF_HIDDEN void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                    const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                          const oclf_shape *shape, const oclf_resolved *r,
+                                          int deep, oclf_op_cfg *cfg);
+/* Hooks of rotary_embedding and qk_norm_rope (ops/rope.c); shape: tokens,
+ * heads rotated per token, head_dim, rot_dim. */
+OCLF_HIDDEN void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep, oclf_op_cfg *cfg);
+/* Hooks of generated expressions (ops/expr.c); shape: rows, cols, form
+ * (the canonical-form hash). */
+OCLF_HIDDEN void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep, oclf_op_cfg *cfg);
+
+/* Decides the path and parameters of one call. Candidates, in order: the
+ * tuning records that match (context, per-machine, built-in database; by
+ * device match level, then shape distance), each validated by the op and
+ * skipped when it cannot launch, then the heuristic. The caller's explicit
+ * parameters are laid over the winner. The result per (op, dtype, shape,
+ * path) is cached in the context with the op's typed config, so steady
+ * state is one hash probe: out->has_cfg says the config came with it (never
+ * when the caller passed parameters, which the op then parses). */
+OCLF_HIDDEN oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op,
+                                              const oclf_op_hooks *hooks, oclf_dtype dtype,
+                                              const oclf_shape *shape, const oclf_choice *choice,
+                                              oclf_resolved *out);
+/* Text a decision writes when asked to explain itself (truncated to len). */
+typedef struct oclf_trace {
+    char *buf;
+    size_t len, used;
+} oclf_trace;
+/* The one decision (a cache miss): the first record that validates, else
+ * the heuristic; *record is 1 when a record won. With `t`, says what it
+ * takes and what it skips and why. */
+OCLF_HIDDEN void oclf_dispatch_decide(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
+                                      oclf_dtype dtype, const oclf_shape *shape, oclf_path path,
+                                      oclf_resolved *out, int *record, oclf_trace *t);
+/* The heuristic's answer for `path` (AUTO: fused). */
+OCLF_HIDDEN void oclf_dispatch_heuristic(oclf_context *ctx, const oclf_op_hooks *hooks,
+                                         oclf_dtype dtype, const oclf_shape *shape,
+                                         oclf_path path, oclf_resolved *out);
+/* A parameter set as dispatch takes a tuning record: laid over the
+ * heuristic for `path` (FUSED or UNFUSED; `point` may be NULL), then
+ * validated by the op, with `deep` as the validate hook takes it. */
+OCLF_HIDDEN oclf_status oclf_dispatch_check(oclf_context *ctx, oclf_op op,
+                                            const oclf_op_hooks *hooks, oclf_dtype dtype,
+                                            const oclf_shape *shape, oclf_path path,
+                                            const oclf_params *point, int deep,
+                                            oclf_resolved *r);
+/* Drops the decision cache. */
+OCLF_HIDDEN void oclf_dispatch_free(oclf_context *ctx);
 
 /* ---- argument checks and launches (launch.c) --------------------------------*/
 
@@ -319,13 +425,20 @@ OCLF_HIDDEN oclf_status oclf_check_vector(const oclf_context *ctx, const char *w
                                           size_t n, size_t elem, oclf_operand *out);
 /* 1 when the two ranges share bytes of the same buffer. */
 OCLF_HIDDEN int oclf_overlap(const oclf_operand *a, const oclf_operand *b);
+/* Elements an operand touches in each row (or token) of `stride`
+ * elements: `count` blocks of `width` elements, `step` apart (the heads of
+ * a token; one block of a row's columns). */
+typedef struct oclf_blocks {
+    size_t count, step, width;
+} oclf_blocks;
 /* 1 when two operands that share a cl_mem and a row stride can never share
- * an element: within each period of `stride` elements, a's `a_cols` and
- * b's `b_cols` never meet (column blocks of one packed tensor, such as the
- * q and k views of a qkv buffer, overlap as byte ranges but not as
- * elements). 0 when this cannot be shown; callers then use oclf_overlap. */
-OCLF_HIDDEN int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
-                                   size_t b_cols);
+ * an element: within each period of `stride` elements their blocks never
+ * meet (column blocks of one packed tensor, such as the q and k views of a
+ * qkv buffer, or q and k heads interleaved, overlap as byte ranges but not
+ * as elements). 0 when this cannot be shown; callers then use
+ * oclf_overlap. */
+OCLF_HIDDEN int oclf_blocks_disjoint(const oclf_operand *a, oclf_blocks ab, const oclf_operand *b,
+                                     oclf_blocks bb);
 /* 1 when the two are exactly the same elements. */
 OCLF_HIDDEN int oclf_same_range(const oclf_operand *a, const oclf_operand *b);
 /* What every entry point checks first: a context (else the message goes to
@@ -344,14 +457,59 @@ OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_que
  * limit of any of the n kernels. */
 OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
                                               const char *const *names, int n, size_t wgs);
+/* ---- kernel parameters (launch.c) ---------------------------------------------
+ *
+ * Each op declares its parameters once, as a table of specs: the name (as
+ * in oclf_params and the tuning database), the range, whether only powers
+ * of two are allowed, and whether the value is compiled into the program
+ * (-DOCLF_<NAME>: each value its own program) or passed at run time (a
+ * kernel argument or the launch shape). One reader checks a parameter set
+ * against the table, one builder makes the program's -D options from it;
+ * the op adds only the rules that relate parameters to each other and to
+ * the shape. The tuner asks the op's validation through dispatch
+ * (oclf_tuning_params_valid), so no rule is written twice. */
+typedef enum oclf_param_use {
+    OCLF_PARAM_DEFINE, /* -DOCLF_<NAME>=value in the program's options */
+    OCLF_PARAM_ARG     /* a run-time argument or the launch shape */
+} oclf_param_use;
+/* `hi` of a work-group size: the device's limit as the context plans with
+ * it (oclf_device_info.max_wgs). */
+#define OCLF_PARAM_MAX_WGS (-1)
+typedef struct oclf_param_spec {
+    const char *name;
+    int64_t lo, hi;
+    int pow2; /* only powers of two in [lo, hi] */
+    oclf_param_use use;
+} oclf_param_spec;
 /* The row structure every row-wise kernel shares (cl/common.h): LAYOUT (0 a
  * row per work-item, 1 a work-group per row), WGS (a power of two up to the
- * device limit) and VEC (1, 2, 4, 8 or 16). */
-typedef struct oclf_row_cfg {
-    int layout, wgs, vec;
-} oclf_row_cfg;
-OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_params *p,
-                                        oclf_row_cfg *cfg);
+ * device limit) and VEC (1, 2, 4, 8 or 16), all compiled in. */
+#define OCLF_ROW_PARAM_SPECS                                                               \
+    {"LAYOUT", 0, 1, 0, OCLF_PARAM_DEFINE}, {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_DEFINE}, \
+        {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE}
+/* The row structure with a staged form: STAGE (0 or 1; compiled in or a
+ * kernel argument, as the op's kernels take it) and ROWS (rows, or tokens,
+ * per work-group: 1..1024, a kernel argument), indexed by the enum below. */
+#define OCLF_STAGED_ROW_PARAM_SPECS(stage_use) \
+    OCLF_ROW_PARAM_SPECS, {"STAGE", 0, 1, 0, stage_use}, {"ROWS", 1, 1024, 0, OCLF_PARAM_ARG}
+enum { OCLF_P_LAYOUT, OCLF_P_WGS, OCLF_P_VEC, OCLF_P_STAGE, OCLF_P_ROWS, OCLF_STAGED_ROW_NPARAMS };
+/* Reads the n parameters of `spec` from p into v (in spec order): each
+ * present and within its range, then each power of two where the spec says
+ * so; the first that is not is recorded with oclf_fail. */
+OCLF_HIDDEN oclf_status oclf_params_read(const oclf_context *ctx, const oclf_param_spec *spec,
+                                         unsigned n, const oclf_params *p, int64_t *v);
+/* Room for a program's parameter options (oclf_param_defines). */
+#define OCLF_DEFINES_MAX 160
+/* "-DOCLF_<NAME>=<v> ..." for the specs compiled into the program, in spec
+ * order. */
+OCLF_HIDDEN void oclf_param_defines(char *buf, size_t len, const oclf_param_spec *spec,
+                                    unsigned n, const int64_t *v);
+/* A program's whole options: "-DOCLF_DTYPE=<dtype>", then
+ * "-DOCLF_CDTYPE=<cdtype>" when cdtype >= 0, then `defines`. */
+OCLF_HIDDEN void oclf_program_options(char *buf, size_t len, oclf_dtype dtype, int cdtype,
+                                      const char *defines);
+#define OCLF_OPTIONS_MAX 224
+
 /* Default row structure for rows of `width` elements: on a CPU a row per
  * work-item, cpu_wgs of them per group, 16-wide vectors; on a GPU a
  * work-group per row of gpu_min_wgs (at least the device's lockstep width)
@@ -360,9 +518,6 @@ OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_para
 OCLF_HIDDEN size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
                                       size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out);
 
-/* Reads an integer parameter, checking it is present and within [lo, hi]. */
-OCLF_HIDDEN oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name,
-                                   int64_t lo, int64_t hi, int64_t *out);
 
 /* Kernel argument list, set in order by oclf_enqueue. */
 typedef struct oclf_arg {
@@ -370,6 +525,8 @@ typedef struct oclf_arg {
     const void *value; /* NULL with size > 0: dynamic local memory */
 } oclf_arg;
 #define OCLF_ARG(x) ((oclf_arg){sizeof(x), &(x)})
+/* The length of an argument array, so a list and its count cannot part. */
+#define OCLF_NARGS(a) ((unsigned)(sizeof(a) / sizeof((a)[0])))
 #define OCLF_ARG_LOCAL(bytes) ((oclf_arg){(bytes), NULL})
 
 /* One launch of `name` from `prog` over a 1-D range. The wait list applies

@@ -34,6 +34,7 @@ oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_
                             cl_uint num_events, const cl_event *wait_list, oclf_dtype dtype,
                             cl_event *event)
 {
+    oclf_enter(op);
     if (!ctx)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", op);
     if (event)
@@ -88,18 +89,52 @@ int oclf_overlap(const oclf_operand *a, const oclf_operand *b)
     return a->mem == b->mem && a->lo < a->hi && b->lo < b->hi && a->lo < b->hi && b->lo < a->hi;
 }
 
-int oclf_rows_disjoint(const oclf_operand *a, size_t a_cols, const oclf_operand *b,
-                       size_t b_cols)
+/* 1 when one of c's blocks meets [x, y) (x < y < period): the block that
+ * starts last before y ends last among those starting before y. */
+static int blocks_meet(oclf_blocks c, size_t x, size_t y)
 {
-    if (a->mem != b->mem)
+    size_t i = c.step ? (y - 1) / c.step : 0;
+    if (i > c.count - 1)
+        i = c.count - 1;
+    return i * c.step + c.width > x;
+}
+
+/* The blocks stay within one period: (count - 1) * step + width <= s. */
+static int blocks_fit(oclf_blocks c, size_t s)
+{
+    size_t ext;
+    return c.count > 0 && !__builtin_mul_overflow(c.count - 1, c.step, &ext) &&
+           !__builtin_add_overflow(ext, c.width, &ext) && ext <= s;
+}
+
+int oclf_blocks_disjoint(const oclf_operand *a, oclf_blocks ab, const oclf_operand *b,
+                         oclf_blocks bb)
+{
+    if (a->mem != b->mem || ab.width == 0 || bb.width == 0)
         return 1;
     const size_t s = a->stride;
-    if (s != b->stride || s == 0 || a_cols > s || b_cols > s)
+    if (s != b->stride || s == 0 || !blocks_fit(ab, s) || !blocks_fit(bb, s))
         return 0;
-    /* Place a's block at [0, a_cols) of the period; b's starts at delta. */
+    if (bb.count > ab.count) { /* walk the smaller set */
+        const oclf_operand *to = a;
+        oclf_blocks tb = ab;
+        a = b, ab = bb, b = to, bb = tb;
+    }
+    /* Place a's first block at 0 of the period; b's starts at delta. Each of
+     * b's blocks starts below 2s, so it wraps past the period's end at most
+     * once. */
     const size_t delta = b->offset >= a->offset ? (b->offset - a->offset) % s
                                                 : (s - (a->offset - b->offset) % s) % s;
-    return delta >= a_cols && delta + b_cols <= s;
+    for (size_t j = 0; j < bb.count; j++) {
+        size_t lo = delta + j * bb.step;
+        if (lo >= s)
+            lo -= s;
+        const size_t hi = lo + bb.width;
+        if (hi <= s ? blocks_meet(ab, lo, hi)
+                    : blocks_meet(ab, lo, s) || blocks_meet(ab, 0, hi - s))
+            return 0;
+    }
+    return 1;
 }
 
 int oclf_same_range(const oclf_operand *a, const oclf_operand *b)
@@ -107,8 +142,9 @@ int oclf_same_range(const oclf_operand *a, const oclf_operand *b)
     return a->mem == b->mem && a->offset == b->offset && a->stride == b->stride;
 }
 
-oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char *name, int64_t lo,
-                       int64_t hi, int64_t *out)
+/* Reads one parameter, checking it is present and within [lo, hi]. */
+static oclf_status read_param(const oclf_context *ctx, const oclf_params *p, const char *name,
+                              int64_t lo, int64_t hi, int64_t *out)
 {
     int64_t v = 0;
     if (!oclf_params_get(p, name, &v))
@@ -121,24 +157,58 @@ oclf_status oclf_param(const oclf_context *ctx, const oclf_params *p, const char
     return OCLF_SUCCESS;
 }
 
-oclf_status oclf_row_config(const oclf_context *ctx, const oclf_params *p, oclf_row_cfg *cfg)
+oclf_status oclf_params_read(const oclf_context *ctx, const oclf_param_spec *spec, unsigned n,
+                             const oclf_params *p, int64_t *v)
 {
-    int64_t layout, wgs, vec;
     oclf_status st;
-    if ((st = oclf_param(ctx, p, "LAYOUT", 0, 1, &layout)) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &wgs)) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &vec)))
-        return st;
-    if (wgs & (wgs - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter WGS = %lld is not a power of two", (long long)wgs);
-    if (vec & (vec - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)vec);
-    cfg->layout = (int)layout;
-    cfg->wgs = (int)wgs;
-    cfg->vec = (int)vec;
+    for (unsigned i = 0; i < n; i++) {
+        const int64_t hi =
+            spec[i].hi == OCLF_PARAM_MAX_WGS ? (int64_t)ctx->info.max_wgs : spec[i].hi;
+        if ((st = read_param(ctx, p, spec[i].name, spec[i].lo, hi, &v[i])))
+            return st;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (!spec[i].pow2 || (v[i] & (v[i] - 1)) == 0)
+            continue;
+        if (spec[i].hi == OCLF_PARAM_MAX_WGS)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "kernel parameter %s = %lld is not a power of two", spec[i].name,
+                             (long long)v[i]);
+        /* A fixed range reads as its list: "1, 2, 4, 8 or 16". */
+        char list[96] = "";
+        size_t used = 0;
+        for (int64_t x = spec[i].lo; x <= spec[i].hi && used < sizeof list; x *= 2) {
+            const char *sep = !used ? "" : x * 2 > spec[i].hi ? " or " : ", ";
+            int k = snprintf(list + used, sizeof list - used, "%s%lld", sep, (long long)x);
+            used += k > 0 ? (size_t)k : 0;
+        }
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter %s = %lld is not %s",
+                         spec[i].name, (long long)v[i], list);
+    }
     return OCLF_SUCCESS;
+}
+
+void oclf_param_defines(char *buf, size_t len, const oclf_param_spec *spec, unsigned n,
+                        const int64_t *v)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < n && used < len; i++) {
+        if (spec[i].use != OCLF_PARAM_DEFINE)
+            continue;
+        int k = snprintf(buf + used, len - used, "%s-DOCLF_%s=%lld", used ? " " : "",
+                         spec[i].name, (long long)v[i]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+}
+
+void oclf_program_options(char *buf, size_t len, oclf_dtype dtype, int cdtype,
+                          const char *defines)
+{
+    if (cdtype >= 0)
+        snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d %s", (int)dtype, cdtype, defines);
+    else
+        snprintf(buf, len, "-DOCLF_DTYPE=%d %s", (int)dtype, defines);
 }
 
 size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,

@@ -71,6 +71,7 @@ oclf_status oclf_l2_topk_merge(size_t nq, size_t k, size_t lists, const float *c
                                int64_t *idx)
 {
     static const char fn[] = "oclf_l2_topk_merge";
+    oclf_enter(fn);
     if (k == 0)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: k is 0", fn);
     if (nq && (!dist || !idx))
@@ -207,15 +208,14 @@ static oclf_status launch_shard(const oclf_l2_shard *s, size_t j, size_t nq, siz
         return oclf_fail(NULL, st, "%s: shard %zu: temporaries of %zu queries x %zu: %s", fn, j,
                          nq, r->k, oclf_cl_error_name(err));
     }
-    oclf_l2_topk_options o;
-    oclf_l2_topk_options_init(&o);
-    if (options)
-        o = *options;
+    /* options: read already by the caller (oclf_l2_topk_sharded) */
+    oclf_l2_topk_options o = *options;
     o.x_norms = s->x_norms;
     o.allowed = s->allowed;
     oclf_status st = oclf_l2_topk(s->ctx, s->queue, s->dtype, nq, s->n, d, r->k,
                                   (oclf_buf){r->q, 0, q_stride}, s->x, (oclf_buf){r->dist, 0, 0},
                                   (oclf_buf){r->idx, 0, 0}, &o, s->choice, 0, NULL, NULL);
+    oclf_enter(fn); /* again, after the nested public call */
     if (st)
         return fail_shard(st, j, oclf_last_error(s->ctx));
     err = clEnqueueReadBuffer(s->queue, r->dist, CL_FALSE, 0, nq * r->k * sizeof(float), r->hd,
@@ -254,6 +254,7 @@ oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t num_shards,
                                  float *dist, int64_t *idx, const oclf_l2_topk_options *options)
 {
     static const char fn[] = "oclf_l2_topk_sharded";
+    oclf_enter(fn);
     if (!shards || !num_shards)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: no shards", fn);
     if (d == 0)
@@ -269,12 +270,16 @@ oclf_status oclf_l2_topk_sharded(const oclf_l2_shard *shards, size_t num_shards,
     if (q_stride < d)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: q_stride %zu is below d = %zu", fn,
                          q_stride, d);
-    if (options && (options->x_norms || options->allowed))
+    oclf_l2_topk_options opt;
+    oclf_status st;
+    if ((st = oclf_l2_topk_options_read(NULL, options, &opt)))
+        return st;
+    options = &opt;
+    if (options->x_norms || options->allowed)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT,
                          "%s: options.x_norms and options.allowed must be NULL (set them per "
                          "shard)",
                          fn);
-    oclf_status st;
     for (size_t j = 0; j < num_shards; j++)
         if ((st = check_shard(&shards[j], j)))
             return st;

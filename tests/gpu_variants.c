@@ -87,19 +87,14 @@ static void record(void *user, const char *source, const char *generated, const 
 static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
                  const oclf_shape *shape, oclf_path path, const oclf_params *point)
 {
-    const oclf_op_info *info = oclf_op_get(op);
-    oclf_resolved r;
-    memset(&r, 0, sizeof r);
-    r.path = path;
-    info->heuristic(ctx, dtype, shape, path, &r.params);
-    for (unsigned i = 0; point && i < point->count; i++)
-        oclf_params_set(&r.params, point->item[i].name, point->item[i].value);
     s->got = 0;
-    oclf_status st = info->validate(ctx, op, dtype, shape, &r, 1);
+    oclf_resolved r;
+    oclf_status st =
+        oclf_dispatch_check(ctx, op, oclf_op_hooks_get(op), dtype, shape, path, point, 1, &r);
     if (st == OCLF_SUCCESS && s->got == 0) {
         fprintf(stderr, "%s %s path %d: deep validation accepted a parameter set without "
                         "building its program\n",
-                info->name, oclf_dtype_name(dtype), (int)path);
+                oclf_op_name(op), oclf_dtype_name(dtype), (int)path);
         return 1;
     }
     return 0;
@@ -123,7 +118,7 @@ static int visit_generated(op_env *env, sink *s, const op_desc *od, oclf_params 
             return 1;
         }
         for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
-            const int n = od->space(env, &osh, (oclf_dtype)dt, (oclf_path)path, points, max);
+            const int n = od->space(env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points, max);
             for (int i = -1; i < n; i++) {
                 oclf_choice ch;
                 memset(&ch, 0, sizeof ch);
@@ -185,7 +180,8 @@ int main(int argc, char **argv)
                     if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
                         continue;
                     bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL);
-                    int n = od->space(&env, &osh, (oclf_dtype)dt, (oclf_path)path, points, MAXP);
+                    int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
+                                     MAXP);
                     for (int i = 0; i < n; i++)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &points[i]);

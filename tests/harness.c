@@ -45,7 +45,7 @@ th_env *th_get(void)
         die("clCreateCommandQueue", err);
     oclf_status st = oclf_context_create(env.cl, env.device, NULL, &env.ctx);
     if (st != OCLF_SUCCESS) {
-        fprintf(stderr, "oclf_context_create: %s\n", oclf_last_error(NULL));
+        fprintf(stderr, "%s\n", oclf_last_error(NULL));
         exit(1);
     }
     ready = 1;

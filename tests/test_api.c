@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,11 @@ START_TEST(test_version)
     snprintf(want, sizeof want, "%d.%d.%d", OCLF_VERSION_MAJOR, OCLF_VERSION_MINOR,
              OCLF_VERSION_PATCH);
     ck_assert_str_eq(oclf_version_string(), want);
+    ck_assert_str_eq(OCLF_VERSION_STRING, want);
+    /* header, library and meson's project() agree */
+    const char *project = getenv("OCLF_PROJECT_VERSION");
+    ck_assert_msg(project != NULL, "meson sets OCLF_PROJECT_VERSION");
+    ck_assert_str_eq(oclf_version_string(), project);
 }
 END_TEST
 
@@ -178,6 +184,256 @@ START_TEST(test_kernel_dir)
 }
 END_TEST
 
+/* Every status has its own sentence, beside its symbol name; a status the
+ * names know must have a sentence too. */
+START_TEST(test_status_messages)
+{
+    const char *seen[64];
+    int n = 0;
+    for (int v = 8; v >= -64; v--) {
+        const oclf_status st = (oclf_status)v;
+        const char *msg = oclf_status_message(st);
+        ck_assert_ptr_nonnull(msg);
+        if (strcmp(oclf_status_string(st), "unknown oclf_status") == 0) {
+            ck_assert_str_eq(msg, "Unknown status.");
+            continue;
+        }
+        ck_assert_msg(strlen(msg) > 8 && msg[strlen(msg) - 1] == '.',
+                      "%s: '%s' is not a sentence", oclf_status_string(st), msg);
+        ck_assert_str_ne(msg, "Unknown status.");
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(strcmp(seen[i], msg) != 0, "%s repeats another status's sentence",
+                          oclf_status_string(st));
+        seen[n++] = msg;
+    }
+    ck_assert_int_eq(n, 8); /* OCLF_SUCCESS .. OCLF_IO_ERROR */
+    ck_assert_str_eq(oclf_status_message(OCLF_SUCCESS), "The call succeeded.");
+}
+END_TEST
+
+/* `var`: a caller's struct of a newer layout, one field past `type`,
+ * zeroed, its size set. */
+#define NEWER_LAYOUT(type, var)                                                               \
+    struct {                                                                                  \
+        type o;                                                                               \
+        uint64_t newer_field;                                                                 \
+    } var;                                                                                    \
+    memset(&var, 0, sizeof var);                                                              \
+    var.o.size = sizeof var
+
+/* The options structs grow by their size field: a smaller (older) size
+ * leaves the fields past it at their defaults, a zeroed struct is the first
+ * layout, and a larger size is accepted only with a zero tail. */
+START_TEST(test_context_options_size)
+{
+    th_env *e = th_get();
+    float h[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    cl_mem m = th_upload(h, sizeof h), y = th_alloc(sizeof h);
+    oclf_buf bm = {m, 0, 0}, by = {y, 0, 0};
+    oclf_context *ctx;
+#define NORM(c) oclf_rms_norm(c, e->queue, OCLF_F32, 1, 16, bm, by, NULL, 0, NULL, 0, NULL, NULL)
+
+    oclf_context_options init = OCLF_CONTEXT_OPTIONS_INIT, o;
+    oclf_context_options_init(&o);
+    ck_assert_uint_eq(o.size, sizeof o);
+    ck_assert_int_eq(memcmp(&o, &init, sizeof o), 0);
+
+    /* kernel_dir within the caller's size is read (and fails the op) ... */
+    o.kernel_dir = "/nonexistent-oclfuse-kernels";
+    o.cache_dir = "";
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_SUCCESS);
+    ck_assert_int_eq(NORM(ctx), OCLF_IO_ERROR);
+    oclf_context_destroy(ctx);
+    /* ... and so it is with size 0 (a zeroed struct: the first layout) */
+    o.size = 0;
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_SUCCESS);
+    ck_assert_int_eq(NORM(ctx), OCLF_IO_ERROR);
+    oclf_context_destroy(ctx);
+    /* a caller whose layout ends before kernel_dir: the default is used */
+    o.size = offsetof(oclf_context_options, kernel_dir);
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_SUCCESS);
+    TH_OK(NORM(ctx));
+    oclf_context_destroy(ctx);
+
+    /* a newer caller's larger struct: its zero tail is fine, a set field
+     * this library does not know is refused with a sentence */
+    NEWER_LAYOUT(oclf_context_options, big);
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &big.o, &ctx), OCLF_SUCCESS);
+    oclf_context_destroy(ctx);
+    big.newer_field = 1;
+    ctx = (oclf_context *)1;
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &big.o, &ctx), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "oclf_context_create: options.size"));
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "newer version"));
+    o.size = 3; /* smaller than the size field itself */
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "options.size 3 is not the size"));
+    o.size = offsetof(oclf_context_options, kernel_dir) + 4; /* ends inside kernel_dir */
+    ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "not the size of a layout"));
+#undef NORM
+    clReleaseMemObject(m);
+    clReleaseMemObject(y);
+}
+END_TEST
+
+START_TEST(test_l2_options_size)
+{
+    th_env *e = th_get();
+    /* 4 rows of 2, one query at row 2; a mask of zeros allows no row */
+    float hx[8] = {0, 0, 1, 1, 2, 2, 3, 3}, hq[2] = {2, 2};
+    unsigned char none = 0;
+    cl_mem x = th_upload(hx, sizeof hx), q = th_upload(hq, sizeof hq),
+           mask = th_upload(&none, 1), dist = th_alloc(2 * sizeof(float)),
+           idx = th_alloc(2 * sizeof(cl_long));
+    oclf_buf bx = {x, 0, 0}, bq = {q, 0, 0}, bm = {mask, 0, 0}, bd = {dist, 0, 0},
+             bi = {idx, 0, 0};
+    cl_long got[2];
+#define TOPK(opt) \
+    oclf_l2_topk(e->ctx, e->queue, OCLF_F32, 1, 4, 2, 2, bq, bx, bd, bi, opt, NULL, 0, NULL, NULL)
+
+    oclf_l2_topk_options o = OCLF_L2_TOPK_OPTIONS_INIT;
+    o.allowed = &bm;
+    TH_OK(TOPK(&o)); /* the mask is read: nothing allowed, padding only */
+    clFinish(e->queue);
+    th_download(idx, got, sizeof got);
+    ck_assert_int_eq(got[0], -1);
+    o.size = offsetof(oclf_l2_topk_options, allowed); /* an older layout: no mask */
+    TH_OK(TOPK(&o));
+    clFinish(e->queue);
+    th_download(idx, got, sizeof got);
+    ck_assert_int_eq(got[0], 2);
+
+    NEWER_LAYOUT(oclf_l2_topk_options, big);
+    TH_OK(TOPK(&big.o));
+    big.newer_field = 7;
+    ck_assert_int_eq(TOPK(&big.o), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "oclf_l2_topk: options.size"));
+    float hq2[2] = {2, 2};
+    float hd[2];
+    int64_t hi[2];
+    oclf_l2_shard sh = {e->ctx, e->queue, bx, 4, OCLF_F32, 0, NULL, NULL, NULL};
+    ck_assert_int_eq(oclf_l2_topk_sharded(&sh, 1, 1, 2, 2, hq2, 2, hd, hi, &big.o),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "oclf_l2_topk_sharded: options.size"));
+    big.newer_field = 0;
+    TH_OK(oclf_l2_topk_sharded(&sh, 1, 1, 2, 2, hq2, 2, hd, hi, &big.o));
+    ck_assert_int_eq(hi[0], 2);
+#undef TOPK
+    clReleaseMemObject(x), clReleaseMemObject(q), clReleaseMemObject(mask);
+    clReleaseMemObject(dist), clReleaseMemObject(idx);
+}
+END_TEST
+
+/* Every public function that returns a status starts its sentence with its
+ * own name, whatever check failed and wherever it is written. */
+static void expect_prefix(oclf_status st, const oclf_context *ctx, const char *fn)
+{
+    ck_assert_msg(st != OCLF_SUCCESS, "%s: the bad call succeeded", fn);
+    const char *msg = oclf_last_error(ctx);
+    char want[64];
+    snprintf(want, sizeof want, "%s: ", fn);
+    ck_assert_msg(strncmp(msg, want, strlen(want)) == 0, "'%s' does not start with '%s'", msg,
+                  want);
+    ck_assert_msg(strstr(msg + strlen(want), want) == NULL, "'%s' names %s twice", msg, fn);
+}
+
+START_TEST(test_error_prefix)
+{
+    th_env *e = th_get();
+    oclf_context *c = e->ctx;
+    cl_command_queue q = e->queue;
+    cl_mem m = th_alloc(64 * 4);
+    const oclf_buf b = {m, 0, 0}, nul = {NULL, 0, 0};
+    oclf_context *out;
+    oclf_context_stats stats;
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    char text[64];
+    const uint64_t dims[2] = {1, 64};
+    oclf_activation act = {OCLF_ACT_SILU, 0, 0, 0, 0};
+    oclf_rope rope;
+    memset(&rope, 0, sizeof rope);
+    rope.head_dim = 16, rope.rot_dim = 16, rope.max_pos = 1;
+    rope.positions = b, rope.cos_sin = b;
+    oclf_heads h = {nul, 1, 0};
+    oclf_expr_decl in[] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32}};
+    oclf_expr_decl outs[] = {{"y", OCLF_EXPR_MATRIX, OCLF_F32}};
+    oclf_expr *ex = NULL;
+    TH_OK(oclf_expr_compile(c, "y = x + 1;", in, 1, outs, 1, &ex));
+    oclf_expr_arg arg = {{m, 0, 0}, 0};
+    float hd[1];
+    int64_t hi[1];
+    float hq[1] = {0};
+
+    expect_prefix(oclf_context_create(NULL, e->device, NULL, &out), NULL, "oclf_context_create");
+    expect_prefix(oclf_context_get_stats(c, NULL), c, "oclf_context_get_stats");
+    expect_prefix(oclf_params_set(&p, "", 1), NULL, "oclf_params_set");
+    expect_prefix(oclf_tuning_db_default_path(text, 2), NULL, "oclf_tuning_db_default_path");
+    expect_prefix(oclf_tuning_db_check(NULL, NULL), NULL, "oclf_tuning_db_check");
+    expect_prefix(oclf_tuning_db_merge(c, NULL, "[]"), c, "oclf_tuning_db_merge");
+    expect_prefix(oclf_tuning_explain(c, "no_such_op", OCLF_F32, dims, 2, OCLF_PATH_AUTO, text,
+                                      sizeof text),
+                  c, "oclf_tuning_explain");
+    oclf_tuning_decision dec;
+    expect_prefix(oclf_tuning_resolve(c, "no_such_op", OCLF_F32, dims, 2, OCLF_PATH_AUTO, &dec),
+                  c, "oclf_tuning_resolve");
+    expect_prefix(oclf_tuning_resolve(c, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO, NULL), c,
+                  "oclf_tuning_resolve");
+    ck_assert(!oclf_tuning_params_valid(c, "rms_norm", OCLF_F32, dims, 3, OCLF_PATH_FUSED, &p));
+    ck_assert_msg(strncmp(oclf_last_error(c), "oclf_tuning_params_valid: ", 26) == 0, "%s",
+                  oclf_last_error(c));
+    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, nul, b, NULL, 0, NULL, 0, NULL, NULL), c,
+                  "oclf_rms_norm");
+    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 0, b, b, NULL, 0, NULL, 0, NULL, NULL), c,
+                  "oclf_rms_norm");
+    expect_prefix(oclf_rms_norm(NULL, q, OCLF_F32, 1, 64, b, b, NULL, 0, NULL, 0, NULL, NULL),
+                  NULL, "oclf_rms_norm");
+    expect_prefix(oclf_add_rms_norm(c, NULL, OCLF_F32, 1, 64, b, b, NULL, 0, NULL, 0, NULL, NULL),
+                  c, "oclf_add_rms_norm");
+    expect_prefix(oclf_layer_norm(c, q, (oclf_dtype)9, 1, 64, b, b, NULL, NULL, 0, NULL, 0, NULL,
+                                  NULL),
+                  c, "oclf_layer_norm");
+    expect_prefix(oclf_add_layer_norm(c, q, OCLF_F32, 1, 64, b, b, b, NULL, NULL, -1, NULL, 0,
+                                      NULL, NULL),
+                  c, "oclf_add_layer_norm");
+    expect_prefix(oclf_act_and_mul(c, q, OCLF_F32, NULL, 1, 32, b, b, NULL, 0, NULL, NULL), c,
+                  "oclf_act_and_mul");
+    expect_prefix(oclf_act_and_mul(c, q, OCLF_F32, &act, 1, 0, b, b, NULL, 0, NULL, NULL), c,
+                  "oclf_act_and_mul");
+    expect_prefix(oclf_rotary_embedding(c, q, OCLF_F32, 1, &rope, h, NULL, NULL, 0, NULL, NULL),
+                  c, "oclf_rotary_embedding");
+    expect_prefix(oclf_qk_norm_rope(c, q, OCLF_F32, 1, &rope, b, 0, 0, 0, NULL, NULL, 1e-6f, NULL,
+                                    0, NULL, NULL),
+                  c, "oclf_qk_norm_rope");
+    expect_prefix(oclf_l2_topk(c, q, OCLF_F32, 1, 4, 0, 1, b, b, b, b, NULL, NULL, 0, NULL, NULL),
+                  c, "oclf_l2_topk");
+    expect_prefix(oclf_l2_topk_sharded(NULL, 0, 1, 1, 1, hq, 1, hd, hi, NULL), NULL,
+                  "oclf_l2_topk_sharded");
+    /* a shard's own failure: the nested oclf_l2_topk's sentence follows */
+    oclf_l2_shard sh = {c, q, b, 4, OCLF_F32, 0, NULL, NULL, NULL};
+    oclf_choice bad = th_choice(OCLF_PATH_AUTO);
+    bad.path = (oclf_path)7;
+    sh.choice = &bad;
+    expect_prefix(oclf_l2_topk_sharded(&sh, 1, 1, 1, 1, hq, 1, hd, hi, NULL), NULL,
+                  "oclf_l2_topk_sharded");
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "shard 0: oclf_l2_topk: "));
+    expect_prefix(oclf_l2_topk_merge(1, 0, 0, NULL, NULL, NULL, hd, hi), NULL,
+                  "oclf_l2_topk_merge");
+    oclf_expr *bad_ex;
+    expect_prefix(oclf_expr_compile(c, "y = ;", in, 1, outs, 1, &bad_ex), c,
+                  "oclf_expr_compile");
+    expect_prefix(oclf_expr_run(NULL, q, 1, 1, &arg, &b, 0, 0, NULL, 0, NULL, NULL), NULL,
+                  "oclf_expr_run");
+    expect_prefix(oclf_expr_run(ex, q, 1, 0, &arg, &b, 0, 0, NULL, 0, NULL, NULL), c,
+                  "oclf_expr_run");
+    (void)stats;
+    oclf_expr_release(ex);
+    clReleaseMemObject(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api");
@@ -191,6 +447,10 @@ int main(void)
     tcase_add_test(t, test_last_error_per_thread);
     tcase_add_test(t, test_zero_rows_event);
     tcase_add_test(t, test_kernel_dir);
+    tcase_add_test(t, test_status_messages);
+    tcase_add_test(t, test_context_options_size);
+    tcase_add_test(t, test_l2_options_size);
+    tcase_add_test(t, test_error_prefix);
     suite_add_tcase(s, t);
     return th_run_suite(s);
 }

@@ -277,7 +277,9 @@ typedef struct rot_case {
     oclf_dtype dt, cdt;
     int gptj, pos64, bad;
     size_t tokens, nq, nk, hd, rot;
-    int views;    /* 1: q and k are views of one qkv buffer (plus V heads) */
+    int views;    /* 1: q and k are views of one qkv buffer (plus V heads);
+                   * 2: q and k heads interleaved in one buffer (q0 k0 q1 k1 ..,
+                   * head stride 2 hd; nq == nk) */
     size_t hpad;  /* separate buffers: extra elements between heads */
     int with_k;
     const oclf_choice *choice;
@@ -291,19 +293,22 @@ static void run_rot(const rot_case *c)
     th_seed(c->tokens * 131 + hd * 17 + c->rot + (size_t)c->views);
     rope_in r = make_rope(c->cdt, c->tokens, hd, c->rot, c->gptj, c->pos64, c->bad);
     /* q (and k) geometry */
-    const size_t hs = c->views ? hd : hd + c->hpad;
-    const size_t nv = c->views ? 2 : 0;
-    const size_t qts = c->views ? (c->nq + c->nk + nv) * hd + 3 : c->nq * hs + 5;
+    const int inter = c->views == 2;
+    const size_t hs = inter ? 2 * hd : c->views ? hd : hd + c->hpad;
+    const size_t nv = c->views == 1 ? 2 : 0;
+    const size_t qts = inter       ? 2 * c->nq * hd + 3
+                       : c->views ? (c->nq + c->nk + nv) * hd + 3
+                                  : c->nq * hs + 5;
     const size_t kts = c->views ? qts : c->nk * hs + 1;
-    const size_t qoff = 1, koff = c->views ? qoff + c->nq * hd : 2;
+    const size_t qoff = 1, koff = inter ? qoff + hd : c->views ? qoff + c->nq * hd : 2;
     const size_t nqb = qoff + c->tokens * qts + 1, nkb = koff + c->tokens * kts + 1;
     void *hq = th_random(dt, nqb, -2.0f, 2.0f);
     void *hk = th_random(dt, nkb, -2.0f, 2.0f);
     cl_mem mq = th_upload(hq, nqb * es), mk = c->views ? mq : th_upload(hk, nkb * es);
     if (c->views)
         clRetainMemObject(mq);
-    oclf_heads q = {{mq, qoff, qts}, c->nq, c->views ? 0 : hs};
-    oclf_heads k = {{mk, koff, kts}, c->nk, c->views ? 0 : hs};
+    oclf_heads q = {{mq, qoff, qts}, c->nq, c->views == 1 ? 0 : hs};
+    oclf_heads k = {{mk, koff, kts}, c->nk, c->views == 1 ? 0 : hs};
     cl_event ev = NULL;
     TH_OK(oclf_rotary_embedding(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
                                 c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
@@ -368,6 +373,10 @@ START_TEST(test_rotary)
         s.with_k = 0;
         s.tokens = 1;
         run_rot(&s);
+        /* q and k heads interleaved in one buffer: the heads share no
+         * element although each token's q extent covers k's heads */
+        rot_case iv = {dt, dt, gptj, (int)(si % 2), 0, 5, 3, 3, hd, R, 2, 0, 1, NULL};
+        run_rot(&iv);
     }
     rot_case z = {dt, dt, gptj, 0, 0, 0, 8, 2, 64, 64, 1, 0, 1, NULL};
     run_rot(&z);
@@ -645,8 +654,17 @@ START_TEST(test_bad_arguments)
     oclf_heads h2 = Q;
     h2.count = 2, h2.buf.stride = 4 * hd;
     EXPECT(ROT(h2, &h), OCLF_INVALID_ARGUMENT, "q and k overlap");
+    /* interleaved heads (q0 k0 q1 k1, head stride 2 hd) with k shifted
+     * half a head: every k head meets a q head */
+    h2 = Q, h2.count = 2, h2.head_stride = 2 * hd;
+    h = h2, h.buf.offset = hd / 2;
+    EXPECT(ROT(h2, &h), OCLF_INVALID_ARGUMENT, "q and k overlap");
+    /* k's head reaches one element into the next token's q head */
+    h2 = Q, h2.count = 1, h2.buf.stride = 3 * hd;
+    h = h2, h.buf.offset = 2 * hd + 1;
+    EXPECT(ROT(h2, &h), OCLF_INVALID_ARGUMENT, "q and k overlap");
     /* (disjoint column blocks of one buffer are accepted: test_rotary's
-     * qkv views) */
+     * qkv views and interleaved heads) */
     a = *R, a.cos_sin = (oclf_buf){bb.other, 0, 0}, a.max_pos = 2;
     EXPECT(oclf_rotary_embedding(e->ctx, q, OCLF_F32, T, &a, Q, &K, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "overlaps k");

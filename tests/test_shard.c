@@ -50,7 +50,7 @@ static void dev_open(cl_platform_id p, cl_device_id d)
     oclf_context_options_init(&o);
     o.no_tuning_db = 1;
     if (oclf_context_create(v->cl, d, &o, &v->ctx) != OCLF_SUCCESS) {
-        printf("oclf_context_create: %s\n", oclf_last_error(NULL));
+        printf("%s\n", oclf_last_error(NULL));
         clReleaseCommandQueue(v->queue);
         clReleaseContext(v->cl);
         return;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "oclfuse.h"
+#include "records.h"
 
 static char dir[256], db[300], journal[320];
 
@@ -67,6 +68,26 @@ static void check_confirmation(json_t *e)
     json_decref(root);
 }
 
+/* Every record of the database: a fused choice is never slower than the
+ * unfused time the same job measured. */
+static void check_no_losing_fused(void)
+{
+    json_error_t err;
+    json_t *root = json_load_file(db, 0, &err);
+    ck_assert_ptr_nonnull(root);
+    json_t *recs = json_object_get(root, "records");
+    for (size_t i = 0; i < json_array_size(recs); i++) {
+        json_t *rec = json_array_get(recs, i);
+        const char *path = json_string_value(json_object_get(json_object_get(rec, "choice"), "path"));
+        json_t *un = json_object_get(rec, "unfused_time_ns");
+        if (path && strcmp(path, "fused") == 0 && un)
+            ck_assert_msg(json_real_value(json_object_get(rec, "time_ns")) <= json_real_value(un),
+                          "a fused record at %g ns beside an unfused %g ns",
+                          json_real_value(json_object_get(rec, "time_ns")), json_real_value(un));
+    }
+    json_decref(root);
+}
+
 /* Journal lines, and whether every key is unique. */
 static int journal_lines(int *unique)
 {
@@ -112,6 +133,7 @@ START_TEST(tune_and_resume)
     size_t n = 0;
     ck_assert_msg(oclf_tuning_db_check(db, &n) == OCLF_SUCCESS, "%s", oclf_last_error(NULL));
     ck_assert_int_eq(n, 1);
+    check_no_losing_fused();
     int unique = 0;
     const int first = journal_lines(&unique);
     ck_assert_int_ge(first, 1);
@@ -157,6 +179,32 @@ START_TEST(tune_and_resume)
 }
 END_TEST
 
+/* The last step of the choice: a fused choice that an unfused candidate
+ * beat gives way to it; a faster fused one, an equal one, or one with no
+ * measured unfused candidate stands. */
+START_TEST(fused_never_loses)
+{
+    cand fused = {.ch = {.path = OCLF_PATH_FUSED}, .state = 1, .time_ns = 100};
+    cand unfused = {.ch = {.path = OCLF_PATH_UNFUSED}, .state = 1, .time_ns = 99};
+    ck_assert_ptr_eq(no_losing_fused(&fused, &unfused), &unfused);
+    unfused.time_ns = 100;
+    ck_assert_ptr_eq(no_losing_fused(&fused, &unfused), &fused);
+    unfused.time_ns = 101;
+    ck_assert_ptr_eq(no_losing_fused(&fused, &unfused), &fused);
+    /* an unfused candidate that failed or was never measured */
+    unfused.time_ns = 1;
+    unfused.state = -1;
+    ck_assert_ptr_eq(no_losing_fused(&fused, &unfused), &fused);
+    unfused.state = 0;
+    ck_assert_ptr_eq(no_losing_fused(&fused, &unfused), &fused);
+    ck_assert_ptr_eq(no_losing_fused(&fused, NULL), &fused);
+    /* an unfused choice is never touched */
+    unfused.state = 1;
+    ck_assert_ptr_eq(no_losing_fused(&unfused, &fused), &unfused);
+    ck_assert_ptr_null(no_losing_fused(NULL, &unfused));
+}
+END_TEST
+
 /* An op whose tuner shape (the packed qkv: tokens, nq, nk, nv, head and
  * rotary dims) is not the library's key (tokens, heads rotated, head and
  * rotary dims): the record carries the library's key, so the library can
@@ -179,6 +227,14 @@ START_TEST(tune_rope_record)
     ck_assert_int_eq(json_integer_value(json_object_get(shape, "heads")), 3);
     ck_assert_int_eq(json_integer_value(json_object_get(shape, "head_dim")), 32);
     ck_assert_int_eq(json_integer_value(json_object_get(shape, "rot_dim")), 16);
+    /* the tuner names itself with meson's project version */
+    const char *version = getenv("OCLF_PROJECT_VERSION");
+    ck_assert_msg(version != NULL, "meson sets OCLF_PROJECT_VERSION");
+    char tuner[64];
+    snprintf(tuner, sizeof tuner, "oclfuse-tune %s", version);
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(root, "records"), 0), "tuner")),
+                     tuner);
     json_decref(root);
 }
 END_TEST
@@ -188,6 +244,7 @@ int main(void)
     Suite *s = suite_create("tune");
     TCase *tc = tcase_create("tune");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, fused_never_loses);
     tcase_add_test(tc, tune_and_resume);
     tcase_add_test(tc, tune_rope_record);
     suite_add_tcase(s, tc);

@@ -68,6 +68,17 @@ static char *rec(char *buf, size_t len, const char *v, const char *n, const char
     return buf;
 }
 
+/* A database of one record for this device: `members` follow "device". */
+static void write_own_record(const char *path, const char *members)
+{
+    char doc[4096];
+    snprintf(doc, sizeof doc,
+             "{\"format\": 1, \"records\": [{\"device\": {\"vendor\": \"%s\", \"name\": "
+             "\"%s\", \"driver\": \"%s\", \"type\": \"%s\"}, %s}]}",
+             vendor, name, driver, type, members);
+    write_file(path, doc);
+}
+
 static void write_db(const char *path, const char *r1, const char *r2)
 {
     char text[8192];
@@ -283,6 +294,176 @@ START_TEST(explicit_path_alternative)
 }
 END_TEST
 
+/* Explain, the structured resolve and the call itself make one decision.
+ * A record whose parameters cannot all be laid over the heuristic's (eight
+ * names beside the heuristic's five pass the limit of 12) must be skipped
+ * by all three; a valid record behind it must be taken by all three. */
+START_TEST(explain_matches_dispatch)
+{
+    setup();
+    char db[300], text[4096], doc[4096], crowded[1024], r2[1024];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    snprintf(crowded, sizeof crowded,
+             "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
+             "\"type\": \"%s\"}, \"op\": \"rms_norm\", \"dtype\": \"f32\", "
+             "\"shape\": {\"rows\": 8, \"cols\": 64}, \"choice\": {\"path\": \"fused\", "
+             "\"params\": {\"LAYOUT\": 0, \"WGS\": 2, \"X1\": 1, \"X2\": 1, \"X3\": 1, "
+             "\"X4\": 1, \"X5\": 1, \"X6\": 1, \"X7\": 1, \"X8\": 1}}}",
+             vendor, name, driver, type);
+    snprintf(doc, sizeof doc, "{\"format\": 1, \"records\": [%s]}", crowded);
+    write_file(db, doc);
+    logbuf log = {"", 0};
+    oclf_context *ctx = make_ctx(db, &log);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(text, "skips") && strstr(text, "too many kernel parameters") &&
+                      strstr(decision(text), "heuristic"),
+                  "%s", text);
+    uint64_t dims[2] = {8, 64};
+    oclf_tuning_decision d;
+    ck_assert_int_eq(oclf_tuning_resolve(ctx, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO, &d),
+                     OCLF_SUCCESS);
+    ck_assert_int_eq(d.from_record, 0);
+    ck_assert_int_eq(d.decision.path, d.heuristic.path);
+    ck_assert_int_eq(d.decision.params.count, d.heuristic.params.count);
+    ck_assert_int_eq(memcmp(&d.decision.params, &d.heuristic.params, sizeof d.heuristic.params),
+                     0);
+    run_rms(ctx, 8, 64);
+    ck_assert_msg(strstr(log.text, "tuning record 0") && strstr(log.text, "skipped"), "%s",
+                  log.text);
+    oclf_context_destroy(ctx);
+
+    /* A usable record after it: taken by all three, with its WGS. */
+    snprintf(doc, sizeof doc, "{\"format\": 1, \"records\": [%s, %s]}", crowded,
+             rec(r2, sizeof r2, vendor, name, driver, type, 8, 64, "unfused", 0, 8, 0));
+    write_file(db, doc);
+    memset(&log, 0, sizeof log);
+    ctx = make_ctx(db, &log);
+    explain(ctx, 8, 64, OCLF_PATH_AUTO, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "record 1") && strstr(decision(text), "unfused") &&
+                      strstr(decision(text), "WGS=8"),
+                  "%s", text);
+    ck_assert_int_eq(oclf_tuning_resolve(ctx, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO, &d),
+                     OCLF_SUCCESS);
+    int64_t wgs = 0;
+    ck_assert_int_eq(d.from_record, 1);
+    ck_assert_int_eq(d.decision.path, OCLF_PATH_UNFUSED);
+    ck_assert(oclf_params_get(&d.decision.params, "WGS", &wgs) && wgs == 8);
+    ck_assert_int_eq(d.heuristic.path, OCLF_PATH_FUSED);
+    run_rms(ctx, 8, 64);
+    /* The call skipped record 0 and took record 1 (nothing more skipped). */
+    ck_assert_msg(strstr(log.text, "tuning record 0") && !strstr(log.text, "tuning record 1"),
+                  "%s", log.text);
+    ck_assert_int_eq(oclf_tuning_resolve(ctx, "rms_norm", OCLF_F32, dims, 3, OCLF_PATH_AUTO, &d),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(oclf_last_error(ctx), "oclf_tuning_resolve: rms_norm takes 2 dims"),
+                  "%s", oclf_last_error(ctx));
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+/* precision EXACT needs the fused path: with a record that picks the
+ * unfused one, dispatch is asked once, for the fused path (it used to be
+ * asked for any path first, then again for the fused one). */
+START_TEST(l2_exact_resolves_once)
+{
+    setup();
+    char db[300];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    write_own_record(db, "\"op\": \"l2_topk\", \"dtype\": \"f32\", \"shape\": {\"nq\": 3, "
+                         "\"n\": 70, \"d\": 9, \"k\": 4}, \"choice\": {\"path\": \"unfused\", "
+                         "\"params\": {\"SLICES\": 2}}");
+    oclf_context *ctx = make_ctx(db, NULL);
+    th_env *e = th_get();
+    const size_t nq = 3, n = 70, d = 9, k = 4;
+    float *q = th_random(OCLF_F32, nq * d, -1, 1), *x = th_random(OCLF_F32, n * d, -1, 1);
+    cl_mem mq = th_upload(q, nq * d * 4), mx = th_upload(x, n * d * 4);
+    cl_mem md = th_alloc(nq * k * 4), mi = th_alloc(nq * k * 8);
+    oclf_buf bq = {mq, 0, 0}, bx = {mx, 0, 0}, bd = {md, 0, 0}, bi = {mi, 0, 0};
+    oclf_l2_topk_options opt;
+    oclf_l2_topk_options_init(&opt);
+    opt.precision = OCLF_L2_EXACT;
+    oclf_context_stats st0, st1;
+    ck_assert_int_eq(oclf_context_get_stats(ctx, &st0), OCLF_SUCCESS);
+    oclf_status st = oclf_l2_topk(ctx, e->queue, OCLF_F32, nq, n, d, k, bq, bx, bd, bi, &opt,
+                                  NULL, 0, NULL, NULL);
+    ck_assert_msg(st == OCLF_SUCCESS, "%s", oclf_last_error(ctx));
+    ck_assert_int_eq(oclf_context_get_stats(ctx, &st1), OCLF_SUCCESS);
+    ck_assert_uint_eq(st1.tuning_lookups - st0.tuning_lookups, 1);
+    float got_d[12];
+    int64_t got_i[12], want_i[12];
+    double want_d[12];
+    th_download(md, got_d, sizeof got_d);
+    th_download(mi, got_i, sizeof got_i);
+    oclf_ref_l2_topk(OCLF_F32, nq, n, d, k, q, d, x, d, want_d, want_i);
+    for (size_t i = 0; i < nq * k; i++)
+        ck_assert_msg(got_i[i] == want_i[i] && fabs(got_d[i] - want_d[i]) <= 1e-5 * (1 + want_d[i]),
+                      "entry %zu: (%g, %lld), reference (%g, %lld)", i, got_d[i],
+                      (long long)got_i[i], want_d[i], (long long)want_i[i]);
+    free(q), free(x);
+    clReleaseMemObject(mq), clReleaseMemObject(mx), clReleaseMemObject(md),
+        clReleaseMemObject(mi);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+/* The tuner's check of a point (oclf_tuning_params_valid) is the op's own
+ * validation: for each parameter set, the check and a call with the set
+ * agree, with the same sentence when they refuse it. */
+START_TEST(params_valid_is_the_ops_rule)
+{
+    setup();
+    static const struct {
+        const char *names[3];
+        int64_t values[3];
+        const char *why; /* NULL: valid */
+    } sets[] = {
+        {{"LAYOUT", "WGS", "VEC"}, {0, 4, 4}, NULL},
+        {{"LAYOUT", "STAGE", NULL}, {0, 1, 0}, "STAGE = 1 needs LAYOUT = 1"},
+        {{"WGS", NULL, NULL}, {3, 0, 0}, "WGS = 3 is not a power of two"},
+        {{"VEC", NULL, NULL}, {32, 0, 0}, "VEC = 32 is outside [1, 16]"},
+        {{"VEC", NULL, NULL}, {3, 0, 0}, "VEC = 3 is not 1, 2, 4, 8 or 16"},
+        {{"ROWS", "LAYOUT", NULL}, {4, 0, 0}, "ROWS > 1 needs LAYOUT = 1"},
+    };
+    th_env *e = th_get();
+    oclf_context *ctx = make_ctx(NULL, NULL);
+    const size_t rows = 8, cols = 64;
+    uint64_t dims[2] = {rows, cols};
+    cl_mem mx = th_alloc(rows * cols * 4), my = th_alloc(rows * cols * 4);
+    oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        oclf_choice ch;
+        memset(&ch, 0, sizeof ch);
+        ch.path = OCLF_PATH_FUSED;
+        for (int k = 0; k < 3 && sets[i].names[k]; k++)
+            oclf_params_set(&ch.params, sets[i].names[k], sets[i].values[k]);
+        const int valid = oclf_tuning_params_valid(ctx, "rms_norm", OCLF_F32, dims, 2,
+                                                   OCLF_PATH_FUSED, &ch.params);
+        char why[512];
+        snprintf(why, sizeof why, "%s", oclf_last_error(ctx));
+        oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f,
+                                       &ch, 0, NULL, NULL);
+        ck_assert_msg(valid == (sets[i].why == NULL), "set %zu: valid %d (%s)", i, valid, why);
+        ck_assert_msg(valid == (st == OCLF_SUCCESS), "set %zu: call %s: %s", i,
+                      oclf_status_string(st), oclf_last_error(ctx));
+        if (!valid) {
+            ck_assert_msg(strstr(why, sets[i].why), "set %zu: check says %s", i, why);
+            ck_assert_msg(strstr(oclf_last_error(ctx), sets[i].why), "set %zu: call says %s", i,
+                          oclf_last_error(ctx));
+        }
+    }
+    ck_assert_int_eq(clFinish(e->queue), CL_SUCCESS);
+    /* Outside the op's questions: AUTO is not a point of a search space. */
+    ck_assert_int_eq(oclf_tuning_params_valid(ctx, "rms_norm", OCLF_F32, dims, 2, OCLF_PATH_AUTO,
+                                              NULL),
+                     0);
+    ck_assert_int_eq(oclf_tuning_params_valid(ctx, "no_such_op", OCLF_F32, dims, 2,
+                                              OCLF_PATH_FUSED, NULL),
+                     0);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(bad_files)
 {
     setup();
@@ -394,6 +575,9 @@ int main(void)
     tcase_add_test(tc, nearest_shape);
     tcase_add_test(tc, invalid_records_skipped);
     tcase_add_test(tc, explicit_path_alternative);
+    tcase_add_test(tc, explain_matches_dispatch);
+    tcase_add_test(tc, l2_exact_resolves_once);
+    tcase_add_test(tc, params_valid_is_the_ops_rule);
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, lookup_cache);
     tcase_add_test(tc, concurrent_writers);

@@ -10,7 +10,9 @@
  * path (the median of per-round ratios, with its spread), and the host
  * cost of one call. Paths whose samples a Mann-Whitney U
  * test cannot tell apart (p >= 0.05) are marked "~" in the notes. --json
- * prints one object per op, dtype, shape, path.
+ * prints one object per op, dtype, shape, path instead of the table;
+ * --json-file writes them to a file beside the table (tools/plot_bench.py
+ * draws them).
  */
 #include "opdesc.h"
 #include "timing.h"
@@ -25,13 +27,14 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: oclfuse-bench [options]\n"
             "  --ops a,b,...       operations (default: all)\n"
-            "  --dtypes f32,...    storage dtypes (default: f32)\n"
+            "  --dtypes f32,...    storage dtypes (default: f32,f16,bf16)\n"
             "  --shapes S,S,...    shapes, read per op as below (default: each op's list)\n"
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
             "  --min-time SECONDS  time per path and shape, split over the samples (default 1)\n"
             "  --samples N         samples per path, interleaved between paths (default 15)\n"
             "  --json              JSON array instead of the table\n"
+            "  --json-file FILE    the JSON array into FILE, the table still on stdout\n"
             "  --no-verify         skip the reference check before timing\n"
             "operations and their shapes:\n");
     for (int i = 0; op_table[i]; i++)
@@ -77,34 +80,38 @@ static int differ(const row *r, int a, int b)
     return tm_mwu_differ(r->s[a]->host, r->s[a]->n, r->s[b]->host, r->s[b]->n) < ALPHA;
 }
 
+/* The row as JSON objects to `jf` (when not NULL) and as a table line on
+ * stdout (when `table`). */
 static void print_row(const op_desc *op, const op_shape *shape, const char *text, oclf_dtype dt,
-                      const row *r, double copy, int json, int *first)
+                      const row *r, double copy, FILE *jf, int table, int *first)
 {
     const double bytes = op->min_bytes(shape, dt);
-    if (json) {
+    if (jf) {
         for (int pi = 0; pi < 3; pi++) {
             if (!r->s[pi])
                 continue;
             const path_stat *p = &r->p[pi];
-            printf("%s\n {\"op\": \"%s\", \"dtype\": \"%s\", \"shape\": {", *first ? "" : ",",
-                   op->name, oclf_dtype_name(dt));
+            fprintf(jf, "%s\n {\"op\": \"%s\", \"dtype\": \"%s\", \"shape\": {",
+                    *first ? "" : ",", op->name, oclf_dtype_name(dt));
             *first = 0;
             for (int k = 0; k < shape->ndims; k++)
-                printf("%s\"%s\": %llu", k ? ", " : "", op->dim_names[k],
-                       (unsigned long long)shape->d[k]);
-            printf("}, \"path\": \"%s\", \"time_ns\": %.0f, \"ci95_ns\": [%.0f, %.0f], "
-                   "\"device_ns\": %.0f, \"samples\": %d, \"calls_per_sample\": %d, "
-                   "\"min_bytes\": %.0f, \"gbps\": %.3f, \"copy_gbps\": %.3f",
-                   path_names[pi], p->med, p->lo, p->hi, p->dev, r->s[pi]->n, r->s[pi]->reps,
-                   bytes, bytes / p->med, copy);
+                fprintf(jf, "%s\"%s\": %llu", k ? ", " : "", op->dim_names[k],
+                        (unsigned long long)shape->d[k]);
+            fprintf(jf, "}, \"path\": \"%s\", \"time_ns\": %.0f, \"ci95_ns\": [%.0f, %.0f], "
+                    "\"device_ns\": %.0f, \"samples\": %d, \"calls_per_sample\": %d, "
+                    "\"min_bytes\": %.0f, \"gbps\": %.3f, \"copy_gbps\": %.3f",
+                    path_names[pi], p->med, p->lo, p->hi, p->dev, r->s[pi]->n, r->s[pi]->reps,
+                    bytes, bytes / p->med, copy);
             if (op->flops)
-                printf(", \"gflops\": %.3f", op->flops(shape) / p->med);
+                fprintf(jf, ", \"gflops\": %.3f", op->flops(shape) / p->med);
             if (pi == r->call_path && r->call_us >= 0)
-                printf(", \"call_us\": %.2f", r->call_us);
-            printf("}");
+                fprintf(jf, ", \"call_us\": %.2f", r->call_us);
+            fprintf(jf, "}");
         }
-        return;
+        fflush(jf);
     }
+    if (!table)
+        return;
     const row *R = r; /* short, for the table's many fields */
     const int F = OCLF_PATH_FUSED, U = OCLF_PATH_UNFUSED, A = OCLF_PATH_AUTO;
     char fs[32] = "-", us[32] = "-", rs[32] = "-", gs[32] = "-", ps[32] = "-", as[32] = "-",
@@ -157,8 +164,9 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
 
 int main(int argc, char **argv)
 {
-    const char *ops = NULL, *dtypes = "f32", *shapes = NULL, *paths = "fused,unfused";
-    const char *platform = NULL, *device = NULL;
+    const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL,
+               *paths = "fused,unfused";
+    const char *platform = NULL, *device = NULL, *json_file = NULL;
     double min_time = 1.0;
     int samples = 15;
     int json = 0, verify = 1;
@@ -181,6 +189,7 @@ int main(int argc, char **argv)
         OPT("--paths", paths)
         OPT("--platform", platform)
         OPT("--device", device)
+        OPT("--json-file", json_file)
 #undef OPT
         if (strcmp(a, "--samples") == 0 && v) {
             samples = atoi(v);
@@ -219,10 +228,17 @@ int main(int argc, char **argv)
         }
     }
 
+    FILE *jf = json ? stdout : NULL;
+    if (json_file && !json && !(jf = fopen(json_file, "w"))) {
+        fprintf(stderr, "oclfuse-bench: cannot write %s\n", json_file);
+        return 1;
+    }
     op_env env;
     char err[512];
     if (op_env_open(&env, platform, device, err, sizeof err) != 0) {
         fprintf(stderr, "oclfuse-bench: %s\n", err);
+        if (jf && jf != stdout)
+            fclose(jf);
         return 1;
     }
     const double copy = op_copy_gbps(&env);
@@ -232,9 +248,9 @@ int main(int argc, char **argv)
      * the host cost of a call (the "call us" column). */
     const double plain2_us = tm_plain_launch_us(&env, 2, 64, 9);
     const double plain14_us = tm_plain_launch_us(&env, 14, 64, 9);
-    if (json)
-        printf("[");
-    else
+    if (jf)
+        fprintf(jf, "[");
+    if (!json)
         printf("device: %s\ncopy bandwidth: %.1f GB/s\nplain kernel launch, host time: %.2f us "
                "with 2 arguments, %.2f us with 14 (each set, then clEnqueueNDRangeKernel)\n",
                devname, copy, plain2_us, plain14_us);
@@ -331,13 +347,18 @@ int main(int argc, char **argv)
                 r.call_path = cp;
                 if (r.s[cp] && r.p[cp].med < 1e6)
                     r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
-                print_row(op, &shape, text, dt, &r, copy, json, &first);
+                print_row(op, &shape, text, dt, &r, copy, jf, !json, &first);
                 op->destroy(inst);
             }
         }
     }
-    if (json)
-        printf("\n]\n");
+    if (jf) {
+        fprintf(jf, "\n]\n");
+        if (jf != stdout && fclose(jf) != 0) {
+            fprintf(stderr, "oclfuse-bench: cannot write %s\n", json_file);
+            failures++;
+        }
+    }
     op_env_close(&env);
     return failures ? 1 : 0;
 }

@@ -10,6 +10,7 @@ packages=(
   oclgrind liboclgrind-dev g++ valgrind clang libclang-rt-dev
   clang-15 libclc-15
   openmpi-bin libopenmpi-dev
+  python3-pyopencl python3-numpy python3-pytest python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -83,13 +83,14 @@ static double act_bytes(const op_shape *s, oclf_dtype dt)
     return 3.0 * (double)s->d[0] * (double)s->d[1] * (double)oclf_dtype_size(dt);
 }
 
-static int act_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                     oclf_params *out, int max)
+static int act_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                     oclf_path path, oclf_params *out, int max)
 {
-    (void)path;
+    op_point_check c;
+    op_point_check_init(&c, env, op, s, dt, path);
     /* The activations keep several temporaries per element alive: wider
      * vectors spill on a GPU. */
-    return op_gpu_vector_cap(env, dt, out, op_row_space(env, s->d[1], 1, 64, 16, out, max));
+    return op_gpu_vector_cap(env, dt, out, op_row_space(&c, s->d[1], 1, 64, 16, out, max));
 }
 
 const op_desc op_act_and_mul = {

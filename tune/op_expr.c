@@ -238,25 +238,26 @@ static int expr_lib_shape(const preset *p, const op_shape *s, uint64_t *dims)
     return 3;
 }
 
-/* VEC 1..16 by WGS 16..1024 (the device's limit), on both paths; fused
- * also with 8 rows per work-item where there are 16 rows or more. */
-static int expr_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                      oclf_params *out, int max)
+/* VEC 1..16 by WGS 16..1024, on both paths; fused also with 8 rows per
+ * work-item where there are 16 rows or more. The library's validation
+ * drops what this device cannot take (a work-group over its limit). */
+static int expr_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                      oclf_path path, oclf_params *out, int max)
 {
-    size_t max_wgs = 1;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    op_point_check c;
+    op_point_check_init(&c, env, op, s, dt, path);
     const int max_rows = path == OCLF_PATH_FUSED && s->d[0] >= 16 ? 8 : 1;
     int n = 0;
     for (int vec = 1; vec <= 16; vec *= 2)
-        for (size_t wgs = 16; wgs <= max_wgs && wgs <= 1024; wgs *= 2)
+        for (int64_t wgs = 16; wgs <= 1024; wgs *= 2)
             for (int rows = 1; rows <= max_rows; rows *= 8) {
                 oclf_params p;
                 memset(&p, 0, sizeof p);
                 oclf_params_set(&p, "VEC", vec);
-                oclf_params_set(&p, "WGS", (int64_t)wgs);
+                oclf_params_set(&p, "WGS", wgs);
                 if (rows > 1)
                     oclf_params_set(&p, "ROWS", rows);
-                op_space_add(out, &n, max, &p);
+                op_space_add_valid(&c, out, &n, max, &p);
             }
     return op_gpu_vector_cap(env, dt, out, n);
 }

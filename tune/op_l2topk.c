@@ -214,10 +214,11 @@ static double l2_flops(const op_shape *s)
  * out the unfused path's. XNORM is the heuristic's (it follows from how the
  * device runs a group's work-items, not from the shape). Unfused: slices
  * and GEMM tile widths. */
-static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                    oclf_params *out, int max)
+static int l2_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                    oclf_path path, oclf_params *out, int max)
 {
-    (void)dt;
+    op_point_check chk;
+    op_point_check_init(&chk, env, op, s, dt, path);
     int n = 0;
     if (path == OCLF_PATH_UNFUSED) {
         static const int64_t slices[] = {0, 2, 8}, tiles[] = {0, 16384, 65536};
@@ -227,13 +228,11 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                 memset(&p, 0, sizeof p);
                 oclf_params_set(&p, "SLICES", slices[a]);
                 oclf_params_set(&p, "TILE", tiles[b]);
-                op_space_add(out, &n, max, &p);
+                op_space_add_valid(&chk, out, &n, max, &p);
             }
         return n;
     }
-    size_t max_wgs = 1;
     cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
     cl_device_local_mem_type lmt = CL_LOCAL;
     clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lmt, &lmt, NULL);
@@ -254,11 +253,11 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                         qg = (qg + qb - 1) / qb * qb;
                         const uint64_t wgs = qg / qb * (uint64_t)nrbs[e / 2];
                         const uint64_t tr = (uint64_t)nrbs[e / 2] * (uint64_t)rbs[b];
-                        /* local memory: the tile, row and query norms, and
-                         * with QLOCAL the queries */
+                        /* The direct formula takes the query copy where
+                         * the heuristic would: the tile, row and query
+                         * norms and the queries within half of on-chip
+                         * local memory. */
                         const uint64_t base = (qg * tr + tr + qg) * 4, copy = qg * d * 4;
-                        if (wgs > max_wgs || wgs < qg || base + (ql ? copy : 0) > local_mem)
-                            continue;
                         if (formula == 0 &&
                             ql != (lmt != CL_GLOBAL && base + copy <= local_mem / 2))
                             continue;
@@ -269,9 +268,6 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                          * chunks of 64 columns (coalesced) or each by its
                          * own work-item. */
                         for (int xs = 0; xs <= (gpu ? 64 : 0); xs += 64) {
-                            const uint64_t chunk = xs ? tr * (uint64_t)(xs + 1) * 4 : 0;
-                            if (base + (ql ? copy : 0) + chunk > local_mem)
-                                continue;
                             oclf_params p;
                             memset(&p, 0, sizeof p);
                             oclf_params_set(&p, "FORMULA", formula);
@@ -282,7 +278,7 @@ static int l2_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_pa
                             oclf_params_set(&p, "WGS", (int64_t)wgs);
                             oclf_params_set(&p, "QLOCAL", ql);
                             oclf_params_set(&p, "XSTAGE", xs);
-                            op_space_add(out, &n, max, &p);
+                            op_space_add_valid(&chk, out, &n, max, &p);
                         }
                     }
     return n;

@@ -158,20 +158,18 @@ static double norm_bytes(int kind, const op_shape *s, oclf_dtype dt)
 }
 
 /* Both structures; work-group sizes up to the device limit; vector widths.
- * Points that cannot launch are left out here, before compiling. */
-static int norm_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                      oclf_params *out, int max)
+ * Points the op would reject are left out here, before compiling. */
+static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                      oclf_path path, oclf_params *out, int max)
 {
-    (void)dt;
-    (void)path;
     const uint64_t rows = s->d[0], cols = s->d[1];
-    /* LAYOUT 0 with no more rows per group than there are rows; staged:
-     * the row, weight and bias in local memory */
+    op_point_check c;
+    op_point_check_init(&c, env, op, s, dt, path);
+    /* LAYOUT 0 with no more rows per group than there are rows */
     const op_stage_space sp = {.width = cols, .rows = rows, .l0_min = 1,
                                .l0_max = rows < 64 ? (size_t)rows : 64, .l1_min = 16,
-                               .stage_fixed = 3 * cols * 4, .stage_per_row = 0,
                                .rows_need_stage = 0};
-    return op_staged_row_space(env, &sp, out, max);
+    return op_staged_row_space(&c, &sp, out, max);
 }
 
 #define NORM_DESC(sym, KIND, NAME)                                                           \

@@ -68,7 +68,12 @@ static void *rope_create(int kind, const op_env *env, const op_shape *s, oclf_dt
         return NULL;
     }
     op_fill_random(dt, in->hx, n, -2.0f, 2.0f, 1);
-    op_fill_random(dt, in->hw, in->hd, 0.5f, 1.0f, 2);
+    /* Unit norm weights: the op runs in place call after call, and a
+     * weight w scales its dim by w per call relative to the others, which
+     * drove most of a head into subnormal floats within a few hundred
+     * calls (qk_norm_rope f32 at 256 tokens ran 50x slower per token than
+     * at 4096, a CPU's subnormal arithmetic). */
+    op_fill_random(dt, in->hw, in->hd, 1.0f, 1.0f, 2);
     for (size_t p = 0; p < in->max_pos; p++)
         for (size_t j = 0; j < in->rot / 2; j++) {
             double f = pow(10000.0, -2.0 * (double)j / (double)in->rot);
@@ -177,19 +182,19 @@ static int rope_lib_shape(const op_shape *s, uint64_t *dims)
     return 4;
 }
 
-static int rope_space(const op_env *env, const op_shape *s, oclf_dtype dt, oclf_path path,
-                      oclf_params *out, int max)
+static int rope_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                      oclf_path path, oclf_params *out, int max)
 {
-    (void)path;
-    /* LAYOUT 0: many heads per group (a head is small); staged: positions,
-     * weights, cache rows and heads (lib/ops/rope.c), 4 tokens per group
+    op_point_check c;
+    op_point_check_init(&c, env, op, s, dt, path);
+    /* LAYOUT 0: many heads per group (a head is small); staged (positions,
+     * weights, cache rows and heads in local memory), 4 tokens per group
      * where there are tokens to spare */
     const op_stage_space sp = {.width = s->d[4], .rows = s->d[0], .l0_min = 4, .l0_max = 256,
-                               .l1_min = 8, .stage_fixed = (4 * s->d[4] + 2 * s->d[5]) * 4,
-                               .stage_per_row = 8, .rows_need_stage = 1};
+                               .l1_min = 8, .rows_need_stage = 1};
     /* The staged qk_norm_rope keeps a head's vectors and its cos/sin in
      * flight: wider vectors spill on a GPU. */
-    return op_gpu_vector_cap(env, dt, out, op_staged_row_space(env, &sp, out, max));
+    return op_gpu_vector_cap(env, dt, out, op_staged_row_space(&c, &sp, out, max));
 }
 
 #define ROPE_DESC(sym, KIND, NAME, UNFUSED)                                                  \

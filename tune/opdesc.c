@@ -183,7 +183,7 @@ int op_env_open_opts(op_env *env, const char *platform, const char *device,
         return -1;
     }
     if (oclf_context_create(env->cl, env->device, options, &env->ctx) != OCLF_SUCCESS) {
-        snprintf(err, errlen, "oclf_context_create: %s", oclf_last_error(NULL));
+        snprintf(err, errlen, "%s", oclf_last_error(NULL)); /* names oclf_context_create */
         op_env_close(env);
         return -1;
     }
@@ -393,11 +393,36 @@ int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int
     return kept;
 }
 
-int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,
-                 oclf_params *out, int max)
+void op_point_check_init(op_point_check *c, const op_env *env, const op_desc *op,
+                         const op_shape *shape, oclf_dtype dtype, oclf_path path)
+{
+    memset(c, 0, sizeof *c);
+    c->env = env;
+    c->op = op_lib_op(op);
+    c->dtype = dtype;
+    c->path = path;
+    c->ndims = op_lib_shape(op, shape, c->dims, NULL);
+}
+
+int op_point_valid(const op_point_check *c, const oclf_params *p)
+{
+    return oclf_tuning_params_valid(c->env->ctx, c->op, c->dtype, c->dims, (unsigned)c->ndims,
+                                    c->path, p);
+}
+
+void op_space_add_valid(const op_point_check *c, oclf_params *out, int *n, int max,
+                        const oclf_params *p)
+{
+    if (*n < max && op_point_valid(c, p))
+        out[(*n)++] = *p;
+}
+
+int op_row_space(const op_point_check *c, uint64_t width, size_t l0_min, size_t l0_max,
+                 size_t l1_min, oclf_params *out, int max)
 {
     size_t max_wgs = 1;
-    clGetDeviceInfo(env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
+    clGetDeviceInfo(c->env->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs,
+                    NULL);
     static const int vecs[] = {1, 2, 4, 8, 16};
     int n = 0;
     for (int layout = 0; layout <= 1; layout++)
@@ -419,29 +444,24 @@ int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max
     return n;
 }
 
-int op_staged_row_space(const op_env *env, const op_stage_space *s, oclf_params *out, int max)
+int op_staged_row_space(const op_point_check *c, const op_stage_space *s, oclf_params *out,
+                        int max)
 {
-    cl_ulong local_mem = 0;
-    clGetDeviceInfo(env->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
     oclf_params *base = calloc((size_t)max, sizeof *base);
     if (!base)
         return 0;
-    const int nb = op_row_space(env, s->width, s->l0_min, s->l0_max, s->l1_min, base, max);
+    const int nb = op_row_space(c, s->width, s->l0_min, s->l0_max, s->l1_min, base, max);
     int n = 0;
     for (int i = 0; i < nb; i++) {
-        int64_t layout = 0, wgs = 1;
+        int64_t layout = 0;
         oclf_params_get(&base[i], "LAYOUT", &layout);
-        oclf_params_get(&base[i], "WGS", &wgs);
         for (int stage = 0; stage <= layout; stage++) {
             const int many = layout && s->rows >= 64 && (stage || !s->rows_need_stage);
             for (int rpg = 1; rpg <= (many ? 4 : 1); rpg *= 4) {
-                if (stage && s->stage_fixed + 4 * (uint64_t)wgs +
-                                     s->stage_per_row * (uint64_t)rpg > local_mem)
-                    continue;
                 oclf_params p = base[i];
                 oclf_params_set(&p, "STAGE", stage);
                 oclf_params_set(&p, "ROWS", rpg);
-                op_space_add(out, &n, max, &p);
+                op_space_add_valid(c, out, &n, max, &p);
             }
         }
     }

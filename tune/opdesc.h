@@ -31,6 +31,7 @@ typedef struct op_shape {
     uint64_t d[OP_MAX_DIMS];
 } op_shape;
 
+struct op_desc;
 typedef struct op_desc {
     const char *name;
     /* The library's op (lib/ops.def) this descriptor runs, when its own
@@ -65,10 +66,11 @@ typedef struct op_desc {
     void (*destroy)(void *inst);
 
     /* Tuning: writes up to `max` candidate parameter sets for `path` into
-     * out and returns how many; invalid points are left out here, before
-     * anything compiles. */
-    int (*space)(const op_env *env, const op_shape *shape, oclf_dtype dtype, oclf_path path,
-                 oclf_params *out, int max);
+     * out and returns how many; points the library would reject
+     * (oclf_tuning_params_valid, the op's own rules) are left out here,
+     * before anything compiles. */
+    int (*space)(const op_env *env, const struct op_desc *op, const op_shape *shape,
+                 oclf_dtype dtype, oclf_path path, oclf_params *out, int max);
 
     /* The shape as the library keys it (database records,
      * oclf_tuning_explain) where that differs from the descriptor's own,
@@ -121,19 +123,37 @@ int op_rewrite(const op_env *env, cl_mem mem, const void *host, size_t bytes);
  * with WGS from l1_min up to the device limit and no more work-items than
  * the row has vectors, twice over; VEC 1..16 up to the width. Writes up to
  * `max` sets and returns how many. */
-int op_row_space(const op_env *env, uint64_t width, size_t l0_min, size_t l0_max, size_t l1_min,
-                 oclf_params *out, int max);
+/* Whether the library would take a point of op's space for (shape, dtype,
+ * path): its validation (oclf_tuning_params_valid) is the one place the
+ * parameters' rules are written; spaces only choose what to try. */
+typedef struct op_point_check {
+    const op_env *env;
+    const char *op;
+    oclf_dtype dtype;
+    oclf_path path;
+    uint64_t dims[OP_MAX_DIMS];
+    int ndims;
+} op_point_check;
+void op_point_check_init(op_point_check *c, const op_env *env, const op_desc *op,
+                         const op_shape *shape, oclf_dtype dtype, oclf_path path);
+int op_point_valid(const op_point_check *c, const oclf_params *p);
+/* Adds p to out[*n] when *n < max and the library would take it. */
+void op_space_add_valid(const op_point_check *c, oclf_params *out, int *n, int max,
+                        const oclf_params *p);
+
+int op_row_space(const op_point_check *c, uint64_t width, size_t l0_min, size_t l0_max,
+                 size_t l1_min, oclf_params *out, int max);
 /* The row-structure points of op_row_space, each with STAGE (0, and 1 for
- * LAYOUT 1 where the stage fits local memory: stage_fixed + 4 * WGS +
- * stage_per_row * ROWS bytes) and ROWS (1, and 4 for LAYOUT 1 where there
- * are 64 rows or more; only when staged if rows_need_stage). */
+ * LAYOUT 1 where the op takes it: the stage must fit local memory) and ROWS
+ * (1, and 4 for LAYOUT 1 where there are 64 rows or more; only when staged
+ * if rows_need_stage). */
 typedef struct op_stage_space {
     uint64_t width, rows;
     size_t l0_min, l0_max, l1_min; /* as op_row_space */
-    uint64_t stage_fixed, stage_per_row;
     int rows_need_stage;
 } op_stage_space;
-int op_staged_row_space(const op_env *env, const op_stage_space *s, oclf_params *out, int max);
+int op_staged_row_space(const op_point_check *c, const op_stage_space *s, oclf_params *out,
+                        int max);
 /* 1 when the library plans for a GPU on this device (its class, which
  * OCLF_DEVICE_CLASS may override). */
 int op_is_gpu(const op_env *env);

@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#define TUNER_NAME "oclfuse-tune 0.1.0"
+#define TUNER_NAME "oclfuse-tune " OCLF_VERSION_STRING
 
 /* One candidate of a job: a choice and what measuring it gave. */
 typedef struct cand {
@@ -32,6 +32,18 @@ typedef struct result {
     double bytes;
     int measured, failed;
 } result;
+
+/* The record's choice after the cross-path comparison and any
+ * confirmation: a fused choice stands only when no unfused candidate was
+ * measured faster than it, so the database never holds a fused record
+ * that loses to the unfused path of the same job. */
+static inline const cand *no_losing_fused(const cand *chosen, const cand *unfused)
+{
+    if (chosen && chosen->ch.path == OCLF_PATH_FUSED && unfused && unfused->state > 0 &&
+        unfused->time_ns < chosen->time_ns)
+        return unfused;
+    return chosen;
+}
 
 /* "NAME=V NAME=V" */
 void params_text(const oclf_params *p, char *buf, size_t len);

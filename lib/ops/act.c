@@ -17,7 +17,16 @@
  * per-work-item setup starts to show against the streaming. */
 #define MIN_CHUNK 2048
 
-typedef oclf_row_cfg act_cfg;
+/* The row structure, all compiled in. */
+static const oclf_param_spec act_params[] = {OCLF_ROW_PARAM_SPECS};
+enum { P_LAYOUT, P_WGS, P_VEC, P_COUNT };
+_Static_assert(sizeof act_params / sizeof act_params[0] == P_COUNT, "one spec per parameter");
+
+typedef struct act_cfg {
+    int layout, wgs, vec;
+    char defines[OCLF_DEFINES_MAX];
+} act_cfg;
+OCLF_CFG_FITS(act_cfg);
 
 void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                         oclf_path path, oclf_params *out)
@@ -27,23 +36,33 @@ void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_sh
     oclf_row_heuristic(ctx, dtype, shape->dim[1], 4, 64, out);
 }
 
-static void act_options(char *buf, size_t len, oclf_dtype dtype, const act_cfg *cfg)
+static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act_cfg *cfg)
 {
-    snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
-             (int)dtype, cfg->layout, cfg->wgs, cfg->vec);
+    int64_t v[P_COUNT];
+    oclf_status st = oclf_params_read(ctx, act_params, P_COUNT, p, v);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cfg->layout = (int)v[P_LAYOUT];
+    cfg->wgs = (int)v[P_WGS];
+    cfg->vec = (int)v[P_VEC];
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, act_params, P_COUNT, v);
+    return OCLF_SUCCESS;
 }
 
 oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                              const oclf_shape *shape, const oclf_resolved *r, int deep)
+                              const oclf_shape *shape, const oclf_resolved *r, int deep,
+                              oclf_op_cfg *out)
 {
     (void)op;
     (void)shape;
     act_cfg cfg;
-    oclf_status st = oclf_row_config(ctx, &r->params, &cfg);
+    oclf_status st = act_config(ctx, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
-    char opts[160];
-    act_options(opts, sizeof opts, dtype, &cfg);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;
@@ -51,6 +70,8 @@ oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
                                       : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
 }
+
+const oclf_op_hooks oclf_act_hooks = {oclf_act_heuristic, oclf_act_validate};
 
 static oclf_status check_activation(oclf_context *ctx, const oclf_activation *a)
 {
@@ -133,9 +154,13 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
 
     oclf_shape shape = {{rows, d, 0, 0}};
     oclf_resolved r;
-    act_cfg cfg = {0, 1, 1};
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, dtype, &shape, choice, &r)) ||
-        (st = oclf_row_config(ctx, &r.params, &cfg)))
+    act_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, &oclf_act_hooks, dtype, &shape,
+                                     choice, &r)))
+        return st;
+    if (r.has_cfg)
+        memcpy(&cfg, &r.cfg, sizeof cfg);
+    else if ((st = act_config(ctx, &r.params, &cfg)))
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
@@ -148,8 +173,8 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     const size_t global =
         cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * nsplit * local;
 
-    char opts[160];
-    act_options(opts, sizeof opts, dtype, &cfg);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;
@@ -164,8 +189,8 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
                         OCLF_ARG(oof),    OCLF_ARG(os),    OCLF_ARG(nrows),  OCLF_ARG(dd),
                         OCLF_ARG(kind),   OCLF_ARG(second), OCLF_ARG(p0),    OCLF_ARG(p1),
                         OCLF_ARG(chunk),  OCLF_ARG(nsplit)};
-        return oclf_enqueue(ctx, queue, prog, "act_and_mul", a, 14, global, local, num_events,
-                            wait_list, event);
+        return oclf_enqueue(ctx, queue, prog, "act_and_mul", a, OCLF_NARGS(a), global, local,
+                            num_events, wait_list, event);
     }
 
     /* Unfused: the activation into an fp32 temporary (so the result is still
@@ -181,14 +206,14 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
         oclf_arg a[] = {OCLF_ARG(oi.mem), OCLF_ARG(io),   OCLF_ARG(is),     OCLF_ARG(tmp),
                         OCLF_ARG(nrows),  OCLF_ARG(dd),   OCLF_ARG(kind),   OCLF_ARG(second),
                         OCLF_ARG(p0),     OCLF_ARG(p1),   OCLF_ARG(chunk),  OCLF_ARG(nsplit)};
-        st = oclf_chain_launch(&ch, prog, "act_rows", a, 12, global, local);
+        st = oclf_chain_launch(&ch, prog, "act_rows", a, OCLF_NARGS(a), global, local);
     }
     if (st == OCLF_SUCCESS) {
         oclf_arg a[] = {OCLF_ARG(oi.mem), OCLF_ARG(io),     OCLF_ARG(is),    OCLF_ARG(tmp),
                         OCLF_ARG(oo.mem), OCLF_ARG(oof),    OCLF_ARG(os),    OCLF_ARG(nrows),
                         OCLF_ARG(dd),     OCLF_ARG(kind),   OCLF_ARG(second), OCLF_ARG(p0),
                         OCLF_ARG(p1),     OCLF_ARG(chunk),  OCLF_ARG(nsplit)};
-        st = oclf_chain_launch(&ch, prog, "mul_rows", a, 15, global, local);
+        st = oclf_chain_launch(&ch, prog, "mul_rows", a, OCLF_NARGS(a), global, local);
     }
     clReleaseMemObject(tmp); /* freed by OpenCL once the launches finish */
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);

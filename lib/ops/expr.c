@@ -62,6 +62,22 @@ static void expr_defaults(const oclf_context *ctx, int *vec, int *wgs)
         *wgs /= 2;
 }
 
+/* VEC is compiled in (one program per (form, VEC)); WGS and ROWS are only
+ * the launch's, so tuning them compiles nothing. */
+static const oclf_param_spec expr_params[] = {
+    {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_ARG},
+    {"ROWS", 1, 65536, 0, OCLF_PARAM_ARG},
+};
+enum { P_VEC, P_WGS, P_ROWS, P_COUNT };
+_Static_assert(OCLF_NARGS(expr_params) == P_COUNT, "one spec per parameter");
+
+typedef struct expr_cfg {
+    int vec, wgs, rows;
+    char defines[OCLF_DEFINES_MAX];
+} expr_cfg;
+OCLF_CFG_FITS(expr_cfg);
+
 void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
 {
@@ -70,30 +86,38 @@ void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
     expr_defaults(ctx, &vec, &wgs);
     oclf_params_set(out, "VEC", vec);
     oclf_params_set(out, "WGS", wgs);
+    oclf_params_set(out, "ROWS", 1);
+}
+
+static oclf_status expr_config(const oclf_context *ctx, const oclf_params *p, expr_cfg *cfg)
+{
+    int64_t v[P_COUNT];
+    oclf_status st = oclf_params_read(ctx, expr_params, P_COUNT, p, v);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cfg->vec = (int)v[P_VEC];
+    cfg->wgs = (int)v[P_WGS];
+    cfg->rows = (int)v[P_ROWS];
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, expr_params, P_COUNT, v);
+    return OCLF_SUCCESS;
 }
 
 /* The parameters alone: the program depends on the expression, which the
  * shape names only by its hash, so oclf_expr_run checks the built kernel's
  * work-group limit itself. */
 oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+                               const oclf_shape *shape, const oclf_resolved *r, int deep,
+                               oclf_op_cfg *out)
 {
     (void)op, (void)dtype, (void)shape, (void)deep;
-    int64_t v = 0;
-    if (!oclf_params_get(&r->params, "VEC", &v) ||
-        (v != 1 && v != 2 && v != 4 && v != 8 && v != 16))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: VEC = %lld is not 1, 2, 4, 8 or 16",
-                         OP_RUN, (long long)v);
-    if (!oclf_params_get(&r->params, "WGS", &v) || v < 1 || (v & (v - 1)) ||
-        (uint64_t)v > ctx->info.max_wgs)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "%s: WGS = %lld is not a power of two up to %zu", OP_RUN, (long long)v,
-                         ctx->info.max_wgs);
-    if (oclf_params_get(&r->params, "ROWS", &v) && (v < 1 || v > 65536))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: ROWS = %lld is not in [1, 65536]",
-                         OP_RUN, (long long)v);
-    return OCLF_SUCCESS;
+    expr_cfg cfg;
+    oclf_status st = expr_config(ctx, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
+    return st;
 }
+
+const oclf_op_hooks oclf_expr_hooks = {oclf_expr_heuristic, oclf_expr_validate};
 
 /* The tuning key of a parsed expression: its canonical form with every
  * dtype taken as f32 (a record's dtype field carries the first output's),
@@ -122,6 +146,7 @@ static int form_of(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned 
 oclf_status oclf_expr_form_id(const char *source, const oclf_expr_decl *inputs, unsigned n_inputs,
                               const oclf_expr_decl *outputs, unsigned n_outputs, uint64_t *form)
 {
+    oclf_enter(__func__);
     static const char *const OP = "oclf_expr_form_id";
     if (!source || !form)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: source or form is NULL", OP);
@@ -153,6 +178,7 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
                               unsigned n_inputs, const oclf_expr_decl *outputs, unsigned n_outputs,
                               oclf_expr **out)
 {
+    oclf_enter(__func__);
     if (!ctx)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: ctx is NULL", OP_COMPILE);
     if (!out)
@@ -206,25 +232,20 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
 /* Path and parameters of a run: the caller's, laid over the tuning record
  * for this expression (its form) and shape, else this device's defaults. */
 static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows, size_t cols,
-                              const oclf_choice *choice, oclf_path *path, int *vec, int *wgs,
-                              int *rpb)
+                              const oclf_choice *choice, oclf_path *path, expr_cfg *cfg)
 {
     const oclf_shape shape = {{rows, cols, e->form, 0}};
     oclf_resolved r;
     oclf_status st;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_EXPR, e->outputs[0].dtype, &shape, choice, &r)) ||
-        (st = oclf_expr_validate(ctx, OCLF_OP_EXPR, e->outputs[0].dtype, &shape, &r, 0)))
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_EXPR, &oclf_expr_hooks, e->outputs[0].dtype,
+                                     &shape, choice, &r)))
         return st;
-    int64_t v = 0;
     *path = r.path;
-    oclf_params_get(&r.params, "VEC", &v);
-    *vec = (int)v;
-    oclf_params_get(&r.params, "WGS", &v);
-    *wgs = (int)v;
-    v = 1;
-    oclf_params_get(&r.params, "ROWS", &v);
-    *rpb = (int)v;
-    return OCLF_SUCCESS;
+    if (r.has_cfg) {
+        memcpy(cfg, &r.cfg, sizeof *cfg);
+        return OCLF_SUCCESS;
+    }
+    return expr_config(ctx, &r.params, cfg);
 }
 
 /* An input's checked operand; vectors are one row of cols or rows. */
@@ -254,6 +275,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
                           uint64_t offset, const oclf_choice *choice, cl_uint num_events,
                           const cl_event *wait_list, cl_event *event)
 {
+    oclf_enter(__func__);
     if (!e)
         return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: expr is NULL", OP_RUN);
     oclf_context *ctx = e->ctx;
@@ -267,9 +289,10 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     if (cols == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", OP_RUN);
     oclf_path path;
-    int vec, wgs, rpb;
-    if ((st = run_config(ctx, e, rows, cols, choice, &path, &vec, &wgs, &rpb)))
+    expr_cfg cfg;
+    if ((st = run_config(ctx, e, rows, cols, choice, &path, &cfg)))
         return st;
+    const int vec = cfg.vec, wgs = cfg.wgs, rpb = cfg.rows;
 
     oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
     for (unsigned i = 0; i < e->n_inputs; i++)

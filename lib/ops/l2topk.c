@@ -21,10 +21,36 @@
 
 #define HEAP_ENTRY_BYTES 12u /* uint key + int64 index */
 
+/* Parameters of the fused path, in the order of v[] in l2_config. QB and
+ * RB are powers of two only, as the header lists them: the kernel would
+ * also build 3, but the tuner never searches it and the header never
+ * promised it. */
+static const oclf_param_spec l2_fused_params[] = {
+    {"FORMULA", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"SLICES", 0, 1 << 20, 0, OCLF_PARAM_ARG},
+    {"QB", 1, 4, 1, OCLF_PARAM_DEFINE},
+    {"RB", 1, 8, 1, OCLF_PARAM_DEFINE},
+    {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"QG", 1, 4096, 0, OCLF_PARAM_ARG},
+    {"WGS", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_ARG},
+    {"QLOCAL", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"XNORM", 0, 2, 0, OCLF_PARAM_DEFINE},
+    {"XSTAGE", 0, 256, 0, OCLF_PARAM_DEFINE},
+};
+/* The unfused path's: its program is the fused default's (l2_config). */
+static const oclf_param_spec l2_unfused_params[] = {
+    {"FORMULA", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"SLICES", 0, 1 << 20, 0, OCLF_PARAM_ARG},
+    {"TILE", 0, INT64_MAX, 0, OCLF_PARAM_ARG},
+};
+#define L2_NPARAMS(spec) ((unsigned)(sizeof spec / sizeof spec[0]))
+
 typedef struct l2_cfg {
     int formula, qb, rb, vec, qg, wgs, qlocal, xnorm, xstage;
     int64_t slices, tile;
+    char defines[OCLF_DEFINES_MAX]; /* the program's */
 } l2_cfg;
+OCLF_CFG_FITS(l2_cfg);
 
 /* Local memory of the scan: the tile (QG x rows), the rows' and the
  * queries' norms, with QLOCAL the group's queries (QG x D floats) and with
@@ -114,51 +140,43 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
     oclf_params_set(out, "XNORM", cpu ? 2 : 0);
 }
 
-static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf_params *p,
-                             uint64_t d, l2_cfg *cfg)
+static oclf_status l2_config(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                             oclf_path path, const oclf_params *p, l2_cfg *cfg)
 {
-    int64_t v[10];
+    const uint64_t d = shape->dim[2];
+    int64_t v[L2_NPARAMS(l2_fused_params)];
     oclf_status st;
     memset(cfg, 0, sizeof *cfg);
-    if ((st = oclf_param(ctx, p, "FORMULA", 0, 1, &v[0])) ||
-        (st = oclf_param(ctx, p, "SLICES", 0, 1 << 20, &v[1])))
-        return st;
-    cfg->formula = (int)v[0];
-    cfg->slices = v[1];
     if (path == OCLF_PATH_UNFUSED) {
-        if ((st = oclf_param(ctx, p, "TILE", 0, INT64_MAX, &v[2])))
+        if ((st = oclf_params_read(ctx, l2_unfused_params, L2_NPARAMS(l2_unfused_params), p, v)))
             return st;
+        cfg->formula = (int)v[0];
+        cfg->slices = v[1];
         cfg->tile = v[2];
         if (cfg->formula != 1)
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                              "l2_topk: the unfused path computes the expansion only (FORMULA = 1)");
+        /* Its norm, tile and merge kernels come from the program the fused
+         * default builds for the same shape, so both paths share a build. */
+        oclf_params hp = {0};
+        l2_cfg fused;
+        oclf_l2topk_heuristic(ctx, dtype, shape, OCLF_PATH_FUSED, &hp);
+        if ((st = l2_config(ctx, dtype, shape, OCLF_PATH_FUSED, &hp, &fused)))
+            return st;
+        cfg->qb = fused.qb, cfg->rb = fused.rb, cfg->vec = fused.vec;
+        cfg->qlocal = fused.qlocal, cfg->xnorm = fused.xnorm, cfg->xstage = fused.xstage;
+        memcpy(cfg->defines, fused.defines, sizeof cfg->defines);
         return OCLF_SUCCESS;
     }
-    if ((st = oclf_param(ctx, p, "QB", 1, 4, &v[2])) || (st = oclf_param(ctx, p, "RB", 1, 8, &v[3])) ||
-        (st = oclf_param(ctx, p, "VEC", 1, 16, &v[4])) ||
-        (st = oclf_param(ctx, p, "QG", 1, 4096, &v[5])) ||
-        (st = oclf_param(ctx, p, "WGS", 1, (int64_t)ctx->info.max_wgs, &v[6])) ||
-        (st = oclf_param(ctx, p, "QLOCAL", 0, 1, &v[7])) ||
-        (st = oclf_param(ctx, p, "XNORM", 0, 2, &v[8])) ||
-        (st = oclf_param(ctx, p, "XSTAGE", 0, 256, &v[9])))
+    if ((st = oclf_params_read(ctx, l2_fused_params, L2_NPARAMS(l2_fused_params), p, v)))
         return st;
+    cfg->formula = (int)v[0];
+    cfg->slices = v[1];
     if (v[9] && (v[9] % v[4] || (v[9] & (v[9] - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter XSTAGE = %lld is neither 0 nor a power of two that "
                          "VEC = %lld divides",
                          (long long)v[9], (long long)v[4]);
-    /* Powers of two only, as the header lists them: the kernel would also
-     * build 3, but the tuner never searches it and the header never
-     * promised it. */
-    if (v[2] & (v[2] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter QB = %lld is not 1, 2 or 4", (long long)v[2]);
-    if (v[3] & (v[3] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter RB = %lld is not 1, 2, 4 or 8", (long long)v[3]);
-    if (v[4] & (v[4] - 1))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld is not 1, 2, 4, 8 or 16", (long long)v[4]);
     if (v[5] % v[2])
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter QG = %lld is not a multiple of QB = %lld",
@@ -193,29 +211,18 @@ static oclf_status l2_config(const oclf_context *ctx, oclf_path path, const oclf
                          "device's %llu; use QLOCAL = 0 or a smaller QG",
                          cfg->qg, (unsigned long long)d, (unsigned long long)(cfg->qg * d * 4),
                          (unsigned long long)local, (unsigned long long)have);
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, l2_fused_params,
+                       L2_NPARAMS(l2_fused_params), v);
     return OCLF_SUCCESS;
 }
 
-/* The program a call with `cfg` on `path` runs. The unfused path uses the
- * norm and merge kernels of the program that the fused heuristic builds for
- * many queries, so both paths share one build. */
-static oclf_status l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
-                              oclf_path path, const l2_cfg *cfg, oclf_program **prog)
+/* The program a call with `cfg` runs (on either path: l2_config gives the
+ * unfused path the fused default's program). */
+static oclf_status l2_program(oclf_context *ctx, oclf_dtype dtype, const l2_cfg *cfg,
+                              oclf_program **prog)
 {
-    l2_cfg pc = *cfg;
-    if (path == OCLF_PATH_UNFUSED) {
-        oclf_shape many = {{100, shape->dim[1], shape->dim[2], shape->dim[3]}};
-        oclf_params hp = {0};
-        oclf_l2topk_heuristic(ctx, dtype, &many, OCLF_PATH_FUSED, &hp);
-        oclf_status st = l2_config(ctx, OCLF_PATH_FUSED, &hp, shape->dim[2], &pc);
-        if (st != OCLF_SUCCESS)
-            return st;
-    }
-    char opts[200];
-    snprintf(opts, sizeof opts,
-             "-DOCLF_DTYPE=%d -DOCLF_FORMULA=%d -DOCLF_QB=%d -DOCLF_RB=%d -DOCLF_VEC=%d "
-             "-DOCLF_QLOCAL=%d -DOCLF_XNORM=%d -DOCLF_XSTAGE=%d",
-             (int)dtype, pc.formula, pc.qb, pc.rb, pc.vec, pc.qlocal, pc.xnorm, pc.xstage);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg->defines);
     return oclf_program_get(ctx, "l2topk.cl", opts, prog);
 }
 
@@ -225,14 +232,17 @@ static oclf_status l2_program(oclf_context *ctx, oclf_dtype dtype, const oclf_sh
 #define L2_TILE_WGS 8
 
 oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                 const oclf_shape *shape, const oclf_resolved *r, int deep)
+                                 const oclf_shape *shape, const oclf_resolved *r, int deep,
+                                 oclf_op_cfg *out)
 {
     (void)op;
     l2_cfg cfg;
     oclf_program *prog;
-    oclf_status st = l2_config(ctx, r->path, &r->params, shape->dim[2], &cfg);
+    oclf_status st = l2_config(ctx, dtype, shape, r->path, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep ||
-        (st = l2_program(ctx, dtype, shape, r->path, &cfg, &prog)) != OCLF_SUCCESS)
+        (st = l2_program(ctx, dtype, &cfg, &prog)) != OCLF_SUCCESS)
         return st;
     /* A kernel's registers or local memory can lower its limit below the
      * device's; only the built kernel reports it. */
@@ -247,6 +257,8 @@ oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype
         return st;
     return oclf_check_kernel_wgs(ctx, prog, tile, 1, L2_TILE_WGS);
 }
+
+const oclf_op_hooks oclf_l2topk_hooks = {oclf_l2topk_heuristic, oclf_l2topk_validate};
 
 typedef struct l2_call {
     oclf_dtype dtype;
@@ -333,8 +345,8 @@ static oclf_status merge_launch(oclf_chain *ch, oclf_program *prog, cl_mem hk, c
     oclf_arg a[] = {OCLF_ARG(hk),         OCLF_ARG(hi),   OCLF_ARG(nq),         OCLF_ARG(nslices),
                     OCLF_ARG(k),          OCLF_ARG(c->dist.mem), OCLF_ARG(dofs), OCLF_ARG(ds),
                     OCLF_ARG(c->idx.mem), OCLF_ARG(iofs), OCLF_ARG(is)};
-    return oclf_chain_launch(ch, prog, "l2_merge", a, 11, oclf_round_up(qn, L2_MERGE_WGS),
-                             L2_MERGE_WGS);
+    return oclf_chain_launch(ch, prog, "l2_merge", a, OCLF_NARGS(a),
+                             oclf_round_up(qn, L2_MERGE_WGS), L2_MERGE_WGS);
 }
 
 static oclf_status run_fused(oclf_context *ctx, oclf_chain *ch, oclf_program *prog,
@@ -523,7 +535,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
         cl_ulong qo = c->q.offset, qs = c->q.stride, rows = c->nq;
         oclf_arg a[] = {OCLF_ARG(c->q.mem), OCLF_ARG(qo), OCLF_ARG(qs), OCLF_ARG(rows),
                         OCLF_ARG(d), OCLF_ARG(qn)};
-        if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, 6,
+        if (c->nq && (st = oclf_chain_launch(ch, prog, "l2_q_norms", a, OCLF_NARGS(a),
                                              oclf_round_up(c->nq, L2_NORM_WGS), L2_NORM_WGS)))
             goto done;
     }
@@ -536,14 +548,14 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
             if (conv) {
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xf)};
-                if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, 7,
+                if ((st = oclf_chain_launch(ch, prog, "l2_to_f32", a, OCLF_NARGS(a),
                                             oclf_round_up(tc * c->d, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
             if (!c->has_xn) {
                 oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(r0),
                                 OCLF_ARG(rows), OCLF_ARG(d), OCLF_ARG(xn)};
-                if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, 7,
+                if ((st = oclf_chain_launch(ch, prog, "l2_x_norms", a, OCLF_NARGS(a),
                                             oclf_round_up(tc, L2_NORM_WGS), L2_NORM_WGS)))
                     goto done;
             }
@@ -564,7 +576,7 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program *
                             OCLF_ARG(xno), OCLF_ARG(ct0),  OCLF_ARG(nqc),   OCLF_ARG(ns),
                             OCLF_ARG(per), OCLF_ARG(k),    OCLF_ARG(first), OCLF_ARG(hk),
                             OCLF_ARG(hi),  OCLF_ARG(am),   OCLF_ARG(ao),    OCLF_ARG(has_allow)};
-            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, 17,
+            if ((st = oclf_chain_launch(ch, prog, "l2_tile_topk", a, OCLF_NARGS(a),
                                         oclf_round_up(qc * slices, L2_TILE_WGS), L2_TILE_WGS)))
                 goto done;
         }
@@ -582,7 +594,7 @@ done:;
 void oclf_l2_topk_options_init(oclf_l2_topk_options *options)
 {
     if (options)
-        memset(options, 0, sizeof *options);
+        *options = (oclf_l2_topk_options)OCLF_L2_TOPK_OPTIONS_INIT;
 }
 
 oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x_dtype, size_t nq,
@@ -593,9 +605,12 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
 {
     oclf_status st;
     l2_call c;
+    oclf_l2_topk_options opt;
     if ((st = oclf_check_call(ctx, "l2_topk", queue, num_events, wait_list, x_dtype, event)) ||
-        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, options, &c)))
+        (st = oclf_l2_topk_options_read(ctx, options, &opt)) ||
+        (st = check_args(ctx, x_dtype, nq, n, d, k, q, x, dist, idx, &opt, &c)))
         return st;
+    options = &opt;
 
     const int exact = options && options->precision == OCLF_L2_EXACT;
     if (exact && choice && choice->path == OCLF_PATH_UNFUSED)
@@ -611,29 +626,31 @@ oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, oclf_dtype x
 
     oclf_shape shape = {{nq, n, d, k}};
     oclf_resolved r;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, x_dtype, &shape, choice, &r)))
-        return st;
+    /* The precision option asks dispatch for the fused path (the only one
+     * with the direct formula), then narrows its formula. */
+    oclf_choice fc;
     if (exact) {
-        /* The precision option narrows whatever dispatch chose. */
-        if (r.path != OCLF_PATH_FUSED) {
-            oclf_choice fc;
-            memset(&fc, 0, sizeof fc);
-            if (choice)
-                fc = *choice;
-            fc.path = OCLF_PATH_FUSED;
-            if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, x_dtype, &shape, &fc, &r)))
-                return st;
-        }
-        oclf_params_set(&r.params, "FORMULA", 0);
+        memset(&fc, 0, sizeof fc);
+        if (choice)
+            fc = *choice;
+        fc.path = OCLF_PATH_FUSED;
+        choice = &fc;
     }
     l2_cfg cfg;
-    if ((st = l2_config(ctx, r.path, &r.params, d, &cfg)))
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_L2_TOPK, &oclf_l2topk_hooks, x_dtype, &shape,
+                                     choice, &r)))
+        return st;
+    if (exact) /* a program of its own: parsed here rather than cached */
+        oclf_params_set(&r.params, "FORMULA", 0);
+    if (r.has_cfg && !exact)
+        memcpy(&cfg, &r.cfg, sizeof cfg);
+    else if ((st = l2_config(ctx, x_dtype, &shape, r.path, &r.params, &cfg)))
         return st;
     if (nq == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
 
     oclf_program *prog;
-    if ((st = l2_program(ctx, x_dtype, &shape, r.path, &cfg, &prog)))
+    if ((st = l2_program(ctx, x_dtype, &cfg, &prog)))
         return st;
 
     oclf_chain ch;

@@ -20,9 +20,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The row structure compiled in; staging and rows per group are kernel
+ * arguments, so they cost no extra program. */
+static const oclf_param_spec norm_params[] = {OCLF_STAGED_ROW_PARAM_SPECS(OCLF_PARAM_ARG)};
+
 typedef struct norm_cfg {
     int layout, wgs, vec, stage, rows_per_group;
+    char defines[OCLF_DEFINES_MAX];
 } norm_cfg;
+OCLF_CFG_FITS(norm_cfg);
 
 void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
@@ -45,14 +51,12 @@ static size_t stage_bytes(size_t cols, int nvectors) { return cols * (1 + (size_
 static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, size_t cols,
                                int nvectors, norm_cfg *cfg)
 {
-    oclf_row_cfg row;
-    int64_t stage, rpg;
-    oclf_status st;
-    if ((st = oclf_row_config(ctx, p, &row)) || (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)) ||
-        (st = oclf_param(ctx, p, "ROWS", 1, 1024, &rpg)))
+    int64_t v[OCLF_STAGED_ROW_NPARAMS];
+    oclf_status st = oclf_params_read(ctx, norm_params, OCLF_STAGED_ROW_NPARAMS, p, v);
+    if (st != OCLF_SUCCESS)
         return st;
-    const int layout = row.layout;
-    const int64_t wgs = row.wgs;
+    const int64_t layout = v[OCLF_P_LAYOUT], wgs = v[OCLF_P_WGS];
+    const int64_t stage = v[OCLF_P_STAGE], rpg = v[OCLF_P_ROWS];
     if (stage && layout != 1)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
     if (rpg > 1 && layout != 1)
@@ -62,11 +66,13 @@ static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, si
                          "STAGE = 1: a row of %zu floats and its weights do not fit %llu bytes of "
                          "local memory",
                          cols, (unsigned long long)ctx->info.local_mem);
-    cfg->layout = row.layout;
-    cfg->wgs = row.wgs;
-    cfg->vec = row.vec;
+    cfg->layout = (int)layout;
+    cfg->wgs = (int)wgs;
+    cfg->vec = (int)v[OCLF_P_VEC];
     cfg->stage = (int)stage;
     cfg->rows_per_group = (int)rpg;
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, norm_params, OCLF_STAGED_ROW_NPARAMS,
+                       v);
     return OCLF_SUCCESS;
 }
 
@@ -108,25 +114,23 @@ static int path_kernels(norm_kind kind, oclf_path path, const char **names)
     return n;
 }
 
-static void norm_options(char *buf, size_t len, oclf_dtype dtype, const norm_cfg *cfg)
-{
-    snprintf(buf, len, "-DOCLF_DTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d",
-             (int)dtype, cfg->layout, cfg->wgs, cfg->vec);
-}
-
 oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+                               const oclf_shape *shape, const oclf_resolved *r, int deep,
+                               oclf_op_cfg *out)
 {
     norm_cfg cfg;
-    /* Weights or not is unknown here: check staging room for both vectors. */
+    /* Weights or not is unknown here: check staging room for both vectors,
+     * which leaves room for fewer. */
     oclf_status st = norm_config(ctx, &r->params, (size_t)shape->dim[1], 2, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
     /* CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a kernel's register
      * or local-memory use can lower its own limit, which only the built
      * kernel reports. */
-    char opts[160];
-    norm_options(opts, sizeof opts, dtype, &cfg);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "norm.cl", opts, &prog)))
         return st;
@@ -134,6 +138,8 @@ oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     int n = path_kernels(op_kind(op), r->path, names);
     return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
 }
+
+const oclf_op_hooks oclf_norm_hooks = {oclf_norm_heuristic, oclf_norm_validate};
 
 /* One call of any of the four, after the public wrappers. `x` is the input
  * (`input` for the add variants), `res` the residual, `y` the output. */
@@ -216,10 +222,14 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
 
     oclf_shape shape = {{c->rows, c->cols, 0, 0}};
     oclf_resolved r;
-    norm_cfg cfg = {0, 1, 1, 0, 1};
+    norm_cfg cfg;
     const int nvectors = (c->w != NULL) + (c->b != NULL);
-    if ((st = oclf_dispatch_resolve(ctx, kind_op[c->kind], c->dtype, &shape, choice, &r)) ||
-        (st = norm_config(ctx, &r.params, c->cols, nvectors, &cfg)))
+    if ((st = oclf_dispatch_resolve(ctx, kind_op[c->kind], &oclf_norm_hooks, c->dtype, &shape,
+                                     choice, &r)))
+        return st;
+    if (r.has_cfg)
+        memcpy(&cfg, &r.cfg, sizeof cfg);
+    else if ((st = norm_config(ctx, &r.params, c->cols, nvectors, &cfg)))
         return st;
     if (c->rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
@@ -234,8 +244,8 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
             cfg.rows_per_group = (int)((c->rows + max_groups - 1) / max_groups);
     }
 
-    char opts[160];
-    norm_options(opts, sizeof opts, c->dtype, &cfg);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, c->dtype, -1, cfg.defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "norm.cl", opts, &prog)))
         return st;
@@ -296,7 +306,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         oclf_arg a[] = {OCLF_ARG(o.x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(o.res.mem),
                         OCLF_ARG(ro), OCLF_ARG(rs), OCLF_ARG(rows), OCLF_ARG(rpg),
                         OCLF_ARG(cols)};
-        if ((st = oclf_chain_launch(&ch, prog, "add_rows", a, 9, global, local)))
+        if ((st = oclf_chain_launch(&ch, prog, "add_rows", a, OCLF_NARGS(a), global, local)))
             goto done;
     }
     if (c->kind == K_ADD_RMS) {
@@ -304,7 +314,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
                         OCLF_ARG(xo),  OCLF_ARG(xs),   OCLF_ARG(wm),   OCLF_ARG(wo),
                         OCLF_ARG(rows), OCLF_ARG(rpg), OCLF_ARG(cols), OCLF_ARG(eps),
                         OCLF_ARG_LOCAL(stage_size), OCLF_ARG(staged)};
-        st = oclf_chain_launch(&ch, prog, "rms_norm", a, 14, global, local);
+        st = oclf_chain_launch(&ch, prog, "rms_norm", a, OCLF_NARGS(a), global, local);
         goto done;
     }
     if ((st = oclf_temp_buffer(ctx, c->rows * 4 * sizeof(float), &stats)))
@@ -314,7 +324,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         oclf_arg a[] = {OCLF_ARG(sm),   OCLF_ARG(so),   OCLF_ARG(ss),  OCLF_ARG(stats),
                         OCLF_ARG(rows), OCLF_ARG(rpg), OCLF_ARG(cols), OCLF_ARG(eps),
                         OCLF_ARG_LOCAL(stage_size), OCLF_ARG(staged)};
-        if ((st = oclf_chain_launch(&ch, prog, stats_kernel, a, 10, global, local)))
+        if ((st = oclf_chain_launch(&ch, prog, stats_kernel, a, OCLF_NARGS(a), global, local)))
             goto done;
     }
     {
@@ -323,7 +333,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
                         OCLF_ARG(o.y.mem), OCLF_ARG(yo), OCLF_ARG(ys), OCLF_ARG(wm),
                         OCLF_ARG(wo),  OCLF_ARG(bias), OCLF_ARG(bo),  OCLF_ARG(rows),
                         OCLF_ARG(rpg), OCLF_ARG(cols)};
-        st = oclf_chain_launch(&ch, prog, "norm_apply", a, 14, global, local);
+        st = oclf_chain_launch(&ch, prog, "norm_apply", a, OCLF_NARGS(a), global, local);
     }
 done:
     if (stats)

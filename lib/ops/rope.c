@@ -19,11 +19,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The row structure and the staged structure are compiled in; tokens per
+ * staged group are a kernel argument. */
+static const oclf_param_spec rope_params[] = {OCLF_STAGED_ROW_PARAM_SPECS(OCLF_PARAM_DEFINE)};
+
 typedef struct rope_cfg {
-    oclf_row_cfg row;
+    struct {
+        int layout, wgs, vec;
+    } row;
     int stage;
     int rpg; /* tokens per work-group when staged */
+    char defines[OCLF_DEFINES_MAX];
 } rope_cfg;
+OCLF_CFG_FITS(rope_cfg);
 
 /* The vector width the fused item kernel must avoid on a device with
  * split_tail_miscompile: 4 or more lanes' worth that leaves a scalar tail
@@ -66,12 +74,14 @@ static size_t stage_bytes(size_t hd, size_t rot, size_t rpg)
 static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path path,
                                const oclf_params *p, size_t hd, size_t rot, rope_cfg *cfg)
 {
-    int64_t stage, rpg;
-    oclf_status st;
-    if ((st = oclf_row_config(ctx, p, &cfg->row)) ||
-        (st = oclf_param(ctx, p, "STAGE", 0, 1, &stage)) ||
-        (st = oclf_param(ctx, p, "ROWS", 1, 1024, &rpg)))
+    int64_t v[OCLF_STAGED_ROW_NPARAMS];
+    oclf_status st = oclf_params_read(ctx, rope_params, OCLF_STAGED_ROW_NPARAMS, p, v);
+    if (st != OCLF_SUCCESS)
         return st;
+    const int64_t stage = v[OCLF_P_STAGE], rpg = v[OCLF_P_ROWS];
+    cfg->row.layout = (int)v[OCLF_P_LAYOUT];
+    cfg->row.wgs = (int)v[OCLF_P_WGS];
+    cfg->row.vec = (int)v[OCLF_P_VEC];
     if (stage && cfg->row.layout != 1)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
     if (rpg > 1 && !stage)
@@ -91,29 +101,25 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
                          cfg->row.vec, rot / 2, rot / 2);
     cfg->stage = (int)stage;
     cfg->rpg = (int)rpg;
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, rope_params, OCLF_STAGED_ROW_NPARAMS,
+                       v);
     return OCLF_SUCCESS;
-}
-
-static void rope_options(char *buf, size_t len, oclf_dtype dtype, oclf_dtype cdtype,
-                         const rope_cfg *cfg)
-{
-    snprintf(buf, len,
-             "-DOCLF_DTYPE=%d -DOCLF_CDTYPE=%d -DOCLF_LAYOUT=%d -DOCLF_WGS=%d -DOCLF_VEC=%d "
-             "-DOCLF_STAGE=%d",
-             (int)dtype, (int)cdtype, cfg->row.layout, cfg->row.wgs, cfg->row.vec, cfg->stage);
 }
 
 /* The deep check builds the program with a cache of the heads' dtype (the
  * usual case); the cache type changes loads, not the work-group limit. */
 oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                               const oclf_shape *shape, const oclf_resolved *r, int deep)
+                               const oclf_shape *shape, const oclf_resolved *r, int deep,
+                               oclf_op_cfg *out)
 {
     rope_cfg cfg;
     oclf_status st = rope_config(ctx, op, r->path, &r->params, shape->dim[2], shape->dim[3], &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
-    char opts[192];
-    rope_options(opts, sizeof opts, dtype, dtype, &cfg);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, (int)dtype, cfg.defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "rope.cl", opts, &prog)))
         return st;
@@ -125,6 +131,8 @@ oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, wgs)
                                       : oclf_check_kernel_wgs(ctx, prog, unfused, 2, wgs);
 }
+
+const oclf_op_hooks oclf_rope_hooks = {oclf_rope_heuristic, oclf_rope_validate};
 
 /* The checked rope description. */
 typedef struct rope_operands {
@@ -173,9 +181,9 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
 }
 
 /* A head set checked as a tokens x extent operand (extent: from the first
- * head's start to the last head's end). */
+ * head's start to the last head's end); *blocks: its heads in each token. */
 static oclf_status check_heads(oclf_context *ctx, const char *what, oclf_heads h, size_t tokens,
-                               size_t hd, size_t el, oclf_operand *out, size_t *extent)
+                               size_t hd, size_t el, oclf_operand *out, oclf_blocks *blocks)
 {
     if (h.count == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head count is 0", what);
@@ -193,7 +201,7 @@ static oclf_status check_heads(oclf_context *ctx, const char *what, oclf_heads h
     oclf_buf b = h.buf;
     if (!b.stride)
         b.stride = packed;
-    *extent = ext;
+    *blocks = (oclf_blocks){h.count, hs, hd};
     return oclf_check_2d(ctx, what, b, tokens, ext, el, out);
 }
 
@@ -272,8 +280,12 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     oclf_shape shape = {{tokens, heads, rope->head_dim, rope->rot_dim}};
     rope_cfg cfg;
     oclf_status st;
-    if ((st = oclf_dispatch_resolve(ctx, op, dtype, &shape, choice, r)) ||
-        (st = rope_config(ctx, op, r->path, &r->params, rope->head_dim, rope->rot_dim, &cfg)))
+    if ((st = oclf_dispatch_resolve(ctx, op, &oclf_rope_hooks, dtype, &shape, choice, r)))
+        return st;
+    if (r->has_cfg)
+        memcpy(&cfg, &r->cfg, sizeof cfg);
+    else if ((st = rope_config(ctx, op, r->path, &r->params, rope->head_dim, rope->rot_dim,
+                               &cfg)))
         return st;
     l->local = (size_t)cfg.row.wgs;
     if (heads != 0 && tokens > OCLF_MAX_LAUNCH_ITEMS / heads / l->local)
@@ -289,8 +301,8 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     /* unstaged kernels ignore the stage; a local argument cannot be empty */
     l->stage_size = cfg.stage ? stage_bytes(rope->head_dim, rope->rot_dim, (size_t)cfg.rpg)
                               : sizeof(float);
-    char opts[192];
-    rope_options(opts, sizeof opts, dtype, rope->cache_dtype, &cfg);
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, (int)rope->cache_dtype, cfg.defines);
     return oclf_program_get(ctx, "rope.cl", opts, prog);
 }
 
@@ -301,22 +313,23 @@ typedef struct rotary_views {
     cl_uint nq, nk;
 } rotary_views;
 
-/* rotary_embedding's arguments, shared with the unfused qk_norm_rope. */
-static void rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_args *ra,
-                           const rope_launch *l)
+/* rotary_embedding's arguments, shared with the unfused qk_norm_rope:
+ * written into a (room for ROTARY_MAX_ARGS), their count returned. */
+#define ROTARY_MAX_ARGS 24
+static unsigned rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_args *ra,
+                               const rope_launch *l)
 {
-    unsigned n = 0;
-    a[n++] = OCLF_ARG(v->q), a[n++] = OCLF_ARG(v->qo), a[n++] = OCLF_ARG(v->qts);
-    a[n++] = OCLF_ARG(v->qhs), a[n++] = OCLF_ARG(v->nq);
-    a[n++] = OCLF_ARG(v->k), a[n++] = OCLF_ARG(v->ko), a[n++] = OCLF_ARG(v->kts);
-    a[n++] = OCLF_ARG(v->khs), a[n++] = OCLF_ARG(v->nk);
-    a[n++] = OCLF_ARG(ra->pos), a[n++] = OCLF_ARG(ra->po), a[n++] = OCLF_ARG(ra->pos64);
-    a[n++] = OCLF_ARG(ra->cache), a[n++] = OCLF_ARG(ra->co), a[n++] = OCLF_ARG(ra->cs);
-    a[n++] = OCLF_ARG(ra->max_pos), a[n++] = OCLF_ARG(ra->tokens), a[n++] = OCLF_ARG(ra->hd);
-    a[n++] = OCLF_ARG(ra->rot), a[n++] = OCLF_ARG(ra->neox);
-    a[n++] = OCLF_ARG(l->rpg), a[n++] = OCLF_ARG_LOCAL(l->stage_size);
+    const oclf_arg args[] = {
+        OCLF_ARG(v->q),        OCLF_ARG(v->qo),      OCLF_ARG(v->qts),   OCLF_ARG(v->qhs),
+        OCLF_ARG(v->nq),       OCLF_ARG(v->k),       OCLF_ARG(v->ko),    OCLF_ARG(v->kts),
+        OCLF_ARG(v->khs),      OCLF_ARG(v->nk),      OCLF_ARG(ra->pos),  OCLF_ARG(ra->po),
+        OCLF_ARG(ra->pos64),   OCLF_ARG(ra->cache),  OCLF_ARG(ra->co),   OCLF_ARG(ra->cs),
+        OCLF_ARG(ra->max_pos), OCLF_ARG(ra->tokens), OCLF_ARG(ra->hd),   OCLF_ARG(ra->rot),
+        OCLF_ARG(ra->neox),    OCLF_ARG(l->rpg),     OCLF_ARG_LOCAL(l->stage_size)};
+    _Static_assert(sizeof args / sizeof args[0] <= ROTARY_MAX_ARGS, "room for the arguments");
+    memcpy(a, args, sizeof args);
+    return OCLF_NARGS(args);
 }
-#define ROTARY_NARGS 23
 
 oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                   size_t tokens, const oclf_rope *rope, oclf_heads q,
@@ -332,16 +345,18 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
     oclf_operand oq, ok;
     memset(&ok, 0, sizeof ok);
-    size_t qext = 0, kext = 0;
+    oclf_blocks qb, kb;
     char what[64];
     snprintf(what, sizeof what, "%s: q", op);
-    if ((st = check_heads(ctx, what, q, tokens, hd, el, &oq, &qext)))
+    if ((st = check_heads(ctx, what, q, tokens, hd, el, &oq, &qb)))
         return st;
     if (k) {
         snprintf(what, sizeof what, "%s: k", op);
-        if ((st = check_heads(ctx, what, *k, tokens, hd, el, &ok, &kext)))
+        if ((st = check_heads(ctx, what, *k, tokens, hd, el, &ok, &kb)))
             return st;
-        if (oclf_overlap(&oq, &ok) && !oclf_rows_disjoint(&oq, qext, &ok, kext))
+        /* heads, not each token's whole extent: interleaved q and k heads
+         * share no element */
+        if (oclf_overlap(&oq, &ok) && !oclf_blocks_disjoint(&oq, qb, &ok, kb))
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: q and k overlap", op);
     }
     const oclf_operand *written[2] = {&oq, &ok};
@@ -367,9 +382,9 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     v.qhs = q.head_stride ? q.head_stride : hd, v.nq = (cl_uint)q.count;
     v.k = k ? ok.mem : NULL, v.ko = ok.offset, v.kts = ok.stride;
     v.khs = k && k->head_stride ? k->head_stride : hd, v.nk = k ? (cl_uint)k->count : 0;
-    oclf_arg a[ROTARY_NARGS];
-    rotary_arglist(a, &v, &ra, &l);
-    return oclf_enqueue(ctx, queue, prog, "rotary_embedding", a, ROTARY_NARGS, l.global, l.local,
+    oclf_arg a[ROTARY_MAX_ARGS];
+    const unsigned na = rotary_arglist(a, &v, &ra, &l);
+    return oclf_enqueue(ctx, queue, prog, "rotary_embedding", a, na, l.global, l.local,
                         num_events, wait_list, event);
 }
 
@@ -437,7 +452,7 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
                         OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens), OCLF_ARG(ra.hd),
                         OCLF_ARG(ra.rot),    OCLF_ARG(ra.neox), OCLF_ARG(l.rpg),
                         OCLF_ARG_LOCAL(l.stage_size)};
-        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, 23, l.global, l.local,
+        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, OCLF_NARGS(a), l.global, l.local,
                             num_events, wait_list, event);
     }
 
@@ -452,15 +467,15 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
                         OCLF_ARG(kwo),     OCLF_ARG(eps),    OCLF_ARG(ra.pos),   OCLF_ARG(ra.po),
                         OCLF_ARG(ra.pos64), OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens),
                         OCLF_ARG(ra.hd), OCLF_ARG(l.rpg), OCLF_ARG_LOCAL(l.stage_size)};
-        st = oclf_chain_launch(&ch, prog, "head_rms_norm", a, 18, l.global, l.local);
+        st = oclf_chain_launch(&ch, prog, "head_rms_norm", a, OCLF_NARGS(a), l.global, l.local);
     }
     if (st == OCLF_SUCCESS) {
         rotary_views v;
         v.q = ox.mem, v.qo = xo, v.qts = ts, v.qhs = hd, v.nq = nq32;
         v.k = nk ? ox.mem : NULL, v.ko = xo + nq * hd, v.kts = ts, v.khs = hd, v.nk = nk32;
-        oclf_arg a[ROTARY_NARGS];
-        rotary_arglist(a, &v, &ra, &l);
-        st = oclf_chain_launch(&ch, prog, "rotary_embedding", a, ROTARY_NARGS, l.global, l.local);
+        oclf_arg a[ROTARY_MAX_ARGS];
+        const unsigned na = rotary_arglist(a, &v, &ra, &l);
+        st = oclf_chain_launch(&ch, prog, "rotary_embedding", a, na, l.global, l.local);
     }
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;

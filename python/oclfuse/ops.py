@@ -1,0 +1,329 @@
+"""The operations. Each takes pyopencl.array.Array operands (used in place,
+asynchronously: the call's event is attached to every array it touched) or
+NumPy arrays (copied to the device and the written ones copied back before
+returning). The dtype is the arrays': float32, float16, or uint16 holding
+bf16 (see to_bf16/from_bf16). Every operation also takes the keywords
+
+  path      "auto" (default: tuning database, else heuristic), "fused", "unfused"
+  params    kernel parameters by name, e.g. {"VEC": 4, "WGS": 64}
+  ctx       an oclfuse.Context (default: one per queue's context and device)
+  queue     a pyopencl.CommandQueue (default: the arrays', else the context's)
+  wait_for  pyopencl events the call must wait for
+
+and raises OclfError (status, sentence) when the library refuses the call.
+"""
+import ctypes
+
+import numpy as np
+
+from . import _capi as C
+from ._core import (Call, buf, buf_ptr, check, context_for, lib, make_choice, matrix_shape,
+                    oclf_dtype, same_dtype)
+
+_ACTS = {"silu": C.ACT_SILU, "gelu": C.ACT_GELU, "gelu_tanh": C.ACT_GELU_TANH,
+         "fatrelu": C.ACT_FATRELU, "swiglu_oai": C.ACT_SWIGLU_OAI}
+_STYLES = {"neox": C.ROPE_NEOX, "gptj": C.ROPE_GPTJ}
+_INDEX = {np.dtype(np.int32): C.INT32, np.dtype(np.int64): C.INT64}
+_PRECISION = {"fast": C.L2_FAST, "exact": C.L2_EXACT}
+
+
+def _lookup(table, key, what):
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key  # the C enum value itself (lets tests pass bad values)
+    try:
+        return table[key]
+    except KeyError:
+        raise ValueError(f"{what} must be one of {', '.join(table)}, not {key!r}") from None
+
+
+def _start(arrays, ctx, queue, wait_for):
+    return Call(arrays, ctx, queue, wait_for)
+
+
+def _out_like(call, out, shape, dtype):
+    """The caller's `out`, or a new array; (array, whether new)."""
+    if out is not None:
+        if tuple(out.shape) != tuple(shape):
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(shape)}")
+        same_dtype(dtype, out=out)
+        return out, False
+    return call.new(shape, dtype), True
+
+
+def rms_norm(x, weight=None, *, eps=1e-6, out=None, path=None, params=None, ctx=None,
+             queue=None, wait_for=None):
+    """out = x * rsqrt(mean(x^2) + eps) * weight, row by row over a 1-D or
+    2-D x (rows may be strided, elements packed). `out` may be x (in place);
+    default a new array. Returns out."""
+    call = _start([x, weight, out], ctx, queue, wait_for)
+    rows, cols = matrix_shape(x, "x")
+    same_dtype(x.dtype, weight=weight)
+    out, new = _out_like(call, out, x.shape, x.dtype)
+    dx = call.dev(x, write=out is x)
+    do = call.dev(out, write=True, init=not new)
+    dw = call.dev(weight) if weight is not None else None
+    call.run(lib.oclf_rms_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(do), buf_ptr(dw),
+             eps, make_choice(path, params))
+    return out
+
+
+def add_rms_norm(x, residual, weight=None, *, eps=1e-6, path=None, params=None, ctx=None,
+                 queue=None, wait_for=None):
+    """vLLM's fused_add_rms_norm, in place: residual <- x + residual,
+    x <- rms_norm(residual). Returns (x, residual)."""
+    call = _start([x, residual, weight], ctx, queue, wait_for)
+    rows, cols = matrix_shape(x, "x")
+    same_dtype(x.dtype, residual=residual, weight=weight)
+    dx, dr = call.dev(x, write=True), call.dev(residual, write=True)
+    dw = call.dev(weight) if weight is not None else None
+    call.run(lib.oclf_add_rms_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(dr),
+             buf_ptr(dw), eps, make_choice(path, params))
+    return x, residual
+
+
+def layer_norm(x, weight=None, bias=None, *, eps=1e-5, out=None, path=None, params=None,
+               ctx=None, queue=None, wait_for=None):
+    """PyTorch's LayerNorm over the last axis of a 1-D or 2-D x (biased
+    variance). `out` may be x; default a new array. Returns out."""
+    call = _start([x, weight, bias, out], ctx, queue, wait_for)
+    rows, cols = matrix_shape(x, "x")
+    same_dtype(x.dtype, weight=weight, bias=bias)
+    out, new = _out_like(call, out, x.shape, x.dtype)
+    dx = call.dev(x, write=out is x)
+    do = call.dev(out, write=True, init=not new)
+    dw = call.dev(weight) if weight is not None else None
+    db = call.dev(bias) if bias is not None else None
+    call.run(lib.oclf_layer_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(do),
+             buf_ptr(dw), buf_ptr(db), eps, make_choice(path, params))
+    return out
+
+
+def add_layer_norm(x, residual, weight=None, bias=None, *, eps=1e-5, out=None, path=None,
+                   params=None, ctx=None, queue=None, wait_for=None):
+    """residual <- x + residual; out <- layer_norm(residual). `out` may be x
+    (then x is overwritten); default a new array. Returns (out, residual)."""
+    call = _start([x, residual, weight, bias, out], ctx, queue, wait_for)
+    rows, cols = matrix_shape(x, "x")
+    same_dtype(x.dtype, residual=residual, weight=weight, bias=bias)
+    out, new = _out_like(call, out, x.shape, x.dtype)
+    dx = call.dev(x, write=out is x)
+    dr = call.dev(residual, write=True)
+    do = call.dev(out, write=True, init=not new)
+    dw = call.dev(weight) if weight is not None else None
+    db = call.dev(bias) if bias is not None else None
+    call.run(lib.oclf_add_layer_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(dr),
+             buf(do), buf_ptr(dw), buf_ptr(db), eps, make_choice(path, params))
+    return out, residual
+
+
+def act_and_mul(x, act="silu", *, act_on_second=False, threshold=0.0, alpha=1.702, limit=7.0,
+                out=None, path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """The gated MLP's elementwise step over x [rows, 2d]: out [rows, d] =
+    act(x[:, :d]) * x[:, d:] (act_on_second: x[:, :d] * act(x[:, d:])).
+    act: "silu", "gelu", "gelu_tanh", "fatrelu" (threshold), "swiglu_oai"
+    (interleaved gate/up pairs; alpha, limit). Returns out."""
+    call = _start([x, out], ctx, queue, wait_for)
+    rows, width = matrix_shape(x, "x")
+    if width % 2:
+        raise ValueError(f"x rows hold {width} elements: act_and_mul takes 2d per row")
+    d = width // 2
+    shape = (d,) if x.ndim == 1 else (rows, d)
+    out, new = _out_like(call, out, shape, x.dtype)
+    a = C.init_struct(C.oclf_activation())
+    a.kind = _lookup(_ACTS, act, "act")
+    a.act_on_second, a.threshold, a.alpha, a.limit = int(act_on_second), threshold, alpha, limit
+    dx, do = call.dev(x), call.dev(out, write=True, init=not new)
+    call.run(lib.oclf_act_and_mul, oclf_dtype(x.dtype), ctypes.byref(a), rows, d, buf(dx),
+             buf(do), make_choice(path, params))
+    return out
+
+
+def _rope(call, positions, cos_sin, style, head_dim):
+    r = C.init_struct(C.oclf_rope())
+    r.style = _lookup(_STYLES, style, "style")
+    r.head_dim = head_dim
+    if cos_sin.ndim != 2:
+        raise ValueError("cos_sin must be 2-D: [max_pos, rot_dim]")
+    r.max_pos, r.rot_dim = cos_sin.shape
+    try:
+        r.pos_type = _INDEX[np.dtype(positions.dtype)]
+    except KeyError:
+        raise TypeError(f"positions must be int32 or int64, not {positions.dtype}") from None
+    r.cache_dtype = oclf_dtype(cos_sin.dtype)
+    r.positions = buf(call.dev(positions))
+    r.cos_sin = buf(call.dev(cos_sin))
+    return r
+
+
+def _heads(call, a, name):
+    """oclf_heads of a [tokens, heads, head_dim] array (a 2-D array is one head
+    per token): token stride, head count and head stride from its strides."""
+    if a.ndim == 2:
+        a3 = (a.shape[0], 1, a.shape[1])
+    elif a.ndim == 3:
+        a3 = a.shape
+    else:
+        raise ValueError(f"{name} must be [tokens, heads, head_dim] or [tokens, head_dim]")
+    d = call.dev(a, write=True)
+    h = C.init_struct(C.oclf_heads())
+    h.buf = buf(d)
+    h.count = a3[1]
+    if a.ndim == 3:
+        if d.strides[2] != d.dtype.itemsize:
+            raise ValueError(f"{name}: the elements of a head must be packed")
+        h.head_stride = d.strides[1] // d.dtype.itemsize if a3[1] > 1 else 0
+    return h, a3
+
+
+def rotary_embedding(q, positions, cos_sin, k=None, *, style="neox", path=None, params=None,
+                     ctx=None, queue=None, wait_for=None):
+    """Rotates q (and k) in place: [tokens, heads, head_dim] arrays (views of
+    a packed qkv are fine), positions int32/int64 [tokens], cos_sin
+    [max_pos, rot_dim] (cos half, then sin half; any storage dtype). style
+    "neox" (rotate-half) or "gptj" (interleaved). Returns q, or (q, k)."""
+    call = _start([q, k, positions, cos_sin], ctx, queue, wait_for)
+    same_dtype(q.dtype, k=k)
+    hq, shape = _heads(call, q, "q")
+    hk = _heads(call, k, "k")[0] if k is not None else None
+    r = _rope(call, positions, cos_sin, style, shape[2])
+    call.run(lib.oclf_rotary_embedding, oclf_dtype(q.dtype), shape[0], ctypes.byref(r), hq,
+             None if hk is None else ctypes.byref(hk), make_choice(path, params))
+    return q if k is None else (q, k)
+
+
+def qk_norm_rope(qkv, positions, cos_sin, *, nq, nk, q_weight=None, k_weight=None, eps=1e-6,
+                 style="neox", path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """Per-head RMSNorm then RoPE, in place, on a packed qkv [tokens, heads,
+    head_dim]: the first nq heads are Q (q_weight), the next nk K (k_weight),
+    the rest V (untouched). Returns qkv."""
+    call = _start([qkv, positions, cos_sin, q_weight, k_weight], ctx, queue, wait_for)
+    if qkv.ndim != 3:
+        raise ValueError("qkv must be [tokens, heads, head_dim]")
+    tokens, heads, head_dim = qkv.shape
+    same_dtype(qkv.dtype, q_weight=q_weight, k_weight=k_weight)
+    d = call.dev(qkv, write=True)
+    if d.strides[1:] != (head_dim * d.dtype.itemsize, d.dtype.itemsize):
+        raise ValueError("qkv: the heads of a token must be packed")
+    r = _rope(call, positions, cos_sin, style, head_dim)
+    qw = buf_ptr(call.dev(q_weight)) if q_weight is not None else None
+    kw = buf_ptr(call.dev(k_weight)) if k_weight is not None else None
+    call.run(lib.oclf_qk_norm_rope, oclf_dtype(qkv.dtype), tokens, ctypes.byref(r), buf(d), nq,
+             nk, max(heads - nq - nk, 0), qw, kw, eps, make_choice(path, params))
+    return qkv
+
+
+def _l2_options(precision, max_temp_bytes, x_norms=None, allowed=None):
+    o = C.init_struct(C.oclf_l2_topk_options())
+    lib.oclf_l2_topk_options_init(ctypes.byref(o))
+    o.precision = _lookup(_PRECISION, precision, "precision")
+    o.max_temp_bytes = max_temp_bytes
+    o.x_norms, o.allowed = x_norms, allowed
+    return o
+
+
+def pack_mask(allowed):
+    """A boolean array of N rows -> the library's bitmask (bit i % 8 of byte
+    i / 8), as uint8."""
+    return np.packbits(np.asarray(allowed, dtype=bool), bitorder="little")
+
+
+def l2_topk(q, x, k, *, precision="fast", max_temp_bytes=0, x_norms=None, allowed=None,
+            dist=None, idx=None, path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """The k rows of x [N, D] (f32, f16 or bf16 storage) nearest each query
+    of q [nq, D] (float32) in squared L2 distance: (dist [nq, k] float32
+    ascending, idx [nq, k] int64), padded with -1 / FLT_MAX beyond N.
+    precision "fast" (expansion) or "exact" (direct sum); x_norms float32
+    [N] precomputed |x|^2; allowed a uint8 bitmask (see pack_mask) or a
+    boolean NumPy array [N]."""
+    if allowed is not None and isinstance(allowed, np.ndarray) and allowed.dtype == bool:
+        allowed = pack_mask(allowed)
+    call = _start([q, x, x_norms, allowed, dist, idx], ctx, queue, wait_for)
+    nq, d = matrix_shape(q, "q")
+    n = x.shape[0] if x.ndim == 2 else 1
+    if q.dtype != np.float32:
+        raise TypeError(f"queries must be float32, not {q.dtype}")
+    if x.shape[-1] != d:
+        raise ValueError(f"x rows have {x.shape[-1]} elements, queries {d}")
+    dist, new_d = _out_like(call, dist, (nq, k), np.float32)
+    if idx is not None and idx.dtype != np.int64:
+        raise TypeError(f"idx must be int64, not {idx.dtype}")
+    idx, new_i = _out_like(call, idx, (nq, k), np.int64)
+    nb = buf_ptr(call.dev(x_norms)) if x_norms is not None else None
+    ab = buf_ptr(call.dev(allowed)) if allowed is not None else None
+    o = _l2_options(precision, max_temp_bytes, nb, ab)
+    dq, dx = call.dev(q), call.dev(x)
+    dd = call.dev(dist, write=True, init=not new_d)
+    di = call.dev(idx, write=True, init=not new_i)
+    call.run(lib.oclf_l2_topk, oclf_dtype(x.dtype), nq, n, d, k, buf(dq), buf(dx), buf(dd),
+             buf(di), ctypes.byref(o), make_choice(path, params))
+    return dist, idx
+
+
+class Shard:
+    """One piece of a sharded database for l2_topk_sharded: x a
+    pyopencl.array.Array [n, D] whose row i has global id first_id + i;
+    optional x_norms, allowed, path and params as in l2_topk; ctx and queue
+    default to those of x."""
+
+    def __init__(self, x, first_id, *, x_norms=None, allowed=None, path=None, params=None,
+                 ctx=None, queue=None):
+        self.x, self.first_id = x, first_id
+        self.x_norms, self.allowed = x_norms, allowed
+        self.path, self.params = path, params
+        self.queue = queue if queue is not None else x.queue
+        self.ctx = ctx if ctx is not None else context_for(self.queue)
+
+
+def l2_topk_sharded(shards, q, k, *, precision="fast", max_temp_bytes=0):
+    """l2_topk over a database split into Shards (any mix of contexts and
+    devices), as if it were one; q a NumPy float32 [nq, D]. Blocks; returns
+    NumPy (dist [nq, k], idx [nq, k] global ids)."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    nq, d = q.shape if q.ndim == 2 else (1, q.shape[0])
+    arr = (C.oclf_l2_shard * len(shards))()
+    keep = []
+    for s, sh in zip(arr, shards):
+        C.init_struct(s)
+        for a in (sh.x, sh.x_norms, sh.allowed):
+            if a is not None:
+                a.finish()
+        s.ctx, s.queue = sh.ctx.ptr, sh.queue.int_ptr
+        s.x = buf(sh.x)
+        s.n = sh.x.shape[0]
+        s.dtype = oclf_dtype(sh.x.dtype)
+        s.first_id = sh.first_id
+        s.x_norms = buf_ptr(sh.x_norms)
+        s.allowed = buf_ptr(sh.allowed)
+        s.choice = make_choice(sh.path, sh.params)
+        keep.append((s.x_norms, s.allowed, s.choice))
+    dist = np.empty((nq, k), np.float32)
+    idx = np.empty((nq, k), np.int64)
+    fp = ctypes.POINTER(ctypes.c_float)
+    ip = ctypes.POINTER(ctypes.c_int64)
+    o = _l2_options(precision, max_temp_bytes)
+    check(lib.oclf_l2_topk_sharded(arr, len(shards), nq, d, k, q.ctypes.data_as(fp), d,
+                                   dist.ctypes.data_as(fp), idx.ctypes.data_as(ip),
+                                   ctypes.byref(o)))
+    return dist, idx
+
+
+def l2_topk_merge(lists, k):
+    """Merges candidate lists [(dist [nq, kj] float32, ids [nq, kj] int64),
+    ...], each row sorted with padding (id -1) last and ids global, into the
+    k first of their union: NumPy (dist [nq, k], idx [nq, k])."""
+    ds = [np.ascontiguousarray(d_, dtype=np.float32) for d_, _ in lists]
+    ids = [np.ascontiguousarray(i_, dtype=np.int64) for _, i_ in lists]
+    nq = ds[0].shape[0] if ds else 0
+    for d_, i_ in zip(ds, ids):
+        if d_.shape != i_.shape or d_.ndim != 2 or d_.shape[0] != nq:
+            raise ValueError("every list must hold dist and ids of the same [nq, k] shape")
+    fp = ctypes.POINTER(ctypes.c_float)
+    ip = ctypes.POINTER(ctypes.c_int64)
+    dptr = (fp * len(ds))(*[a.ctypes.data_as(fp) for a in ds])
+    iptr = (ip * len(ids))(*[a.ctypes.data_as(ip) for a in ids])
+    ks = (ctypes.c_size_t * len(ds))(*[a.shape[1] for a in ds])
+    dist = np.empty((nq, k), np.float32)
+    idx = np.empty((nq, k), np.int64)
+    check(lib.oclf_l2_topk_merge(nq, k, len(ds), dptr, iptr, ks, dist.ctypes.data_as(fp),
+                                 idx.ctypes.data_as(ip)))
+    return dist, idx

@@ -1,0 +1,97 @@
+"""Expr: generated elementwise kernels against NumPy, both paths, every
+dtype; dropout's mask depends on (seed, offset) only."""
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import oclfuse
+from conftest import DTYPES, PATHS, assert_close, rand, round_to, value
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("path", PATHS)
+def test_bias_act_scale(ctx, rng, dt, path):
+    e = oclfuse.Expr("y = silu(x + bias) * s + c; z = max(x, 0) * rs;",
+                     [("x", "matrix", dt), ("bias", "row", "f32"), ("s", "scalar"),
+                      ("c", "col", dt), ("rs", "row", dt)],
+                     [("y", "matrix", dt), ("z", "matrix", "f32")])
+    assert "silu" in e.canonical
+    rows, cols = 3, 37
+    x, c = rand(rng, (rows, cols), dt), rand(rng, rows, dt)
+    bias = rng.uniform(-1, 1, cols).astype(np.float32)
+    rs = rand(rng, cols, dt)
+    y, z = e({"x": x, "bias": bias, "s": 0.5, "c": c, "rs": rs}, path=path)
+    xv = value(x, dt)
+    t = xv + bias
+    assert_close(y, t / (1 + np.exp(-t)) * 0.5 + value(c, dt)[:, None], dt, "y")
+    assert_close(z, np.maximum(xv, 0) * value(rs, dt), "f32", "z")
+
+
+def test_in_place_device(queue, rng):
+    """In place on the fused path; the unfused one refuses it (an output's
+    kernel would run after other nodes read the input) and writes nothing."""
+    e = oclfuse.Expr("x2 = log1p(exp(x));", [("x", "matrix", np.float16)],
+                     [("x2", "matrix", np.float16)])
+    x = rand(rng, (4, 20), "f16")
+    d = cla.to_device(queue, x)
+    with pytest.raises(oclfuse.OclfError) as err:
+        e([d], [d], path="unfused")
+    assert err.value.status == oclfuse.INVALID_ARGUMENT
+    assert "output 0 overlaps input 0" in err.value.message
+    np.testing.assert_array_equal(d.get(), x)
+    e([d], [d], path="fused")
+    assert_close(d.get(), np.log1p(np.exp(value(x, "f16"))), "f16")
+
+
+def test_dropout_mask(ctx, rng):
+    e = oclfuse.Expr("y = dropout(x, p);", [("x", "matrix", "f32"), ("p", "scalar")],
+                     [("y", "matrix", "f32")])
+    x = np.ones((8, 128), np.float32)
+    a = e([x, 0.25], seed=7)
+    b = e([x, 0.25], seed=7, path="unfused")
+    c = e([x, 0.25], seed=8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    kept = a != 0
+    np.testing.assert_allclose(a[kept], 1 / 0.75, rtol=1e-6)
+    assert 0.6 < kept.mean() < 0.9
+
+
+def test_bf16_rounding_once(ctx, rng):
+    e = oclfuse.Expr("y = x * 3 + 1;", [("x", "matrix", "bf16")], [("y", "matrix", "bf16")])
+    x = rand(rng, (2, 9), "bf16")
+    y = e([x])
+    np.testing.assert_array_equal(value(y, "bf16"), round_to(value(x, "bf16") * 3 + 1, "bf16"))
+
+
+def test_bf16_helpers_match_library(ctx, rng):
+    """to_bf16 rounds as the library does (f32 in, bf16 out, bit for bit) and
+    from_bf16 widens as it does, over ties, subnormals, infinities and NaN."""
+    f = np.concatenate([rng.standard_normal(500).astype(np.float32) * 1e3,
+                        (np.arange(64, dtype=np.uint32) << 15 | 0x3F800000).view(np.float32),
+                        np.array([1e-40, -1e-39, np.inf, -np.inf, 3.4e38, 0.0, -0.0],
+                                 np.float32)]).reshape(1, -1)
+    narrow = oclfuse.Expr("y = x;", [("x", "matrix", "f32")], [("y", "matrix", "bf16")])
+    got = narrow([f])
+    np.testing.assert_array_equal(got, oclfuse.to_bf16(f))
+    widen = oclfuse.Expr("y = x;", [("x", "matrix", "bf16")], [("y", "matrix", "f32")])
+    np.testing.assert_array_equal(widen([got]), oclfuse.from_bf16(got))
+
+
+def test_form_id():
+    """The tuning key ignores names, statement order and dtypes, and tells
+    different computations apart; bad source is refused by name."""
+    a = oclfuse.form_id("y = relu(x + b) * 2;", [("x", "matrix", "f32"), ("b", "row", "f32")],
+                        [("y", "matrix", "f32")])
+    b = oclfuse.form_id("out = relu(in + bias) * 2;",
+                        [("in", "matrix", "f16"), ("bias", "row", "f32")],
+                        [("out", "matrix", "bf16")])
+    c = oclfuse.form_id("y = relu(x + b) * 3;", [("x", "matrix", "f32"), ("b", "row", "f32")],
+                        [("y", "matrix", "f32")])
+    assert a == b
+    assert a != c
+    assert 0 < a < 2 ** 52
+    with pytest.raises(oclfuse.OclfError) as err:
+        oclfuse.form_id("y = x +;", [("x", "matrix", "f32")], [("y", "matrix", "f32")])
+    assert err.value.status == oclfuse.INVALID_ARGUMENT
+    assert err.value.message.startswith("oclf_expr_form_id: ")

@@ -1,0 +1,301 @@
+/* One tuning job (tune/tuner.h): compile ahead, verify and time each
+ * candidate in the strategy's order, pick and confirm the winner. */
+#include "tuner.h"
+#include "timing.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double tuner_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int64_t param(const oclf_params *p, const char *name, int64_t dflt)
+{
+    int64_t v;
+    return oclf_params_get(p, name, &v) ? v : dflt;
+}
+
+/* ---- parallel compile -------------------------------------------------------------*/
+
+typedef struct warm_job {
+    const op_env *env;
+    const op_desc *op;
+    void *inst;
+    cand **list;
+    int n;
+    int next;
+    pthread_mutex_t lock;
+} warm_job;
+
+static void *warm_worker(void *arg)
+{
+    warm_job *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        int i = w->next++;
+        pthread_mutex_unlock(&w->lock);
+        if (i >= w->n)
+            return NULL;
+        /* Failures are ignored: verification reports them properly. */
+        w->op->run(w->env, w->inst, &w->list[i]->ch, NULL);
+    }
+}
+
+static void warm(const op_env *env, const op_desc *op, void *small, cand **list, int n,
+                 int threads)
+{
+    if (!small || n <= 0)
+        return;
+    warm_job w = {env, op, small, list, n, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t t[8];
+    int nt = 0;
+    for (; nt < threads && nt < 8; nt++)
+        if (pthread_create(&t[nt], NULL, warm_worker, &w) != 0)
+            break;
+    if (nt == 0)
+        warm_worker(&w);
+    for (int i = 0; i < nt; i++)
+        pthread_join(t[i], NULL);
+    clFinish(env->queue);
+}
+
+/* ---- measuring and choosing --------------------------------------------------------*/
+
+static void progress(tuner *t, const result *r, int done, int total)
+{
+    if (t->quiet)
+        return;
+    const double left = t->deadline - tuner_now();
+    if (t->tty) {
+        const int width = 30;
+        const double frac = (double)t->jobs_done / (double)t->jobs_total +
+                            (total ? (double)done / (double)total / (double)t->jobs_total : 0);
+        int fill = (int)(frac * width);
+        char bar[64];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stderr, "\r[%s] %3.0f%% %-15s %-5s %-12s %d/%d  ETA %4.0fs ", bar, 100 * frac,
+                r->op->name, oclf_dtype_name(r->dtype), r->shape, done, total,
+                left > 0 ? left : 0);
+        fflush(stderr);
+    } else if (done == total) {
+        fprintf(stderr, "%s %s %s: %d candidates measured, %d rejected; %.0fs of budget left\n",
+                r->op->name, oclf_dtype_name(r->dtype), r->shape, r->measured, r->failed,
+                left > 0 ? left : 0);
+    }
+}
+
+/* Is a simpler than b (the tie rule)? */
+static int simpler(const cand *a, const cand *b)
+{
+    if (a->is_default != b->is_default)
+        return a->is_default;
+    int64_t wa = param(&a->ch.params, "WGS", 0), wb = param(&b->ch.params, "WGS", 0);
+    if (wa != wb)
+        return wa < wb;
+    return a->order < b->order;
+}
+
+/* The winner among candidates of `path` (AUTO: any path). */
+static const cand *pick(const cand *c, int n, oclf_path path)
+{
+    const cand *fast = NULL;
+    for (int i = 0; i < n; i++)
+        if (c[i].state > 0 && (path == OCLF_PATH_AUTO || c[i].ch.path == path) &&
+            (!fast || c[i].time_ns < fast->time_ns))
+            fast = &c[i];
+    if (!fast)
+        return NULL;
+    const cand *best = fast;
+    for (int i = 0; i < n; i++)
+        if (c[i].state > 0 && c[i].ch.path == fast->ch.path &&
+            c[i].time_ns <= fast->time_ns * (1 + TIE) && simpler(&c[i], best))
+            best = &c[i];
+    return best;
+}
+
+/* The confirmation rule. A winner other than the default is measured again
+ * beside the default, the two interleaved sample by sample (CONFIRM_SAMPLES
+ * batched samples each, tune/timing.h). It replaces the default only when
+ * a one-sided Mann-Whitney U test says its samples are smaller at
+ * p < CONFIRM_P (significant at the noise the shape showed) and its median
+ * is more than TIE below the default's (worth a record). Otherwise the
+ * default stays. Either way the journal gets the medians, the test's p and
+ * the bootstrap 95% interval of the ratio of medians, and why. */
+#define CONFIRM_P 0.01
+enum { CONFIRM_SAMPLES = 15 };
+
+static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, cand *def)
+{
+    const oclf_choice *chs[2] = {&win->ch, &def->ch};
+    tm_series s[2];
+    /* Up to a second per side: all 15 samples for calls under a few ms,
+     * at least 5 for slow ones. */
+    const tm_plan plan = {fmax(t->min_time * 1e9 / 5, 2e6), CONFIRM_SAMPLES, 1,
+                          fmax(4 * t->min_time * 1e9, 1e9)};
+    confirmation cf;
+    memset(&cf, 0, sizeof cf);
+    if (tm_measure(&t->env, op, inst, chs, 2, &plan, s, NULL) != 0) {
+        cf.why = "a call failed while confirming";
+        journal_confirm(&t->j, win->key, def->key, &cf);
+        return def;
+    }
+    cf.win_ns = tm_median(s[0].host, s[0].n);
+    cf.def_ns = tm_median(s[1].host, s[1].n);
+    cf.samples = s[0].n;
+    cf.p = tm_mwu_less(s[0].host, s[0].n, s[1].host, s[1].n);
+    tm_ratio_ci(s[0].host, s[0].n, s[1].host, s[1].n, &cf.ratio_lo, &cf.ratio_hi);
+    const double ratio = cf.win_ns / cf.def_ns;
+    cf.replaced = cf.p < CONFIRM_P && ratio < 1 - TIE;
+    cf.why = cf.replaced          ? "significant win beyond the tie margin"
+             : cf.p >= CONFIRM_P ? "win not significant at the measured noise"
+                                  : "significant but within the tie margin";
+    journal_confirm(&t->j, win->key, def->key, &cf);
+    /* The record carries the times measured side by side. */
+    win->time_ns = cf.win_ns;
+    def->time_ns = cf.def_ns;
+    return cf.replaced ? win : def;
+}
+
+/* Measures one candidate (or takes it from the journal). */
+static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
+{
+    json_t *e = json_object_get(t->j.done, c->key);
+    if (e) {
+        c->state = json_is_true(json_object_get(e, "ok")) ? 1 : -1;
+        c->time_ns = json_real_value(json_object_get(e, "time_ns"));
+    } else {
+        char msg[512] = "";
+        if (!op->verify(&t->env, inst, &c->ch, msg, sizeof msg)) {
+            c->state = -1;
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0, msg);
+        } else {
+            /* Screening: a few batched samples, enough to rank candidates;
+             * the winner is confirmed against the default afterwards. */
+            const oclf_choice *ch = &c->ch;
+            tm_series s;
+            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 1, 2 * t->min_time * 1e9};
+            c->time_ns = tm_measure(&t->env, op, inst, &ch, 1, &plan, &s, NULL) == 0
+                             ? tm_median(s.host, s.n)
+                             : -1;
+            c->state = c->time_ns > 0 ? 1 : -1;
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, c->state > 0, c->time_ns,
+                        c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
+        }
+    }
+    if (c->state > 0)
+        r->measured++;
+    else
+        r->failed++;
+}
+
+void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
+                    result *r, cand *c)
+{
+    const char *fp = oclf_context_fingerprint(t->env.ctx);
+    char err[512];
+    void *inst = op->create(&t->env, shape, dt, err, sizeof err);
+    if (!inst) {
+        fprintf(stderr, "%soclfuse-tune: %s %s %s: %s\n", t->tty && !t->quiet ? "\n" : "",
+                op->name, oclf_dtype_name(dt), r->shape, err);
+        return;
+    }
+    op_shape one = *shape;
+    one.d[0] = 1;
+    void *small = op->create(&t->env, &one, dt, err, sizeof err);
+
+    int n = 0;
+    memset(&c[n], 0, sizeof c[n]);
+    c[n].ch.path = OCLF_PATH_FUSED;
+    c[n].is_default = 1;
+    n++;
+    const oclf_path paths[2] = {OCLF_PATH_FUSED, OCLF_PATH_UNFUSED};
+    static oclf_params space[MAX_CAND];
+    for (int pi = 0; pi < (op->has_unfused ? 2 : 1); pi++) {
+        int m = op->space(&t->env, op, shape, dt, paths[pi], space, MAX_CAND - n);
+        for (int i = 0; i < m && n < MAX_CAND; i++, n++) {
+            memset(&c[n], 0, sizeof c[n]);
+            c[n].ch.path = paths[pi];
+            c[n].ch.params = space[i];
+            c[n].order = i;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        char pt[256];
+        params_text(&c[i].ch.params, pt, sizeof pt);
+        snprintf(c[i].key, sizeof c[i].key, "%s|%s|%s|%s|%s|%s", fp, op->name,
+                 oclf_dtype_name(dt), r->shape, path_name(c[i].ch.path),
+                 c[i].is_default ? "default" : pt);
+    }
+
+    /* Order of measurement. The default always goes first: it is the
+     * yardstick, and a timed-out job still records it. */
+    int *order = malloc((size_t)n * sizeof *order);
+    strategy_order(t, op, dt, shape, c, n, order);
+    const int anneal = strcmp(t->strategy, "anneal") == 0;
+
+    const int left_jobs = t->jobs_total - t->jobs_done;
+    const double job_end =
+        tuner_now() + (t->deadline - tuner_now()) / (left_jobs > 0 ? left_jobs : 1);
+    int done = 0, cur = 0;
+    double temp = 0.10; /* anneal: accepts a 10% worse point with p = 1/e at first */
+    for (int oi = 0; oi < n && !tuner_interrupted && (oi == 0 || tuner_now() < job_end);) {
+        /* The next batch: in list order, or the annealing walk. */
+        cand *batch[BATCH];
+        const int bmax = t->threads < BATCH ? t->threads : BATCH;
+        int nb = 0;
+        if (anneal && oi > 0) {
+            const int pickc = anneal_next(c, n, cur);
+            if (pickc < 0)
+                break;
+            batch[nb++] = &c[pickc];
+            oi++;
+        } else {
+            while (nb < bmax && oi < n)
+                batch[nb++] = &c[order[oi++]];
+        }
+        warm(&t->env, op, small, batch, nb, t->threads);
+        for (int b = 0; b < nb && !tuner_interrupted && (done == 0 || tuner_now() < job_end); b++) {
+            measure(t, op, inst, batch[b], r);
+            done++;
+            if (anneal && batch[b]->state > 0)
+                cur = anneal_step(c, cur, (int)(batch[b] - c), &temp);
+            progress(t, r, done, n);
+        }
+    }
+    progress(t, r, n, n);
+    free(order);
+
+    const cand *f = pick(c, n, OCLF_PATH_FUSED), *u = pick(c, n, OCLF_PATH_UNFUSED);
+    const cand *best = f;
+    if (u && (!f || u->time_ns < f->time_ns))
+        best = u;
+    if (best && !best->is_default && c[0].state > 0 && !tuner_interrupted)
+        best = confirm(t, op, inst, &c[best - c], &c[0]);
+    best = no_losing_fused(best, u);
+    op->destroy(inst);
+    if (small)
+        op->destroy(small);
+    r->default_ns = c[0].state > 0 ? c[0].time_ns : -1;
+    r->bytes = op->min_bytes(shape, dt);
+    if (!best)
+        return;
+    r->have = 1;
+    r->best = *best;
+    if (best->ch.path == OCLF_PATH_FUSED)
+        r->fused = *best; /* the fused time the record was chosen on */
+    else if (f)
+        r->fused = *f;
+    if (u)
+        r->unfused = *u;
+}

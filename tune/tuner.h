@@ -1,0 +1,57 @@
+/*
+ * The tuner's parts: one job (tune/job.c) measures the candidates of one
+ * (op, dtype, shape) in the order a strategy (tune/strategies.c) gives and
+ * picks the winner; tune/oclfuse-tune.c reads the command line and runs
+ * the jobs; tune/journal.c and tune/records.c write what they found.
+ */
+#ifndef OCLF_TUNER_H
+#define OCLF_TUNER_H
+
+#include "journal.h"
+#include "opdesc.h"
+#include "records.h"
+
+#include <signal.h>
+
+/* Candidates within TIE of the fastest compete on simplicity. */
+#define TIE 0.03
+enum { MAX_CAND = 512, BATCH = 8 };
+
+/* Set by SIGINT/SIGTERM: stop after the current candidate. */
+extern volatile sig_atomic_t tuner_interrupted;
+/* Monotonic seconds. */
+double tuner_now(void);
+
+typedef struct tuner {
+    op_env env;
+    const char *strategy;
+    double min_time;
+    int quiet, tty, threads;
+    journal j;
+    double deadline, start, copy_gbps;
+    int jobs_total, jobs_done;
+} tuner;
+
+/* ---- one job (tune/job.c) ---- */
+
+/* Measures the candidates of (op, dt, shape) within the job's share of the
+ * budget into c (MAX_CAND entries) and fills r with the winners. */
+void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, result *r,
+             cand *c);
+
+/* ---- strategies (tune/strategies.c) ---- */
+
+/* "exhaustive", "random" or "anneal". */
+int strategy_known(const char *name);
+/* The order of measurement of c[0..n): the default (c[0]) first, then
+ * list order (exhaustive) or a shuffle with the default's neighbours
+ * brought forward. */
+void strategy_order(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
+                    const cand *c, int n, int *order);
+/* anneal: the next point to measure, a neighbour of c[cur] (one parameter
+ * or the path changed), else any unmeasured point; -1 when none is left. */
+int anneal_next(const cand *c, int n, int cur);
+/* anneal: after measuring c[next], the new current point; cools *temp. */
+int anneal_step(const cand *c, int cur, int next, double *temp);
+
+#endif
