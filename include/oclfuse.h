@@ -719,7 +719,8 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
  * log log1p expm1 sqrt rsqrt abs tanh erf sigmoid relu gelu gelu_tanh silu
  * (one argument), min max pow (two), clamp(x, lo, hi), dropout(e, p) with p
  * a literal or a scalar input. Literals: decimal or C99 hex floats. All
- * arithmetic in fp32; each output rounded once to its dtype. Statements may
+ * arithmetic in fp32; each output rounded once to its dtype. exp and log
+ * are within 3 ulp, erf within 1e-7 (absolute; relative below |x| = 1). Statements may
  * come in any order; an intermediate used twice is computed once.
  *
  * dropout: Philox4x32-10 keyed by the 64-bit seed; counter (low word first)
@@ -754,8 +755,16 @@ OCLF_API oclf_status oclf_expr_compile(oclf_context *ctx, const char *source,
                                        const oclf_expr_decl *inputs, unsigned n_inputs,
                                        const oclf_expr_decl *outputs, unsigned n_outputs,
                                        oclf_expr **out);
-/* Canonical form (for logs and tuning records). */
+/* Canonical form (for logs). */
 OCLF_API const char *oclf_expr_canonical(const oclf_expr *expr);
+/* The key tuning records use for an expression (op "expr", shape dims
+ * rows, cols and form): a 52-bit hash of its canonical form with the
+ * dtypes left out (the record's dtype is the first output's). Parses
+ * `source` against the declarations without a context; bad source is
+ * OCLF_INVALID_ARGUMENT as in oclf_expr_compile. */
+OCLF_API oclf_status oclf_expr_form_id(const char *source, const oclf_expr_decl *inputs,
+                                       unsigned n_inputs, const oclf_expr_decl *outputs,
+                                       unsigned n_outputs, uint64_t *form);
 OCLF_API void oclf_expr_release(oclf_expr *expr);
 
 /* One input's value in a run: `buf` for arrays, `scalar` for scalars. */
@@ -767,9 +776,12 @@ typedef struct oclf_expr_arg {
 /* Computes every output over rows x cols. inputs[i] matches the i-th
  * declared input, outputs[j] the j-th output. An output may be exactly the
  * elements of a matrix input of its dtype (in place); any other overlap is
- * rejected. choice: path FUSED (one kernel; the default) or UNFUSED (a
- * kernel per operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16:
- * elements per work-item) and WGS (work-group size). */
+ * rejected. choice: path FUSED (one kernel) or UNFUSED (a kernel per
+ * operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16: elements
+ * per work-item), WGS (work-group size) and ROWS (fused: rows per
+ * work-item, 1 to 65536; row vectors are loaded once for them). Without a choice, a tuning
+ * record for the expression's form and shape decides (see
+ * oclf_expr_form_id), else fused with the device's defaults. */
 OCLF_API oclf_status oclf_expr_run(const oclf_expr *expr, cl_command_queue queue, size_t rows,
                                    size_t cols, const oclf_expr_arg *inputs,
                                    const oclf_buf *outputs, uint64_t seed, uint64_t offset,

@@ -129,7 +129,10 @@ OCLF_HIDDEN const char *oclf_device_type_name(cl_device_type type);
 typedef struct oclf_program oclf_program;
 struct oclf_tunedb;
 struct oclf_decisions;
-typedef void (*oclf_program_sink_fn)(void *user, const char *source, const char *options);
+/* source: a cl/ file name, or a generated program's key with its text in
+ * `generated` (NULL for files). */
+typedef void (*oclf_program_sink_fn)(void *user, const char *source, const char *generated,
+                                     const char *options);
 
 struct oclf_context {
     cl_context cl;
@@ -177,7 +180,8 @@ OCLF_HIDDEN oclf_status oclf_program_get_generated(oclf_context *ctx, const char
                                                    oclf_program **out);
 /* For the cross-compile suite (tests/gpu_variants.c): while a sink is set,
  * oclf_program_get hands each (source, options) it is asked for to the sink
- * and builds nothing (OCLF_UNSUPPORTED), so an op's deep validation lists
+ * and builds nothing (OCLF_UNSUPPORTED; oclf_expr_compile succeeds without
+ * its eager build, so a listing can go on to oclf_expr_run), so an op's deep validation lists
  * the exact programs a parameter set needs without a device compiler. */
 OCLF_HIDDEN void oclf_context_set_program_sink(oclf_context *ctx, oclf_program_sink_fn fn,
                                                void *user);
@@ -362,6 +366,13 @@ OCLF_HIDDEN void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype
 OCLF_HIDDEN oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                              const oclf_shape *shape, const oclf_resolved *r,
                                              int deep, oclf_op_cfg *cfg);
+/* Hooks of generated expressions (ops/expr.c); shape: rows, cols, form
+ * (the canonical-form hash). */
+OCLF_HIDDEN void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                           const oclf_shape *shape, const oclf_resolved *r,
+                                           int deep, oclf_op_cfg *cfg);
 
 /* Decides the path and parameters of one call. Candidates, in order: the
  * tuning records that match (context, per-machine, built-in database; by

@@ -416,7 +416,7 @@ static oclf_status program_get(oclf_context *ctx, const char *source, const char
 {
     *out = NULL;
     if (ctx->program_sink) {
-        ctx->program_sink(ctx->program_sink_user, source, options);
+        ctx->program_sink(ctx->program_sink_user, source, generated, options);
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: programs are being listed, not built",
                          source);
     }

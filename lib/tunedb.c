@@ -213,6 +213,16 @@ static double shape_distance(const oclf_shape *a, const uint64_t *b, unsigned nd
     return d;
 }
 
+/* A dim named "form" identifies (an expression's canonical-form hash); it
+ * does not measure: a record matches it exactly or not at all. */
+static int identity_differs(const oclf_op_key *key, const uint64_t *dim, const oclf_shape *s)
+{
+    for (unsigned k = 0; k < key->ndims; k++)
+        if (strcmp(key->dims[k], "form") == 0 && dim[k] != s->dim[k])
+            return 1;
+    return 0;
+}
+
 int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_tune_candidate *out, int max)
 {
@@ -223,13 +233,14 @@ int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const 
     if (!tc)
         return 0;
     /* Sources never change once loaded, so they are read without the lock. */
-    const unsigned ndims = oclf_op_key_get(op)->ndims;
+    const oclf_op_key *key = oclf_op_key_get(op);
+    const unsigned ndims = key->ndims;
     int n = 0;
     for (int s = 0; s < tc->nsrc; s++) {
         const int first = n;
         for (size_t i = 0; i < tc->src[s].n; i++) {
             const tune_rec *r = &tc->src[s].recs[i];
-            if (r->op != op || r->dtype != dtype)
+            if (r->op != op || r->dtype != dtype || identity_differs(key, r->dim, shape))
                 continue;
             const tune_alt *a = &r->choice;
             if (path != OCLF_PATH_AUTO && a->path != path)

@@ -24,9 +24,11 @@ kernel moves its registers through scratch memory, which defeats the point
 of fusing). SGPR spills, which land in VGPR lanes, are only reported.
 
 OCLF_GPU_COMPILE_QUICK=1 compiles one variant in eight (the defaults
-always), for a short local run; OCLF_GPU_COMPILE_ONLY=SOURCE (l2topk.cl)
-only the programs of that source. A source's `#include "part"` lines are
-expanded as the library's loader expands them. Exits 77 (skip) without clang-15/libclc.
+always), for a short local run; OCLF_GPU_COMPILE_MATCH=TEXT only those whose
+source name contains TEXT ("l2topk.cl": that file's programs; "expr-": the
+generated expressions, which gpu_variants writes to OUT_DIR/generated and
+lists by path). A source's `#include "part"` lines are expanded as the
+library's loader expands them. Exits 77 (skip) without clang-15/libclc.
 """
 import concurrent.futures
 import os
@@ -154,7 +156,10 @@ def main():
         print("gpu-compile: clang-15 or libclc-15 is missing; skipped")
         return 77
     env = dict(os.environ, OCLF_DEVICE_CLASS="gpu")
-    p = subprocess.run([variants_bin], capture_output=True, text=True, env=env)
+    generated = os.path.join(os.path.abspath(out_dir), "generated")
+    os.makedirs(generated, exist_ok=True)
+    # Generated programs (expressions) come back as paths into `generated`.
+    p = subprocess.run([variants_bin, generated], capture_output=True, text=True, env=env)
     if p.returncode == 77:
         print(p.stderr.strip())
         return 77
@@ -165,9 +170,11 @@ def main():
     variants = [line.split("\t", 1) for line in p.stdout.splitlines() if "\t" in line]
     if os.environ.get("OCLF_GPU_COMPILE_QUICK") == "1":
         variants = variants[::8]
-    only = os.environ.get("OCLF_GPU_COMPILE_ONLY")
-    if only:
-        variants = [v for v in variants if v[0] == only]
+    # OCLF_GPU_COMPILE_MATCH=expr- compiles only the programs whose source
+    # names contain the text ("l2topk.cl", or "expr-" for the generated expressions).
+    match = os.environ.get("OCLF_GPU_COMPILE_MATCH")
+    if match:
+        variants = [v for v in variants if match in v[0]]
     with open(os.path.join(cl_dir, "common.h")) as f:
         common = f.read()
     bodies = {}

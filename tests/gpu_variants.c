@@ -8,7 +8,8 @@
  *
  * Run with OCLF_DEVICE_CLASS=gpu, so the heuristics and limits are a GPU's.
  * Prints "source<TAB>options" once per distinct program; tests/gpu_compile.py
- * cross-compiles them. Exits 1 when an op's deep validation accepts a
+ * cross-compiles them. Generated programs (expressions) are written to the
+ * folder named by the first argument and listed by their path. Exits 1 when an op's deep validation accepts a
  * parameter set without naming its program: the kernel limits of such a
  * set would never be checked before launch.
  */
@@ -23,13 +24,47 @@ typedef struct sink {
     char **lines;
     size_t n, cap;
     int got; /* programs recorded by the current validation */
+    const char *dir; /* where generated sources are written */
+    char **keys;     /* generated programs' keys, by file number */
+    size_t nkeys;
 } sink;
 
-static void record(void *user, const char *source, const char *options)
+/* A generated program's text in dir/expr-<n>.cl, one file per key; its
+ * path goes to `path`. 0 on failure. */
+static int generated_file(sink *s, const char *key, const char *text, char *path, size_t len)
+{
+    size_t i = 0;
+    while (i < s->nkeys && strcmp(s->keys[i], key) != 0)
+        i++;
+    snprintf(path, len, "%s/expr-%zu.cl", s->dir, i);
+    if (i < s->nkeys)
+        return 1;
+    char **grown = realloc(s->keys, (s->nkeys + 1) * sizeof *grown);
+    if (!grown)
+        return 0;
+    s->keys = grown;
+    if (!(s->keys[s->nkeys] = strdup(key)))
+        return 0;
+    s->nkeys++;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    const int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static void record(void *user, const char *source, const char *generated, const char *options)
 {
     sink *s = user;
     s->got++;
-    char line[512];
+    char line[4608], path[4096];
+    if (generated) {
+        if (!generated_file(s, source, generated, path, sizeof path)) {
+            fprintf(stderr, "gpu_variants: cannot write %s\n", path);
+            return;
+        }
+        source = path;
+    }
     snprintf(line, sizeof line, "%s\t%s", source, options);
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->lines[i], line) == 0)
@@ -65,7 +100,46 @@ static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
     return 0;
 }
 
-int main(void)
+/* A generated op (expressions): its programs depend on the expression, not
+ * on the shape, so each preset is compiled and run on its test shape under
+ * the sink with the default and every point of its space; oclf_expr_run
+ * hands its program to the sink. Returns 1 when a run named no program. */
+static int visit_generated(op_env *env, sink *s, const op_desc *od, oclf_params *points, int max)
+{
+    op_shape osh;
+    char err[512];
+    if (!op_parse_shape(od, od->test_shape, &osh))
+        return 1;
+    int bad = 0;
+    for (int dt = 0; dt < OCLF_DTYPE_COUNT_; dt++) {
+        void *inst = od->create(env, &osh, (oclf_dtype)dt, err, sizeof err);
+        if (!inst) {
+            fprintf(stderr, "%s %s: %s\n", od->name, oclf_dtype_name((oclf_dtype)dt), err);
+            return 1;
+        }
+        for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
+            const int n = od->space(env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points, max);
+            for (int i = -1; i < n; i++) {
+                oclf_choice ch;
+                memset(&ch, 0, sizeof ch);
+                ch.path = (oclf_path)path;
+                if (i >= 0)
+                    ch.params = points[i];
+                s->got = 0;
+                od->run(env, inst, &ch, NULL);
+                if (s->got == 0) {
+                    fprintf(stderr, "%s %s path %d: a run listed no program: %s\n", od->name,
+                            oclf_dtype_name((oclf_dtype)dt), path, oclf_last_error(env->ctx));
+                    bad = 1;
+                }
+            }
+        }
+        od->destroy(inst);
+    }
+    return bad;
+}
+
+int main(int argc, char **argv)
 {
     oclf_context_options opt;
     oclf_context_options_init(&opt);
@@ -77,13 +151,18 @@ int main(void)
         return 77;
     }
     sink s = {0};
+    s.dir = argc > 1 ? argv[1] : ".";
     oclf_context_set_program_sink(env.ctx, record, &s);
     int bad = 0;
     enum { MAXP = 4096 };
     oclf_params *points = malloc(MAXP * sizeof *points);
     for (int oi = 0; op_table[oi] && points; oi++) {
         const op_desc *od = op_table[oi];
-        const oclf_op op = oclf_op_from_name(od->name);
+        const oclf_op op = oclf_op_from_name(op_lib_op(od));
+        if (op == OCLF_OP_EXPR) {
+            bad |= visit_generated(&env, &s, od, points, MAXP);
+            continue;
+        }
         char shapes[1024];
         snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape, od->bench_shapes);
         for (char *save = NULL, *tok = strtok_r(shapes, ",", &save); tok;
@@ -124,6 +203,9 @@ int main(void)
         free(s.lines[i]);
     }
     free(s.lines);
+    for (size_t i = 0; i < s.nkeys; i++)
+        free(s.keys[i]);
+    free(s.keys);
     free(points);
     oclf_context_set_program_sink(env.ctx, NULL, NULL);
     op_env_close(&env);

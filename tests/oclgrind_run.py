@@ -108,7 +108,8 @@ def traffic(out):
             f = line.split()
             kv = dict(x.split("=") for x in f[6:])
             cur = {"op": f[2], "dtype": f[3], "path": f[4], "shape": f[5],
-                   "min": float(kv["min"]), "bounded": kv.get("bounded") == "1",
+                   "min": float(kv["min"]), "bounded": kv.get("bounded") in ("1", "2"),
+                   "exact": kv.get("bounded") == "2",
                    "load": 0, "store": 0, "kernels": []}
         elif line.startswith("@@ end"):
             calls.append(cur)
@@ -145,6 +146,8 @@ def traffic(out):
             why.append("no global traffic counted")
         if not c["bounded"]:
             line += "  (reported, not bounded)"
+        elif c["exact"] and moved != c["min"]:
+            why.append(f"fused moves {moved}, not exactly the minimum")
         elif moved > bound:
             why.append(f"fused moves {moved} > bound {bound:.0f}")
         if c["bounded"] and u and not umoved > moved:

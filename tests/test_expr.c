@@ -9,7 +9,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { X, Y, B, S, K, NIN };
 
@@ -203,6 +205,7 @@ START_TEST(test_shapes)
             for (size_t ci = 0; ci < 3; ci++) {
                 oclf_choice ch = th_choice(ci == 1 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
                 oclf_params_set(&ch.params, "VEC", vecs[(ri * 3 + ci + (size_t)d) % 5]);
+                oclf_params_set(&ch.params, "ROWS", 1 + (int64_t)((ri + ci + (size_t)d) % 3));
                 check_case(c, OCLF_F32, dtypes[d], dtypes[(d + 1) % 3], rows[ri], cols[ci], &ch);
             }
     check_case(&cases[3], OCLF_F16, OCLF_BF16, OCLF_F32, 9, 21, NULL); /* column vector, scalar */
@@ -512,6 +515,159 @@ START_TEST(test_reuse_and_canonical)
 }
 END_TEST
 
+
+/* Runs softplus-like `src` on 8 x 64 under `ctx`, checks it against
+ * log(exp(x) + add) and returns how many kernels it enqueued. */
+static uint64_t run_counting(oclf_context *ctx, const char *src, double add, const oclf_choice *ch)
+{
+    th_env *env = th_get();
+    const size_t rows = 8, cols = 64, n = rows * cols;
+    const oclf_expr_decl in = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e = NULL;
+    TH_OK(oclf_expr_compile(ctx, src, &in, 1, &out, 1, &e));
+    float *hx = th_random(OCLF_F32, n, -3, 3), *got = malloc(n * sizeof *got);
+    cl_mem x = th_upload(hx, n * 4), y = th_alloc(n * 4);
+    oclf_context_stats before, after;
+    TH_OK(oclf_context_get_stats(ctx, &before));
+    const oclf_expr_arg a = {{x, 0, 0}, 0};
+    const oclf_buf ob = {y, 0, 0};
+    ck_assert_int_eq(oclf_expr_run(e, env->queue, rows, cols, &a, &ob, 0, 0, ch, 0, NULL, NULL),
+                     OCLF_SUCCESS);
+    TH_OK(oclf_context_get_stats(ctx, &after));
+    th_download(y, got, n * 4);
+    double ref[8 * 64];
+    for (size_t i = 0; i < n; i++)
+        ref[i] = log(exp((double)hx[i]) + add);
+    ck_assert_uint_eq(oclf_ref_compare(OCLF_F32, got, cols, ref, rows, cols, NULL, NULL), 0);
+    clReleaseMemObject(x), clReleaseMemObject(y);
+    free(hx), free(got);
+    oclf_expr_release(e);
+    return after.kernels_enqueued - before.kernels_enqueued;
+}
+
+/* Tuning records for expressions: op "expr", keyed by rows, cols and the
+ * form (oclf_expr_form_id: names and dtypes left out); a record applies to
+ * its form only, and a caller's path still wins. */
+START_TEST(test_tuning_record)
+{
+    th_env *env = th_get();
+    const oclf_expr_decl x32 = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, y32 = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    const oclf_expr_decl u16 = {"u", OCLF_EXPR_MATRIX, OCLF_BF16}, v16 = {"v", OCLF_EXPR_MATRIX, OCLF_F16};
+    uint64_t f1 = 0, f2 = 0, f3 = 0, f4 = 0;
+    TH_OK(oclf_expr_form_id("y = log(exp(x) + 1);", &x32, 1, &y32, 1, &f1));
+    TH_OK(oclf_expr_form_id("v = log(exp(u) + 1);", &u16, 1, &v16, 1, &f2));
+    TH_OK(oclf_expr_form_id("y = log(exp(x) + 2);", &x32, 1, &y32, 1, &f3));
+    ck_assert_uint_eq(f1, f2); /* names and dtypes do not matter */
+    ck_assert_uint_ne(f1, f3);
+    ck_assert_uint_lt(f1, UINT64_C(1) << 52);
+    ck_assert_int_eq(oclf_expr_form_id("y = log(;", &x32, 1, &y32, 1, &f4), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "1:9:"));
+
+    char path[] = "/tmp/oclf-expr-db-XXXXXX";
+    const int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    const char *type = oclf_context_device_type(env->ctx) == CL_DEVICE_TYPE_GPU ? "GPU" : "CPU";
+    fprintf(f,
+            "{\"format\": 1, \"records\": [{\"device\": {\"type\": \"%s\"}, \"op\": \"expr\", "
+            "\"dtype\": \"f32\", \"shape\": {\"rows\": 8, \"cols\": 64, \"form\": %llu}, "
+            "\"choice\": {\"path\": \"unfused\", \"params\": {\"VEC\": 2, \"WGS\": 16}}}]}\n",
+            type, (unsigned long long)f1);
+    fclose(f);
+    oclf_context_options opt;
+    oclf_context_options_init(&opt);
+    opt.tuning_db = path;
+    oclf_context *ctx = NULL;
+    TH_OK(oclf_context_create(env->cl, env->device, &opt, &ctx));
+    char text[4096];
+    const uint64_t dims[3] = {8, 64, f1};
+    TH_OK(oclf_tuning_explain(ctx, "expr", OCLF_F32, dims, 3, OCLF_PATH_AUTO, text, sizeof text));
+    ck_assert_msg(strstr(text, "unfused") && strstr(text, "VEC=2"), "%s", text);
+    /* softplus: the record's unfused path, a kernel per operation */
+    ck_assert_uint_eq(run_counting(ctx, "y = log(exp(x) + 1);", 1, NULL), 3);
+    /* another form: the record does not apply; fused */
+    ck_assert_uint_eq(run_counting(ctx, "y = log(exp(x) + 2);", 2, NULL), 1);
+    /* the caller's path wins over the record */
+    const oclf_choice fused = th_choice(OCLF_PATH_FUSED);
+    ck_assert_uint_eq(run_counting(ctx, "y = log(exp(x) + 1);", 1, &fused), 1);
+    oclf_context_destroy(ctx);
+    unlink(path);
+}
+END_TEST
+
+/* A second context (what a second process sees: no programs in memory)
+ * finds the program on disk under the same canonical form, whatever the
+ * names; the first context built it once. */
+START_TEST(test_reuse_across_contexts)
+{
+    th_env *env = th_get();
+    char dir[] = "/tmp/oclf-expr-cache-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    oclf_context_options opt;
+    oclf_context_options_init(&opt);
+    opt.cache_dir = dir;
+    opt.no_tuning_db = 1;
+    oclf_context *a = NULL, *b = NULL;
+    TH_OK(oclf_context_create(env->cl, env->device, &opt, &a));
+    TH_OK(oclf_context_create(env->cl, env->device, &opt, &b));
+    const oclf_expr_decl x = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, y = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    const oclf_expr_decl p = {"p", OCLF_EXPR_MATRIX, OCLF_F32}, q = {"q", OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e1 = NULL, *e2 = NULL;
+    oclf_context_stats sa, sb;
+    TH_OK(oclf_expr_compile(a, "y = sqrt(abs(x)) * 3;", &x, 1, &y, 1, &e1));
+    TH_OK(oclf_expr_compile(b, "q = sqrt(abs(p)) * 3;", &p, 1, &q, 1, &e2));
+    TH_OK(oclf_context_get_stats(a, &sa));
+    TH_OK(oclf_context_get_stats(b, &sb));
+    ck_assert_uint_eq(sa.programs_compiled, 1);
+    ck_assert_uint_eq(sb.programs_compiled, 0);
+    ck_assert_uint_eq(sb.programs_from_disk, 1);
+    oclf_expr_release(e1), oclf_expr_release(e2);
+    oclf_context_destroy(a), oclf_context_destroy(b);
+    /* Clean up the cache folder's files. */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* The declaration limits, with their sentences. */
+START_TEST(test_declaration_limits)
+{
+    th_env *env = th_get();
+    oclf_expr_decl in[17], out[9];
+    char names[26][8];
+    for (int i = 0; i < 26; i++)
+        snprintf(names[i], sizeof names[i], "n%d", i);
+    for (int i = 0; i < 17; i++)
+        in[i] = (oclf_expr_decl){names[i], OCLF_EXPR_MATRIX, OCLF_F32};
+    for (int j = 0; j < 9; j++)
+        out[j] = (oclf_expr_decl){names[17 + j], OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e = NULL;
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, "n17 = n0;", in, 17, out, 1, &e),
+                   OCLF_INVALID_ARGUMENT, "1:1: more than 16 inputs", ck_assert_ptr_null(e));
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, "n17 = n0;", in, 16, out, 9, &e),
+                   OCLF_INVALID_ARGUMENT, "1:1: more than 8 outputs", ck_assert_ptr_null(e));
+    /* 16 inputs and 8 outputs are within the limits. */
+    char src[512];
+    size_t n = 0;
+    for (int j = 0; j < 8; j++)
+        n += (size_t)snprintf(src + n, sizeof src - n, "n%d = n%d + n%d;\n", 17 + j, 2 * j, 2 * j + 1);
+    TH_OK(oclf_expr_compile(env->ctx, src, in, 16, out, 8, &e));
+    oclf_expr_release(e);
+    /* Names: 31 characters, not 32. */
+    const char *n31 = "abcdefghijklmnopqrstuvwxyz01234", *n32 = "abcdefghijklmnopqrstuvwxyz012345";
+    oclf_expr_decl d31 = {n31, OCLF_EXPR_MATRIX, OCLF_F32}, d32 = {n32, OCLF_EXPR_MATRIX, OCLF_F32};
+    snprintf(src, sizeof src, "n17 = %s;", n31);
+    TH_OK(oclf_expr_compile(env->ctx, src, &d31, 1, out, 1, &e));
+    oclf_expr_release(e);
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, "n17 = n0;", &d32, 1, out, 1, &e),
+                   OCLF_INVALID_ARGUMENT, "not an identifier of up to 31", ck_assert_ptr_null(e));
+    snprintf(src, sizeof src, "n17 = n0;\n  %s = 1;", n32);
+    TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, src, in, 1, out, 1, &e), OCLF_INVALID_ARGUMENT,
+                   "2:3: name longer than 31", ck_assert_ptr_null(e));
+}
+END_TEST
+
 static Suite *expr_suite(void)
 {
     Suite *s = suite_create("expr");
@@ -524,9 +680,15 @@ static Suite *expr_suite(void)
     tcase_add_test(t, test_dropout_statistics);
     tcase_add_test(t, test_reuse_and_canonical);
     suite_add_tcase(s, t);
+    TCase *r = tcase_create("reuse");
+    tcase_set_timeout(r, 0);
+    tcase_add_test(r, test_tuning_record);
+    tcase_add_test(r, test_reuse_across_contexts);
+    suite_add_tcase(s, r);
     TCase *b = tcase_create("errors");
     tcase_add_test(b, test_source_errors);
     tcase_add_test(b, test_run_errors);
+    tcase_add_test(b, test_declaration_limits);
     suite_add_tcase(s, b);
     return s;
 }

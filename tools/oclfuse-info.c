@@ -88,7 +88,7 @@ int main(int argc, char **argv)
         uint64_t dims[OP_MAX_DIMS];
         const int nd = op_lib_shape(op, &s, dims, NULL);
         char text[8192];
-        if (oclf_tuning_explain(env.ctx, op->name, dt, dims, (unsigned)nd, pth, text,
+        if (oclf_tuning_explain(env.ctx, op_lib_op(op), dt, dims, (unsigned)nd, pth, text,
                                 sizeof text) != OCLF_SUCCESS) {
             printf("%s: %s\n", op->name, oclf_last_error(env.ctx));
             rc = 1;

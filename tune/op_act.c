@@ -66,7 +66,7 @@ static oclf_status act_run(const op_env *env, void *p, const oclf_choice *ch, cl
 static int act_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
 {
     act_inst *a = p;
-    const size_t es = oclf_dtype_size(a->dtype), n = a->rows * a->d;
+    const size_t n = a->rows * a->d;
     oclf_status st = act_run(env, a, ch, NULL);
     if (st != OCLF_SUCCESS) {
         snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
@@ -74,21 +74,7 @@ static int act_verify(const op_env *env, void *p, const oclf_choice *ch, char *m
     }
     if (!a->want && (a->want = malloc((n + 1) * sizeof *a->want)) != NULL)
         oclf_ref_act_and_mul(a->dtype, &a->act, a->rows, a->d, a->hin, 2 * a->d, a->want);
-    void *got = malloc(n * es + 1);
-    int ok = 0;
-    if (got && a->want && op_download(env, a->out, got, n * es) == 0) {
-        size_t first = 0;
-        double maxerr = 0;
-        size_t bad = oclf_ref_compare(a->dtype, got, a->d, a->want, a->rows, a->d, &first, &maxerr);
-        ok = bad == 0;
-        if (!ok)
-            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
-                     first, maxerr);
-    } else {
-        snprintf(msg, len, "cannot read the result back");
-    }
-    free(got);
-    return ok;
+    return op_verify_packed(env, a->out, a->dtype, a->want, a->rows, a->d, msg, len);
 }
 
 /* rows x 2d read, rows x d written */

@@ -11,17 +11,30 @@
 #include <string.h>
 #include <time.h>
 
-/* One descriptor per row of the op list, named op_<name>. */
+/* One descriptor per row of the op list, named op_<name>; the expression
+ * family has one per preset expression instead (tune/op_expr.c). A new
+ * family adds its line here. */
+#define OP_ONE(name) &op_##name,
+#define OP_DESCS_norm OP_ONE
+#define OP_DESCS_act OP_ONE
+#define OP_DESCS_rope OP_ONE
+#define OP_DESCS_l2topk OP_ONE
+#define OP_DESCS_linear OP_ONE
+#define OP_DESCS_expr(name) \
+    &op_ew_softplus, &op_ew_add_relu_scale, &op_ew_bias_gelu_dropout, &op_ew_chain8,
 #define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) extern const op_desc op_##name;
 #include "../lib/ops.def"
 #undef OCLF_OP
+extern const op_desc op_ew_softplus, op_ew_add_relu_scale, op_ew_bias_gelu_dropout, op_ew_chain8;
 
 const op_desc *const op_table[] = {
-#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) &op_##name,
+#define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) OP_DESCS_##family(name)
 #include "../lib/ops.def"
 #undef OCLF_OP
     NULL,
 };
+
+const char *op_lib_op(const op_desc *op) { return op->lib_op ? op->lib_op : op->name; }
 
 const op_desc *op_find(const char *name)
 {
@@ -397,7 +410,7 @@ void op_point_check_init(op_point_check *c, const op_env *env, const op_desc *op
 {
     memset(c, 0, sizeof *c);
     c->env = env;
-    c->op = op->name;
+    c->op = op_lib_op(op);
     c->dtype = dtype;
     c->path = path;
     c->ndims = op_lib_shape(op, shape, c->dims, NULL);
@@ -472,4 +485,25 @@ void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p)
 {
     if (*n < max)
         out[(*n)++] = *p;
+}
+
+int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const double *want,
+                     size_t rows, size_t cols, char *msg, size_t len)
+{
+    const size_t bytes = rows * cols * oclf_dtype_size(dtype);
+    void *got = malloc(bytes + 1);
+    int ok = 0;
+    if (got && want && op_download(env, out, got, bytes) == 0) {
+        size_t first = 0;
+        double maxerr = 0;
+        size_t bad = oclf_ref_compare(dtype, got, cols, want, rows, cols, &first, &maxerr);
+        ok = bad == 0;
+        if (!ok)
+            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
+                     first, maxerr);
+    } else {
+        snprintf(msg, len, "cannot read the result back");
+    }
+    free(got);
+    return ok;
 }

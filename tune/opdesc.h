@@ -35,6 +35,10 @@ typedef struct op_shape {
 struct op_desc;
 typedef struct op_desc {
     const char *name;
+    /* The library's op (lib/ops.def) this descriptor runs, when its own
+     * name is not one: each preset expression (tune/op_expr.c) runs "expr".
+     * NULL: the name. */
+    const char *lib_op;
     /* How --shapes is read for this op, e.g. "ROWSxHIDDEN (rows x hidden size)". */
     const char *shape_help;
     int ndims;
@@ -89,6 +93,8 @@ typedef struct op_desc {
 /* Every op, NULL-terminated. */
 extern const op_desc *const op_table[];
 const op_desc *op_find(const char *name);
+/* The library's op name of a descriptor (database records, explain). */
+const char *op_lib_op(const op_desc *op);
 
 /* "4096x4096" -> shape; 0 on a malformed string or wrong dimension count. */
 int op_parse_shape(const op_desc *op, const char *text, op_shape *out);
@@ -177,6 +183,17 @@ int op_is_gpu(const op_env *env);
  * OP_GPU_MAX_VEC_BYTES wide in `dtype`; returns how many are left (n
  * elsewhere). */
 int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int n);
+
+/* Expressions (tune/op_expr.c): milliseconds from oclf_expr_compile of an
+ * expression whose program the context already holds (memory) or only the
+ * disk cache holds (a new context), to the end of its first run; medians
+ * of 5. 0, or -1 when a call failed. */
+int op_expr_first_launch_ms(const op_env *env, double *memory_ms, double *disk_ms);
+
+/* Reads rows x cols packed elements of `out` and compares them with the
+ * reference under the dtype's tolerance: 1 when right, else 0 and why. */
+int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const double *want,
+                     size_t rows, size_t cols, char *msg, size_t len);
 
 /* Adds p to out[*n] when *n < max. */
 void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p);

@@ -28,7 +28,7 @@ json_t *make_record(const result *r, const op_shape *shape, double copy_gbps)
      * which keeps tracking the device if the heuristic improves. */
     const oclf_params none = {0};
     const cand *b = &r->best;
-    json_t *rec = json_pack("{s:s, s:s, s:o, s:{s:s, s:o}, s:f}", "op", r->op->name, "dtype",
+    json_t *rec = json_pack("{s:s, s:s, s:o, s:{s:s, s:o}, s:f}", "op", op_lib_op(r->op), "dtype",
                             oclf_dtype_name(r->dtype), "shape", sh, "choice", "path",
                             path_name(b->ch.path), "params",
                             params_json(b->is_default ? &none : &b->ch.params), "time_ns",

@@ -44,7 +44,7 @@ static int near_default(tuner *t, const op_desc *op, oclf_dtype dt, const op_sha
         uint64_t dims[OP_MAX_DIMS];
         const int nd = op_lib_shape(op, shape, dims, NULL);
         oclf_tuning_decision d;
-        if (oclf_tuning_resolve(t->env.ctx, op->name, dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
+        if (oclf_tuning_resolve(t->env.ctx, op_lib_op(op), dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
                                 &d) == OCLF_SUCCESS)
             dflt.ch = d.heuristic;
     }

@@ -194,6 +194,9 @@ static const char prelude[] =
     "typedef OCLF_CAT(float, OCLF_VEC) xf;\n"
     "typedef OCLF_CAT(uint, OCLF_VEC) xu;\n"
     "typedef OCLF_CAT(ushort, OCLF_VEC) xh;\n"
+    "typedef OCLF_CAT(ulong, OCLF_VEC) xl;\n"
+    "#define XTOUL(u) OCLF_CAT(convert_ulong, OCLF_VEC)(u)\n"
+    "#define XTOU(l) OCLF_CAT(convert_uint, OCLF_VEC)(l)\n"
     "#define XLOAD(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))\n"
     "#define XSTORE(v, p) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p))\n"
     "#define XLOADH(p) OCLF_CAT(vload_half, OCLF_VEC)(0, (p))\n"
@@ -209,6 +212,86 @@ static const char prelude[] =
     "#elif OCLF_VEC == 4\n#define XLANES ((xu)(0, 1, 2, 3))\n"
     "#elif OCLF_VEC == 8\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7))\n"
     "#else\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))\n#endif\n"
+    "/* exp of whole vectors: 2^k * e^r with k = rint(x / ln 2), r = x - k ln 2\n"
+    " * (ln 2 in two parts), e^r by its Taylor series to r^7 (|r| <= 0.347;\n"
+    " * within 1 ulp of the exact value over [-87, 87]); other lanes (and NaN)\n"
+    " * take the library's exp, which a CPU ran several times slower. */\n"
+    "static inline xf x_exp_v(xf x)\n"
+    "{\n"
+    "    if (any(!(fabs(x) <= 87.0f)))\n"
+    "        return exp(x);\n"
+    "    const xf k = rint(x * 1.44269504f);\n"
+    "    xf r = fma(-k, (xf)0.693145752f, x);\n"
+    "    r = fma(-k, (xf)1.42860677e-06f, r);\n"
+    "    xf p = (xf)(1.0f / 5040);\n"
+    "    p = fma(p, r, (xf)(1.0f / 720));\n"
+    "    p = fma(p, r, (xf)(1.0f / 120));\n"
+    "    p = fma(p, r, (xf)(1.0f / 24));\n"
+    "    p = fma(p, r, (xf)(1.0f / 6));\n"
+    "    p = fma(p, r, (xf)0.5f);\n"
+    "    p = fma(p, r, (xf)1.0f);\n"
+    "    p = fma(p, r, (xf)1.0f);\n"
+    "    return p * OCLF_CAT(as_float, OCLF_VEC)((OCLF_CAT(convert_int, OCLF_VEC)(k) + 127) << 23);\n"
+    "}\n"
+    "/* log of whole vectors: x = 2^e * m with m in [sqrt(1/2), sqrt(2)),\n"
+    " * log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by its series\n"
+    " * to s^11 (within 3 ulp of the exact value). A CPU's log library ran\n"
+    " * several times slower. Zero, negative, subnormal, infinite and NaN\n"
+    " * lanes take the library's log. */\n"
+    "static inline xf x_log_v(xf x)\n"
+    "{\n"
+    "    if (any(!(x >= FLT_MIN && x <= FLT_MAX)))\n"
+    "        return log(x);\n"
+    "    const xu b = OCLF_CAT(as_uint, OCLF_VEC)(x);\n"
+    "    xf m = OCLF_CAT(as_float, OCLF_VEC)((b & 0x007fffffu) | 0x3f800000u);\n"
+    "    xf e = OCLF_CAT(convert_float, OCLF_VEC)(OCLF_CAT(as_int, OCLF_VEC)(b >> 23) - 127);\n"
+    "    const xf big = select((xf)0.0f, (xf)1.0f, m > 1.41421356f);\n"
+    "    m = m * (1.0f - 0.5f * big);\n"
+    "    e = e + big;\n"
+    "    const xf s = (m - 1.0f) / (m + 1.0f), z = s * s;\n"
+    "    xf q = fma(z, (xf)(1.0f / 11), (xf)(1.0f / 9));\n"
+    "    q = fma(z, q, (xf)(1.0f / 7));\n"
+    "    q = fma(z, q, (xf)(1.0f / 5));\n"
+    "    q = fma(z, q, (xf)(1.0f / 3));\n"
+    "    q = fma(z, q, (xf)1.0f);\n"
+    "    /* ln 2 in two parts: e * hi is exact */\n"
+    "    return fma(e, (xf)0.693145752f, fma(e, (xf)1.42860677e-06f, 2.0f * s * q));\n"
+    "}\n"
+    "/* erf of whole vectors: below 1, x * P(2x^2 - 1) (relative error under\n"
+    " * 1e-7); from 1 to 4, 1 - q((2|x| - 5) / 3) with q erfc's polynomial\n"
+    " * (absolute error under 5e-8); beyond 4, +-1 (erfc(4) < 1.6e-8). Both\n"
+    " * are Chebyshev interpolants at degree 7 and 14. A CPU's erf library ran\n"
+    " * many times slower. NaN stays NaN. */\n"
+    "static inline xf x_erf_v(xf x)\n"
+    "{\n"
+    "    const xf a = fabs(x), u = fma(2.0f * x, x, (xf)-1.0f);\n"
+    "    xf p = (xf)-7.55237863e-08f;\n"
+    "    p = fma(p, u, (xf)1.23163954e-06f);\n"
+    "    p = fma(p, u, (xf)-1.7536915e-05f);\n"
+    "    p = fma(p, u, (xf)0.000217511988f);\n"
+    "    p = fma(p, u, (xf)-0.00228548562f);\n"
+    "    p = fma(p, u, (xf)0.0198524985f);\n"
+    "    p = fma(p, u, (xf)-0.140536085f);\n"
+    "    p = fma(p, u, (xf)0.965468764f);\n"
+    "    const xf t = fma(a, (xf)(2.0f / 3), (xf)(-5.0f / 3));\n"
+    "    xf q = (xf)-0.000258006097f;\n"
+    "    q = fma(q, t, (xf)-9.49723835e-05f);\n"
+    "    q = fma(q, t, (xf)0.00203279871f);\n"
+    "    q = fma(q, t, (xf)-0.00154291105f);\n"
+    "    q = fma(q, t, (xf)-0.00466702878f);\n"
+    "    q = fma(q, t, (xf)0.0104118455f);\n"
+    "    q = fma(q, t, (xf)-0.00663786428f);\n"
+    "    q = fma(q, t, (xf)-0.00957930554f);\n"
+    "    q = fma(q, t, (xf)0.0318684503f);\n"
+    "    q = fma(q, t, (xf)-0.0463895835f);\n"
+    "    q = fma(q, t, (xf)0.0436514802f);\n"
+    "    q = fma(q, t, (xf)-0.0281874072f);\n"
+    "    q = fma(q, t, (xf)0.01225283f);\n"
+    "    q = fma(q, t, (xf)-0.00326727028f);\n"
+    "    q = fma(q, t, (xf)0.000406952022f);\n"
+    "    const xf far = copysign(select(1.0f - q, (xf)1.0f, a >= 4.0f), x);\n"
+    "    return select(far, x * p, a < 1.0f);\n"
+    "}\n"
     "static inline xf x_dropout_v(xf v, xf p, ulong seed, ulong n, uint stream)\n"
     "{\n"
     "    /* counters n + lane, carrying into the high word */\n"
@@ -221,8 +304,11 @@ static const char prelude[] =
     "            k0 += 0x9E3779B9u;\n"
     "            k1 += 0xBB67AE85u;\n"
     "        }\n"
-    "        const xu lo0 = 0xD2511F53u * c0, hi0 = mul_hi((xu)0xD2511F53u, c0);\n"
-    "        const xu lo1 = 0xCD9E8D57u * c2, hi1 = mul_hi((xu)0xCD9E8D57u, c2);\n"
+    "        /* 64-bit products give both halves: a vector mul_hi of 32-bit\n"
+    "         * lanes has no x86 instruction and went lane by lane. */\n"
+    "        const xl p0 = XTOUL(c0) * 0xD2511F53ul, p1 = XTOUL(c2) * 0xCD9E8D57ul;\n"
+    "        const xu lo0 = XTOU(p0), hi0 = XTOU(p0 >> 32);\n"
+    "        const xu lo1 = XTOU(p1), hi1 = XTOU(p1 >> 32);\n"
     "        c0 = hi1 ^ c1 ^ k0;\n"
     "        c1 = lo1;\n"
     "        c2 = hi0 ^ c3 ^ k1;\n"
@@ -250,6 +336,8 @@ static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
         oclf_xbuf_printf(b, "global %s *out%d, ulong out%d_o, ulong out%d_s, ", ctype(outputs[j].dtype),
                          j, j, j);
     oclf_xbuf_printf(b, "ulong rows, ulong cols, ulong seed, ulong offset");
+    if (!temps)
+        oclf_xbuf_printf(b, ", ulong rpb");
     if (temps)
         for (int k = 0; k < g->n_nodes; k++)
             if (g->node[k].op > XOP_CONST)
@@ -273,13 +361,35 @@ static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
     "        const ulong n = r * cols + c + offset;\n"                   \
     "        (void)n;\n"
 static const char loop_head[] = LOOP_START LOOP_BODY;
-static const char loop_body[] = LOOP_BODY;
-/* The fused kernel first takes a whole chunk as vectors when it can. */
-static const char vec_head[] = LOOP_START
+/* The fused kernel: a work-item takes VEC columns of `rpb` consecutive rows
+ * (ROWS), loading row-vector inputs once for all of them, and first takes
+ * a whole chunk as vectors when it can. */
+static const char fused_head[] =
+    "{\n"
+    "    const ulong nch = (cols + OCLF_VEC - 1) / OCLF_VEC;\n"
+    "    const ulong gid = get_global_id(0);\n"
+    "    if (gid >= (rows + rpb - 1) / rpb * nch)\n"
+    "        return;\n"
+    "    const ulong rb = gid / nch, c0 = (gid - rb * nch) * OCLF_VEC;\n"
+    "    const ulong r0 = rb * rpb, r1 = min(r0 + rpb, rows);\n"
     "#if OCLF_VEC > 1\n"
     "    if (c0 + OCLF_VEC <= cols) {\n"
-    "        const ulong c = c0, n = r * cols + c + offset;\n"
+    "        const ulong c = c0;\n";
+static const char fused_tail[] =
+    "    for (uint k = 0; k < OCLF_VEC; k++) {\n"
+    "        const ulong c = c0 + k;\n"
+    "        if (c >= cols)\n"
+    "            break;\n";
+static const char row_loop[] =
+    "        for (ulong r = r0; r < r1; r++) {\n"
+    "        const ulong n = r * cols + c + offset;\n"
     "        (void)n;\n";
+
+/* Row-vector inputs do not change along a column: loaded before the rows. */
+static int per_column(const oclf_xnode *n, const oclf_expr_decl *inputs)
+{
+    return n->op == XOP_INPUT && inputs[n->input].kind == OCLF_EXPR_ROW;
+}
 
 static void operand(char *buf, size_t len, const oclf_xgraph *g, const oclf_expr_decl *inputs,
                     int k, int fused)
@@ -367,6 +477,14 @@ static void emit_vvalue(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
         break;
     case XOP_SELECT: oclf_xbuf_printf(b, "select(%s, %s, %s != 0.0f)", c, bb, a); break;
     case XOP_RELU: oclf_xbuf_printf(b, "select(%s, (xf)0.0f, %s < 0.0f)", a, a); break;
+    case XOP_EXP: oclf_xbuf_printf(b, "x_exp_v(%s)", a); break;
+    case XOP_SIGMOID: oclf_xbuf_printf(b, "1.0f / (1.0f + x_exp_v(-%s))", a); break;
+    case XOP_SILU: oclf_xbuf_printf(b, "%s / (1.0f + x_exp_v(-%s))", a, a); break;
+    case XOP_LOG: oclf_xbuf_printf(b, "x_log_v(%s)", a); break;
+    case XOP_ERF: oclf_xbuf_printf(b, "x_erf_v(%s)", a); break;
+    case XOP_GELU:
+        oclf_xbuf_printf(b, "0.5f * %s * (1.0f + x_erf_v(%s * 0.70710678118654752f))", a, a);
+        break;
     case XOP_DROPOUT: oclf_xbuf_printf(b, "x_dropout_v(%s, %s, seed, n, %du)", a, bb, n->stream); break;
     default: {
         char p[3][24];
@@ -387,20 +505,30 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
     /* Fused: every node once, in order, then every output. */
     oclf_xbuf_printf(b, "kernel void expr_fused(");
     emit_params(b, g, inputs, n_inputs, outputs, 0);
-    oclf_xbuf_printf(b, ")\n%s", vec_head);
+    oclf_xbuf_printf(b, ")\n%s", fused_head);
     for (int k = 0; k < g->n_nodes; k++)
-        emit_vvalue(b, g, inputs, k);
+        if (per_column(&g->node[k], inputs))
+            emit_vvalue(b, g, inputs, k);
+    oclf_xbuf_printf(b, "%s", row_loop);
+    for (int k = 0; k < g->n_nodes; k++)
+        if (!per_column(&g->node[k], inputs))
+            emit_vvalue(b, g, inputs, k);
     for (int j = 0; j < g->n_outputs; j++)
         emit_vstore(b, outputs[j].dtype, j, g->output[j]);
-    oclf_xbuf_printf(b, "        return;\n    }\n#endif\n%s", loop_body);
+    oclf_xbuf_printf(b, "        }\n        return;\n    }\n#endif\n%s", fused_tail);
     for (int k = 0; k < g->n_nodes; k++)
-        emit_value(b, g, inputs, k, 1);
+        if (per_column(&g->node[k], inputs))
+            emit_value(b, g, inputs, k, 1);
+    oclf_xbuf_printf(b, "%s", row_loop);
+    for (int k = 0; k < g->n_nodes; k++)
+        if (!per_column(&g->node[k], inputs))
+            emit_value(b, g, inputs, k, 1);
     for (int j = 0; j < g->n_outputs; j++) {
         char v[16];
         snprintf(v, sizeof v, "v%d", g->output[j]);
         emit_store(b, outputs[j].dtype, j, v);
     }
-    oclf_xbuf_printf(b, "    }\n}\n");
+    oclf_xbuf_printf(b, "        }\n    }\n}\n");
 
     /* Unfused: a kernel per operation, reading leaves from their buffers
      * and operations from their fp32 temporaries. */

@@ -7,8 +7,9 @@
  *                                are inputs or numbers
  *
  * Parameters: VEC (elements per work-item: 1, 2, 4, 8, 16), WGS (work-group
- * size, a power of two up to the device limit). One program per (canonical
- * form, VEC, WGS) holds both paths.
+ * size, a power of two up to the device limit), ROWS (fused: rows per
+ * work-item, row-vector inputs loaded once for them; a kernel argument).
+ * One program per (canonical form, VEC) holds both paths.
  */
 #include "../internal.h"
 #include "../expr/expr.h"
@@ -25,6 +26,7 @@ struct oclf_expr {
     oclf_xgraph graph;
     char *key;    /* "expr:" + canonical form */
     char *source; /* generated OpenCL */
+    uint64_t form; /* tuning key: oclf_expr_form_id */
     int vec, wgs; /* defaults for this device */
 };
 
@@ -43,13 +45,14 @@ void oclf_expr_release(oclf_expr *expr) { expr_free(expr); }
 
 const char *oclf_expr_canonical(const oclf_expr *expr) { return expr ? expr->key + 5 : ""; }
 
-/* Defaults: a CPU work-item loops over a few neighbours (fewer index
- * divisions per element); on a GPU neighbours go to neighbouring
+/* Defaults: a CPU work-item takes 16 neighbours (a 64-byte vector of
+ * floats, fewer index divisions per element; with 4 a cheap chain ran at
+ * half the copy bandwidth); on a GPU neighbours go to neighbouring
  * work-items, so each load instruction is coalesced. */
 static void expr_defaults(const oclf_context *ctx, int *vec, int *wgs)
 {
     if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
-        *vec = 4;
+        *vec = 16;
         *wgs = 64;
     } else {
         *vec = 1;
@@ -59,11 +62,115 @@ static void expr_defaults(const oclf_context *ctx, int *vec, int *wgs)
         *wgs /= 2;
 }
 
-static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec, int wgs,
+/* VEC is compiled in (one program per (form, VEC)); WGS and ROWS are only
+ * the launch's, so tuning them compiles nothing. */
+static const oclf_param_spec expr_params[] = {
+    {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_ARG},
+    {"ROWS", 1, 65536, 0, OCLF_PARAM_ARG},
+};
+enum { P_VEC, P_WGS, P_ROWS, P_COUNT };
+_Static_assert(OCLF_NARGS(expr_params) == P_COUNT, "one spec per parameter");
+
+typedef struct expr_cfg {
+    int vec, wgs, rows;
+    char defines[OCLF_DEFINES_MAX];
+} expr_cfg;
+OCLF_CFG_FITS(expr_cfg);
+
+void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                         oclf_path path, oclf_params *out)
+{
+    (void)dtype, (void)shape, (void)path;
+    int vec, wgs;
+    expr_defaults(ctx, &vec, &wgs);
+    oclf_params_set(out, "VEC", vec);
+    oclf_params_set(out, "WGS", wgs);
+    oclf_params_set(out, "ROWS", 1);
+}
+
+static oclf_status expr_config(const oclf_context *ctx, const oclf_params *p, expr_cfg *cfg)
+{
+    int64_t v[P_COUNT];
+    oclf_status st = oclf_params_read(ctx, expr_params, P_COUNT, p, v);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cfg->vec = (int)v[P_VEC];
+    cfg->wgs = (int)v[P_WGS];
+    cfg->rows = (int)v[P_ROWS];
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, expr_params, P_COUNT, v);
+    return OCLF_SUCCESS;
+}
+
+/* The parameters alone: the program depends on the expression, which the
+ * shape names only by its hash, so oclf_expr_run checks the built kernel's
+ * work-group limit itself. */
+oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                               const oclf_shape *shape, const oclf_resolved *r, int deep,
+                               oclf_op_cfg *out)
+{
+    (void)op, (void)dtype, (void)shape, (void)deep;
+    expr_cfg cfg;
+    oclf_status st = expr_config(ctx, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
+    return st;
+}
+
+const oclf_op_hooks oclf_expr_hooks = {oclf_expr_heuristic, oclf_expr_validate};
+
+/* The tuning key of a parsed expression: its canonical form with every
+ * dtype taken as f32 (a record's dtype field carries the first output's),
+ * hashed to 52 bits so that every JSON reader holds it exactly. */
+static int form_of(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
+                   const oclf_expr_decl *outputs, unsigned n_outputs, uint64_t *form)
+{
+    oclf_expr_decl in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
+    for (unsigned i = 0; i < n_inputs; i++)
+        in[i] = (oclf_expr_decl){NULL, inputs[i].kind, OCLF_F32};
+    for (unsigned j = 0; j < n_outputs; j++)
+        out[j] = (oclf_expr_decl){NULL, outputs[j].kind, OCLF_F32};
+    oclf_xbuf b = {0};
+    oclf_expr_canonical_form(g, in, n_inputs, out, &b);
+    const int ok = !b.failed && b.s;
+    if (ok) {
+        oclf_hash h;
+        oclf_hash_init(&h);
+        oclf_hash_str(&h, b.s);
+        *form = h.a & ((UINT64_C(1) << 52) - 1);
+    }
+    free(b.s);
+    return ok;
+}
+
+oclf_status oclf_expr_form_id(const char *source, const oclf_expr_decl *inputs, unsigned n_inputs,
+                              const oclf_expr_decl *outputs, unsigned n_outputs, uint64_t *form)
+{
+    oclf_enter(__func__);
+    static const char *const OP = "oclf_expr_form_id";
+    if (!source || !form)
+        return oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: source or form is NULL", OP);
+    oclf_xgraph *g = malloc(sizeof *g);
+    if (!g)
+        return oclf_fail(NULL, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP);
+    char err[256];
+    oclf_status st = OCLF_SUCCESS;
+    if (oclf_expr_parse(source, strnlen(source, OCLF_EXPR_MAX_SOURCE + 1), inputs, n_inputs,
+                        outputs, n_outputs, g, err, sizeof err))
+        st = oclf_fail(NULL, OCLF_INVALID_ARGUMENT, "%s: %s", OP, err);
+    else if (!form_of(g, inputs, n_inputs, outputs, n_outputs, form))
+        st = oclf_fail(NULL, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP);
+    free(g);
+    return st;
+}
+
+/* One program per (expression, VEC): the work-group size is only the
+ * launch's, so tuning it compiles nothing. */
+static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec,
                                 oclf_program **prog)
 {
-    char opts[96];
-    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d -DOCLF_WGS=%d", vec, wgs);
+    char opts[32];
+    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d", vec);
     return oclf_program_get_generated(ctx, e->key, e->source, opts, prog);
 }
 
@@ -104,15 +211,17 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     oclf_expr_codegen(&e->graph, e->inputs, n_inputs, e->outputs, &src);
     e->key = key.s;
     e->source = src.s;
-    if (key.failed || src.failed || !e->key || !e->source) {
+    if (key.failed || src.failed || !e->key || !e->source ||
+        !form_of(&e->graph, e->inputs, n_inputs, e->outputs, n_outputs, &e->form)) {
         expr_free(e);
         return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", OP_COMPILE);
     }
     expr_defaults(ctx, &e->vec, &e->wgs);
-    /* Build now, so the first run launches at once. */
+    /* Build now, so the first run launches at once (a program sink only
+     * lists it). */
     oclf_program *prog;
-    oclf_status st = expr_program(ctx, e, e->vec, e->wgs, &prog);
-    if (st != OCLF_SUCCESS) {
+    oclf_status st = expr_program(ctx, e, e->vec, &prog);
+    if (st != OCLF_SUCCESS && !ctx->program_sink) {
         expr_free(e);
         return st;
     }
@@ -120,35 +229,23 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     return OCLF_SUCCESS;
 }
 
-/* Path and parameters of a run: the caller's, else this device's defaults. */
-static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, const oclf_choice *choice,
-                              oclf_path *path, int *vec, int *wgs)
+/* Path and parameters of a run: the caller's, laid over the tuning record
+ * for this expression (its form) and shape, else this device's defaults. */
+static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows, size_t cols,
+                              const oclf_choice *choice, oclf_path *path, expr_cfg *cfg)
 {
-    *path = OCLF_PATH_FUSED;
-    *vec = e->vec;
-    *wgs = e->wgs;
-    if (!choice)
+    const oclf_shape shape = {{rows, cols, e->form, 0}};
+    oclf_resolved r;
+    oclf_status st;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_EXPR, &oclf_expr_hooks, e->outputs[0].dtype,
+                                     &shape, choice, &r)))
+        return st;
+    *path = r.path;
+    if (r.has_cfg) {
+        memcpy(cfg, &r.cfg, sizeof *cfg);
         return OCLF_SUCCESS;
-    if (choice->path == OCLF_PATH_UNFUSED)
-        *path = OCLF_PATH_UNFUSED;
-    else if (choice->path != OCLF_PATH_AUTO && choice->path != OCLF_PATH_FUSED)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown path %d", OP_RUN,
-                         (int)choice->path);
-    int64_t v;
-    if (oclf_params_get(&choice->params, "VEC", &v)) {
-        if (v != 1 && v != 2 && v != 4 && v != 8 && v != 16)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: VEC = %lld is not 1, 2, 4, 8 or 16",
-                             OP_RUN, (long long)v);
-        *vec = (int)v;
     }
-    if (oclf_params_get(&choice->params, "WGS", &v)) {
-        if (v < 1 || (v & (v - 1)) || (uint64_t)v > ctx->info.max_wgs)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "%s: WGS = %lld is not a power of two up to %zu", OP_RUN,
-                             (long long)v, ctx->info.max_wgs);
-        *wgs = (int)v;
-    }
-    return OCLF_SUCCESS;
+    return expr_config(ctx, &r.params, cfg);
 }
 
 /* An input's checked operand; vectors are one row of cols or rows. */
@@ -192,9 +289,10 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     if (cols == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", OP_RUN);
     oclf_path path;
-    int vec, wgs;
-    if ((st = run_config(ctx, e, choice, &path, &vec, &wgs)))
+    expr_cfg cfg;
+    if ((st = run_config(ctx, e, rows, cols, choice, &path, &cfg)))
         return st;
+    const int vec = cfg.vec, wgs = cfg.wgs, rpb = cfg.rows;
 
     oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
     for (unsigned i = 0; i < e->n_inputs; i++)
@@ -245,7 +343,9 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporaries of %zu x %zu floats", OP_RUN,
                          rows, cols);
     oclf_program *prog;
-    if ((st = expr_program(ctx, e, vec, wgs, &prog)))
+    static const char *const fused_kernel[] = {"expr_fused"};
+    if ((st = expr_program(ctx, e, vec, &prog)) ||
+        (st = oclf_check_kernel_wgs(ctx, prog, fused_kernel, 1, (size_t)wgs)))
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
@@ -284,9 +384,14 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     args[na++] = OCLF_ARG(o);
     const size_t local = (size_t)wgs, global = oclf_round_up(rows * nch, local);
 
-    if (path == OCLF_PATH_FUSED)
-        return oclf_enqueue(ctx, queue, prog, "expr_fused", args, na, global, local, num_events,
-                            wait_list, event);
+    if (path == OCLF_PATH_FUSED) {
+        const cl_ulong r = (cl_ulong)rpb;
+        const size_t blocks = (rows + (size_t)rpb - 1) / (size_t)rpb;
+        args[na++] = OCLF_ARG(r);
+        return oclf_enqueue(ctx, queue, prog, "expr_fused", args, na,
+                            oclf_round_up(blocks * nch, local), local, num_events, wait_list,
+                            event);
+    }
 
     const oclf_xgraph *g = &e->graph;
     for (int k = 0; k < g->n_nodes && st == OCLF_SUCCESS; k++) {

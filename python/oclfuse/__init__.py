@@ -7,14 +7,15 @@
 
 Operations: rms_norm, add_rms_norm, layer_norm, add_layer_norm, act_and_mul,
 rotary_embedding, qk_norm_rope, l2_topk, l2_topk_sharded, l2_topk_merge,
-linear, and Expr (generated elementwise kernels). A refused call raises OclfError with the
-status and the library's sentence. bf16 is uint16 storage: to_bf16/from_bf16.
+linear, and Expr (generated elementwise kernels; form_id gives an
+expression's tuning key). A refused call raises OclfError with the status
+and the library's sentence. bf16 is uint16 storage: to_bf16/from_bf16.
 """
 from ._capi import (BUILD_FAILED, DB_ERROR, INVALID_ARGUMENT, IO_ERROR, OPENCL_ERROR,
                     OUT_OF_RESOURCES, SUCCESS, UNSUPPORTED)
 from ._core import (Context, OclfError, context_for, default_context, from_bf16, storage_dtype,
                     to_bf16, version)
-from .expr import Expr
+from .expr import Expr, form_id
 from .ops import (Shard, act_and_mul, add_layer_norm, add_rms_norm, l2_topk, l2_topk_merge,
                   l2_topk_sharded, layer_norm, linear, pack_mask, qk_norm_rope, rms_norm,
                   rotary_embedding)
@@ -24,7 +25,8 @@ __all__ = [
     "Context", "OclfError", "context_for", "default_context", "version", "to_bf16", "from_bf16",
     "storage_dtype", "rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "act_and_mul",
     "rotary_embedding", "qk_norm_rope", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
-    "pack_mask", "linear", "Expr", "tuning_db_default_path", "tuning_db_check", "tuning_db_merge",
+    "pack_mask", "linear", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",
+    "tuning_db_merge",
     "tuning_explain", "SUCCESS", "INVALID_ARGUMENT", "UNSUPPORTED", "BUILD_FAILED",
     "OUT_OF_RESOURCES", "OPENCL_ERROR", "DB_ERROR", "IO_ERROR",
 ]

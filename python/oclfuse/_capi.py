@@ -234,6 +234,8 @@ FUNCTIONS = {
     "oclf_expr_compile": (_status, (c_void_p, c_char_p, P(oclf_expr_decl), c_uint,
                                     P(oclf_expr_decl), c_uint, P(c_void_p))),
     "oclf_expr_canonical": (c_char_p, (c_void_p,)),
+    "oclf_expr_form_id": (_status, (c_char_p, P(oclf_expr_decl), c_uint, P(oclf_expr_decl), c_uint,
+                                    P(c_uint64))),
     "oclf_expr_release": (None, (c_void_p,)),
     "oclf_expr_run": (_status, (c_void_p, cl_handle, c_size_t, c_size_t, P(oclf_expr_arg),
                                 P(oclf_buf), c_uint64, c_uint64, P(oclf_choice)) + _wait

@@ -24,6 +24,32 @@ def _decls(items, what):
     return out
 
 
+def _decl_arrays(inputs, outputs):
+    """The C declaration arrays of parsed declarations, and the encoded names
+    they point into (keep them alive while the arrays are in use)."""
+    ins = (C.oclf_expr_decl * max(len(inputs), 1))()
+    outs = (C.oclf_expr_decl * max(len(outputs), 1))()
+    names = []
+    for arr, decls in ((ins, inputs), (outs, outputs)):
+        for d, (name, kind, dt) in zip(arr, decls):
+            names.append(name.encode())
+            d.name, d.kind = names[-1], _KINDS[kind]
+            d.dtype = C.F32 if kind == "scalar" else oclf_dtype(dt)
+    return ins, outs, names
+
+
+def form_id(source, inputs, outputs):
+    """The tuning key of an expression (the `form` dim of its records): a hash
+    of its canonical form with dtypes left out, computed without a context.
+    inputs/outputs as for Expr. Raises OclfError for bad source."""
+    ins_d, outs_d = _decls(inputs, "input"), _decls(outputs, "output")
+    ins, outs, _names = _decl_arrays(ins_d, outs_d)
+    form = ctypes.c_uint64()
+    check(lib.oclf_expr_form_id(source.encode(), ins, len(ins_d), outs, len(outs_d),
+                                ctypes.byref(form)))
+    return form.value
+
+
 class Expr:
     """Expr(source, inputs, outputs, ctx=None): compiles `source` (statements
     `name = expr;`, see the header for operators and functions).
@@ -39,14 +65,7 @@ class Expr:
         self.inputs = _decls(inputs, "input")
         self.outputs = _decls(outputs, "output")
         self._ptr = None
-        ins = (C.oclf_expr_decl * max(len(self.inputs), 1))()
-        outs = (C.oclf_expr_decl * max(len(self.outputs), 1))()
-        names = []
-        for arr, decls in ((ins, self.inputs), (outs, self.outputs)):
-            for d, (name, kind, dt) in zip(arr, decls):
-                names.append(name.encode())
-                d.name, d.kind = names[-1], _KINDS[kind]
-                d.dtype = C.F32 if kind == "scalar" else oclf_dtype(dt)
+        ins, outs, _names = _decl_arrays(self.inputs, self.outputs)
         ptr = ctypes.c_void_p()
         check(lib.oclf_expr_compile(self.ctx.ptr, source.encode(), ins, len(self.inputs), outs,
                                     len(self.outputs), ctypes.byref(ptr)), self.ctx.ptr)

@@ -76,3 +76,22 @@ def test_bf16_helpers_match_library(ctx, rng):
     np.testing.assert_array_equal(got, oclfuse.to_bf16(f))
     widen = oclfuse.Expr("y = x;", [("x", "matrix", "bf16")], [("y", "matrix", "f32")])
     np.testing.assert_array_equal(widen([got]), oclfuse.from_bf16(got))
+
+
+def test_form_id():
+    """The tuning key ignores names, statement order and dtypes, and tells
+    different computations apart; bad source is refused by name."""
+    a = oclfuse.form_id("y = relu(x + b) * 2;", [("x", "matrix", "f32"), ("b", "row", "f32")],
+                        [("y", "matrix", "f32")])
+    b = oclfuse.form_id("out = relu(in + bias) * 2;",
+                        [("in", "matrix", "f16"), ("bias", "row", "f32")],
+                        [("out", "matrix", "bf16")])
+    c = oclfuse.form_id("y = relu(x + b) * 3;", [("x", "matrix", "f32"), ("b", "row", "f32")],
+                        [("y", "matrix", "f32")])
+    assert a == b
+    assert a != c
+    assert 0 < a < 2 ** 52
+    with pytest.raises(oclfuse.OclfError) as err:
+        oclfuse.form_id("y = x +;", [("x", "matrix", "f32")], [("y", "matrix", "f32")])
+    assert err.value.status == oclfuse.INVALID_ARGUMENT
+    assert err.value.message.startswith("oclf_expr_form_id: ")
