@@ -19,7 +19,8 @@ from .expr import Expr, form_id
 from .ops import (Shard, act_and_mul, add_layer_norm, add_rms_norm, l2_topk, l2_topk_merge,
                   l2_topk_sharded, layer_norm, linear, pack_mask, qk_norm_rope, rms_norm,
                   rotary_embedding)
-from .tuning import tuning_db_check, tuning_db_default_path, tuning_db_merge, tuning_explain
+from .tuning import (tuning_db_check, tuning_db_default_path, tuning_db_merge, tuning_explain,
+                     tuning_params_valid, tuning_resolve)
 
 __all__ = [
     "Context", "OclfError", "context_for", "default_context", "version", "to_bf16", "from_bf16",
@@ -27,6 +28,6 @@ __all__ = [
     "rotary_embedding", "qk_norm_rope", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
     "pack_mask", "linear", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",
     "tuning_db_merge",
-    "tuning_explain", "SUCCESS", "INVALID_ARGUMENT", "UNSUPPORTED", "BUILD_FAILED",
+    "tuning_explain", "tuning_resolve", "tuning_params_valid", "SUCCESS", "INVALID_ARGUMENT", "UNSUPPORTED", "BUILD_FAILED",
     "OUT_OF_RESOURCES", "OPENCL_ERROR", "DB_ERROR", "IO_ERROR",
 ]

@@ -90,6 +90,10 @@ class oclf_choice(ctypes.Structure):
     _fields_ = [("path", c_enum), ("params", oclf_params)]
 
 
+class oclf_tuning_decision(ctypes.Structure):
+    _fields_ = [("heuristic", oclf_choice), ("decision", oclf_choice), ("from_record", c_int)]
+
+
 class oclf_buf(ctypes.Structure):
     _fields_ = [("mem", cl_handle), ("offset", c_size_t), ("stride", c_size_t)]
 
@@ -166,7 +170,8 @@ class oclf_expr_arg(ctypes.Structure):
 
 # Every struct of the header, by its C name, for the layout test.
 STRUCTS = {cls.__name__: cls for cls in (
-    oclf_context_options, oclf_context_stats, oclf_params, oclf_choice, oclf_buf,
+    oclf_context_options, oclf_context_stats, oclf_params, oclf_choice, oclf_tuning_decision,
+    oclf_buf,
     oclf_activation, oclf_rope, oclf_heads, oclf_l2_topk_options, oclf_l2_shard,
     oclf_linear_epilogue, oclf_expr_decl, oclf_expr_arg)}
 
@@ -198,6 +203,10 @@ FUNCTIONS = {
     "oclf_tuning_db_merge": (_status, (c_void_p, c_char_p, c_char_p)),
     "oclf_tuning_explain": (_status, (c_void_p, c_char_p, c_enum, P(c_uint64), c_uint, c_enum,
                                       c_char_p, c_size_t)),
+    "oclf_tuning_resolve": (_status, (c_void_p, c_char_p, c_enum, P(c_uint64), c_uint, c_enum,
+                                      P(oclf_tuning_decision))),
+    "oclf_tuning_params_valid": (c_int, (c_void_p, c_char_p, c_enum, P(c_uint64), c_uint,
+                                         c_enum, P(oclf_params))),
     "oclf_rms_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
                                 oclf_buf, P(oclf_buf), c_float, P(oclf_choice)) + _wait + (_ev,)),
     "oclf_add_rms_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,

@@ -3,7 +3,8 @@ would pick."""
 import ctypes
 import json
 
-from ._core import _PATHS, check, default_context, lib, oclf_dtype
+from . import _capi as C
+from ._core import _PATHS, check, default_context, lib, make_choice, oclf_dtype
 
 
 def tuning_db_default_path():
@@ -43,3 +44,40 @@ def tuning_explain(op, dtype, dims, path="auto", ctx=None):
     check(lib.oclf_tuning_explain(ctx.ptr, op.encode(), oclf_dtype(dtype), d, len(dims),
                                   _PATHS[path], b, len(b)), ctx.ptr)
     return b.value.decode()
+
+
+def _question(op, dtype, dims, path, ctx):
+    ctx = ctx if ctx is not None else default_context()
+    if path not in _PATHS:
+        raise ValueError(f"path must be 'auto', 'fused' or 'unfused', not {path!r}")
+    d = (ctypes.c_uint64 * max(len(dims), 1))(*dims)
+    return ctx, d
+
+
+def _params_dict(params):
+    return {params.item[i].name.decode(): params.item[i].value for i in range(params.count)}
+
+
+def tuning_resolve(op, dtype, dims, path="auto", ctx=None):
+    """What dispatch decides for `op` at this dtype, shape and path, as data:
+    {"heuristic": (path, {param: value}), "decision": (path, {...}),
+    "from_record": bool}. The same decision tuning_explain prints."""
+    ctx, d = _question(op, dtype, dims, path, ctx)
+    out = C.oclf_tuning_decision()
+    check(lib.oclf_tuning_resolve(ctx.ptr, op.encode(), oclf_dtype(dtype), d, len(dims),
+                                  _PATHS[path], ctypes.byref(out)), ctx.ptr)
+    names = {C.PATH_FUSED: "fused", C.PATH_UNFUSED: "unfused", C.PATH_AUTO: "auto"}
+    return {"heuristic": (names[out.heuristic.path], _params_dict(out.heuristic.params)),
+            "decision": (names[out.decision.path], _params_dict(out.decision.params)),
+            "from_record": bool(out.from_record)}
+
+
+def tuning_params_valid(op, dtype, dims, path, params, ctx=None):
+    """(True, "") when dispatch would take kernel `params` ({"VEC": 4, ...})
+    for `op` on `path` ("fused" or "unfused") at this shape, else (False,
+    the library's reason)."""
+    ctx, d = _question(op, dtype, dims, path, ctx)
+    ch = make_choice(path, params)
+    ok = lib.oclf_tuning_params_valid(ctx.ptr, op.encode(), oclf_dtype(dtype), d, len(dims),
+                                      _PATHS[path], ctypes.byref(ch.contents.params))
+    return (True, "") if ok else (False, lib.oclf_last_error(ctx.ptr).decode(errors="replace"))

@@ -54,6 +54,10 @@ int main(void)
     S(oclf_choice);
     F(oclf_choice, path);
     F(oclf_choice, params);
+    S(oclf_tuning_decision);
+    F(oclf_tuning_decision, heuristic);
+    F(oclf_tuning_decision, decision);
+    F(oclf_tuning_decision, from_record);
 
     S(oclf_buf);
     F(oclf_buf, mem);

@@ -32,6 +32,11 @@ def test_merge_check_explain(ctx, tmp_path, rng):
         text = oclfuse.tuning_explain("rms_norm", "f32", [8, 64], ctx=c)
         decision = text[text.index("uses: "):]
         assert "context" in decision and "unfused" in decision and "WGS=16" in decision, text
+        # The same decision as data: the record over the unfused heuristic.
+        r = oclfuse.tuning_resolve("rms_norm", "f32", [8, 64], ctx=c)
+        assert r["from_record"] and r["decision"][0] == "unfused", r
+        assert r["decision"][1]["WGS"] == 16, r
+        assert r["heuristic"][0] == "fused" and r["heuristic"][1], r
         x = rand(rng, (8, 64), "f32")
         y = oclfuse.rms_norm(x, ctx=c)
         assert_close(y, value(x, "f32") / np.sqrt((value(x, "f32") ** 2).mean(1, keepdims=True)
@@ -75,3 +80,19 @@ def test_damaged_database_logged(queue, tmp_path, rng):
         assert c.stats()["tuning_db_errors"] >= 1
     finally:
         c.close()
+
+
+def test_resolve_and_params_valid(ctx):
+    r = oclfuse.tuning_resolve("rms_norm", "f32", [4, 100], path="fused", ctx=ctx)
+    assert not r["from_record"] and r["decision"] == r["heuristic"]
+    assert r["heuristic"][0] == "fused" and "VEC" in r["heuristic"][1]
+    # The heuristic's own parameters are valid; VEC = 3 is not, with the reason.
+    assert oclfuse.tuning_params_valid("rms_norm", "f32", [4, 100], "fused",
+                                       r["heuristic"][1], ctx=ctx) == (True, "")
+    ok, why = oclfuse.tuning_params_valid("rms_norm", "f32", [4, 100], "fused", {"VEC": 3},
+                                          ctx=ctx)
+    assert not ok and why.startswith("oclf_tuning_params_valid: ") and "VEC" in why, why
+    with pytest.raises(oclfuse.OclfError) as err:
+        oclfuse.tuning_resolve("rms_norm", "f32", [4], ctx=ctx)
+    assert err.value.status == oclfuse.INVALID_ARGUMENT
+    assert err.value.message.startswith("oclf_tuning_resolve: ")
