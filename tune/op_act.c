@@ -93,6 +93,10 @@ static int act_space(const op_env *env, const op_desc *op, const op_shape *s, oc
     return op_gpu_vector_cap(env, dt, out, op_row_space(&c, s->d[1], 1, 64, 16, out, max));
 }
 
+static const op_kernel_check act_check = {
+    "5x77,2x8", "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2", "LAYOUT=1,WGS=16,VEC=4", "4x200", 0,
+    1};
+
 const op_desc op_act_and_mul = {
     .name = "act_and_mul",
     .shape_help = "ROWSxD (rows x output width; input rows are 2D wide), SiLU",
@@ -110,4 +114,5 @@ const op_desc op_act_and_mul = {
     .flops = NULL,
     .destroy = act_destroy,
     .space = act_space,
+    .kernel_check = &act_check,
 };

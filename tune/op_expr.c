@@ -262,6 +262,18 @@ static int expr_space(const op_env *env, const op_desc *op, const op_shape *s, o
     return op_gpu_vector_cap(env, dt, out, n);
 }
 
+/* Every preset: whole vector chunks with scalar tails, one work-item per
+ * element, several groups. Both shapes hold 385 elements: the unfused
+ * temporaries of a call are released at its end, and oclgrind's
+ * uninitialized-value plugin flagged the elements of a new temporary beyond
+ * a freed smaller one (2x8 before 5x77: elements 16 on) although every one
+ * was written first. ROWS=4 in the traffic configuration covers the
+ * shape's rows, so the bias of ew_bias_gelu_dropout is loaded once per
+ * column; held to exactly the minimum. */
+static const op_kernel_check expr_check = {
+    "5x77,1x385", "VEC=4,WGS=16;VEC=1,WGS=8,ROWS=3;VEC=16,WGS=4,ROWS=2", "VEC=4,WGS=16,ROWS=4",
+    "4x200", 0, 2};
+
 #define EXPR_DESC(NAME, PRESET, HELP)                                                         \
     static void *NAME##_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err, \
                                size_t errlen)                                                 \
@@ -294,6 +306,7 @@ static int expr_space(const op_env *env, const op_desc *op, const op_shape *s, o
         .space = expr_space,                                                                  \
         .lib_shape = NAME##_lib_shape,                                                        \
         .lib_dim_names = {"rows", "cols", "form"},                                            \
+        .kernel_check = &expr_check,                                                          \
     }
 
 EXPR_DESC(ew_softplus, p_softplus, "y = log(exp(x) + 1)");

@@ -381,6 +381,25 @@ static int l2_space(const op_env *env, const op_desc *op, const op_shape *s, ocl
     return n;
 }
 
+/* nq x N x D x k: a k beyond N, query blocks with padding, several
+ * slices, odd D; the queries read from global memory and from the group's
+ * copy in local memory (QLOCAL), the latter with several query blocks per
+ * group; row norms computed by every work-item and by the first query
+ * block, or by a pass before the loop (XNORM). Traffic is bounded with the
+ * norms summed in the loop (XNORM 1): with one query block per group (QG ==
+ * QB) each database row is loaded by one work-item, which computes its norm
+ * in the same pass, and QLOCAL loads the queries once; the heaps in global
+ * memory add a few percent. TOPK=1 keeps the lists in local memory (the
+ * whole group offering, sorting and merging). */
+static const op_kernel_check l2_check = {
+    "3x100x5x4,1x37x3x40",
+    "SLICES=0;QB=1,RB=4,VEC=4,QG=4,WGS=16,SLICES=3,QLOCAL=0,XNORM=0;"
+    "QB=2,RB=4,VEC=4,QG=4,WGS=8,SLICES=2,QLOCAL=0,XNORM=2;"
+    "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=1;"
+    "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=2,QLOCAL=1,XNORM=0,XSTAGE=16;"
+    "QB=2,RB=2,VEC=4,QG=6,WGS=12,SLICES=3,QLOCAL=0,XNORM=0,TOPK=1",
+    "QB=2,RB=4,VEC=4,QG=2,WGS=16,SLICES=1,QLOCAL=1,XNORM=1", "2x2048x32x4", 1, 1};
+
 const op_desc op_l2_topk = {
     .name = "l2_topk",
     .shape_help = "NQxNxDxK (queries x database rows x dimension x k)",
@@ -398,4 +417,5 @@ const op_desc op_l2_topk = {
     .destroy = l2_destroy,
     .blocks = l2_blocks,
     .space = l2_space,
+    .kernel_check = &l2_check,
 };

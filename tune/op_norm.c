@@ -172,6 +172,14 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
     return op_staged_row_space(&c, &sp, out, max);
 }
 
+/* LAYOUT 0 and 1, staged and not; traffic with the row staged in local
+ * memory and ROWS covering the shape's rows, so weight and bias are loaded
+ * once per work-group. */
+static const op_kernel_check norm_check = {
+    "5x77,2x8",
+    "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=1,WGS=16,VEC=2,STAGE=0;LAYOUT=1,WGS=16,VEC=4,STAGE=1",
+    "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4", "4x200", 0, 1};
+
 #define NORM_DESC(sym, KIND, NAME)                                                           \
     static void *sym##_create(const op_env *e, const op_shape *s, oclf_dtype d, char *err,  \
                               size_t n)                                                     \
@@ -196,6 +204,7 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
         .flops = NULL,                                                                      \
         .destroy = norm_destroy,                                                            \
         .space = norm_space,                                                                \
+        .kernel_check = &norm_check,                                                        \
     };
 
 NORM_DESC(rms_norm, RMS, "rms_norm")

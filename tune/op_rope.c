@@ -197,6 +197,15 @@ static int rope_space(const op_env *env, const op_desc *op, const op_shape *s, o
     return op_gpu_vector_cap(env, dt, out, op_staged_row_space(&c, &sp, out, max));
 }
 
+/* tokens x nq x nk x nv x hd x R. Traffic, staged: one work-group takes
+ * the shape's 4 tokens, so the weights, each token's cos/sin row and each
+ * head leave global memory once. */
+static const op_kernel_check rope_check = {
+    "3x2x1x1x20x12,2x1x2x1x37x18",
+    "LAYOUT=0,WGS=2,VEC=4;LAYOUT=1,WGS=16,VEC=2;LAYOUT=0,WGS=4,VEC=1;"
+    "LAYOUT=1,WGS=8,VEC=4,STAGE=1,ROWS=2",
+    "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4", "4x2x1x1x32x32", 0, 1};
+
 #define ROPE_DESC(sym, KIND, NAME, UNFUSED)                                                  \
     static void *sym##_create(const op_env *e, const op_shape *s, oclf_dtype d, char *err,  \
                               size_t n)                                                     \
@@ -224,6 +233,7 @@ static int rope_space(const op_env *env, const op_desc *op, const op_shape *s, o
         .space = rope_space,                                                                \
         .lib_shape = rope_lib_shape,                                                        \
         .lib_dim_names = {"tokens", "heads", "head_dim", "rot_dim"},                        \
+        .kernel_check = &rope_check,                                                        \
     };
 
 ROPE_DESC(rotary_embedding, ROTARY, "rotary_embedding", 0)

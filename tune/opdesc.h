@@ -33,6 +33,30 @@ typedef struct op_shape {
 } op_shape;
 
 struct op_desc;
+/* How tests/test_kernels.c checks the op's kernels under oclgrind
+ * (tests/oclgrind_run.py): every dtype x structure x shape x path against
+ * the reference, and the global bytes of one call in the traffic
+ * configuration. */
+typedef struct op_kernel_check {
+    /* Small shapes with vector tails and several work-groups. */
+    const char *shapes;
+    /* Kernel structures, ';'-separated NAME=VALUE lists. */
+    const char *configs;
+    /* The configuration whose traffic is measured: every input read from
+     * global memory once (LAYOUT 1 stages the row in local memory, and with
+     * ROWS covering the shape's rows, weight and bias are loaded once). */
+    const char *traffic_config;
+    const char *traffic_shape;
+    /* The unfused path runs another library's kernels (CLBlast's GEMM),
+     * whose internal padding oclgrind's uninitialized-value check flags;
+     * that path is checked for races and memory errors in a run of its own
+     * (OCLF_KERNELS_EXTERNAL=1). */
+    int external_unfused;
+    /* 1: the fused traffic is held to the bound; 2: to exactly the
+     * minimum; 0: reported only. */
+    int traffic_bounded;
+} op_kernel_check;
+
 typedef struct op_desc {
     const char *name;
     /* The library's op (lib/ops.def) this descriptor runs, when its own
@@ -88,6 +112,9 @@ typedef struct op_desc {
      * their count returned; names in lib_dim_names. NULL: the same. */
     int (*lib_shape)(const op_shape *shape, uint64_t *dims);
     const char *lib_dim_names[OP_MAX_DIMS];
+
+    /* The oclgrind kernel check (required: the check fails an op without). */
+    const op_kernel_check *kernel_check;
 } op_desc;
 
 /* Every op, NULL-terminated. */
