@@ -128,13 +128,7 @@ static int norm_verify(const op_env *env, void *p, const oclf_choice *ch, char *
         else
             oclf_ref_layer_norm(dt, in->rows, in->cols, src, in->cols, in->hw, in->hb, eps, want);
         in->want = want;
-        size_t first = 0;
-        double maxerr = 0;
-        size_t bad = oclf_ref_compare(dt, got, in->cols, want, in->rows, in->cols, &first, &maxerr);
-        ok = bad == 0;
-        if (!ok)
-            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
-                     first, maxerr);
+        ok = op_compare(dt, got, in->cols, want, in->rows, in->cols, msg, len);
     } else {
         snprintf(msg, len, "cannot read the result back");
     }

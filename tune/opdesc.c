@@ -487,6 +487,18 @@ void op_space_add(oclf_params *out, int *n, int max, const oclf_params *p)
         out[(*n)++] = *p;
 }
 
+int op_compare(oclf_dtype dtype, const void *got, size_t ld, const double *want, size_t rows,
+               size_t cols, char *msg, size_t len)
+{
+    size_t first = 0;
+    double maxerr = 0;
+    size_t bad = oclf_ref_compare(dtype, got, ld, want, rows, cols, &first, &maxerr);
+    if (bad)
+        snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad, first,
+                 maxerr);
+    return bad == 0;
+}
+
 int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const double *want,
                      size_t rows, size_t cols, char *msg, size_t len)
 {
@@ -494,13 +506,7 @@ int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const doub
     void *got = malloc(bytes + 1);
     int ok = 0;
     if (got && want && op_download(env, out, got, bytes) == 0) {
-        size_t first = 0;
-        double maxerr = 0;
-        size_t bad = oclf_ref_compare(dtype, got, cols, want, rows, cols, &first, &maxerr);
-        ok = bad == 0;
-        if (!ok)
-            snprintf(msg, len, "%zu elements out of tolerance (first %zu, max error %g)", bad,
-                     first, maxerr);
+        ok = op_compare(dtype, got, cols, want, rows, cols, msg, len);
     } else {
         snprintf(msg, len, "cannot read the result back");
     }

@@ -219,6 +219,10 @@ int op_expr_first_launch_ms(const op_env *env, double *memory_ms, double *disk_m
 
 /* Reads rows x cols packed elements of `out` and compares them with the
  * reference under the dtype's tolerance: 1 when right, else 0 and why. */
+/* got (rows x cols, row stride ld) against want under the dtype's
+ * tolerance: 1, or 0 with the count, first index and largest error in msg. */
+int op_compare(oclf_dtype dtype, const void *got, size_t ld, const double *want, size_t rows,
+               size_t cols, char *msg, size_t len);
 int op_verify_packed(const op_env *env, cl_mem out, oclf_dtype dtype, const double *want,
                      size_t rows, size_t cols, char *msg, size_t len);
 

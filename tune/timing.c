@@ -69,13 +69,19 @@ static int calibrate(const op_env *env, const op_desc *op, void *inst, const ocl
                      const tm_plan *plan, int *reps, double *per_call)
 {
     double host, dev;
-    int r = 1;
-    for (int round = 0; round < 8; round++) {
+    int r = 1, long_enough = 0;
+    for (int round = 0; round < 10; round++) {
         if (batch(env, op, inst, choice, r, &host, &dev) != 0)
             return -1;
         const double span = host * r;
-        if (span >= 0.8 * plan->sample_ns || r >= MAX_REPS)
+        /* Two batches in a row must last long enough: one slowed by a
+         * passing stall of a shared machine would otherwise fix a batch
+         * size whose later samples are a fraction of the target. */
+        if (r >= MAX_REPS || (span >= 0.8 * plan->sample_ns && ++long_enough == 2))
             break;
+        if (span >= 0.8 * plan->sample_ns)
+            continue;
+        long_enough = 0;
         /* Aim a little over the target: a short batch overstates the per-call
          * cost (one wait shared by fewer calls), so the first estimate is low. */
         double want = 1.2 * plan->sample_ns / (host > 1 ? host : 1);
