@@ -101,6 +101,8 @@ typedef struct oclf_device_info {
      * 1, VEC >= 4 and R/2 not a multiple of VEC: wrong heads and stores
      * outside the buffer, while a simulator runs the same kernel right and
      * race-free). Ops keep that combination off such a device. */
+    /* (The head norm of both qk_norm_rope paths likewise with LAYOUT 1,
+     * VEC >= 2 and a head_dim VEC does not divide.) */
     bool split_tail_miscompile;
     /* The compiler takes _Float16 vectors and converts float vectors to
      * them in hardware (clang for a CPU with F16C), so f16 stores need not

@@ -135,18 +135,23 @@ typedef struct qk_case {
     const oclf_choice *choice;
 } qk_case;
 
-/* POCL's compiler gets the fused item kernel wrong (wrong heads, stores
- * past the buffer) with LAYOUT 1, VEC >= 4 and a rotary half VEC does not
- * divide, so the library refuses that combination there. */
+/* POCL's compiler gets the item structure with LAYOUT 1 wrong (wrong
+ * heads, stores past the buffer) where a vector loop leaves a scalar tail:
+ * the fused kernel with VEC >= 4 and a rotary half VEC does not divide, and
+ * the head norm of both paths with VEC >= 2 and a head_dim VEC does not
+ * divide; the library refuses those combinations there. */
 static int hits_split_tail_quirk(const qk_case *c)
 {
-    if (!c->choice || c->choice->path != OCLF_PATH_FUSED || !th_platform_is("pocl"))
+    if (!c->choice || !th_platform_is("pocl"))
         return 0;
     int64_t layout = 0, vec = 1, stage = 0;
     oclf_params_get(&c->choice->params, "LAYOUT", &layout);
     oclf_params_get(&c->choice->params, "VEC", &vec);
     oclf_params_get(&c->choice->params, "STAGE", &stage);
-    return layout == 1 && !stage && vec >= 4 && (c->rot / 2) % (size_t)vec != 0;
+    const int fused = c->choice->path == OCLF_PATH_FUSED;
+    return layout == 1 && !stage &&
+           ((fused && vec >= 4 && (c->rot / 2) % (size_t)vec != 0) ||
+            (vec >= 2 && c->hd % (size_t)vec != 0));
 }
 
 /* Runs one case and checks the whole buffer; returns it as stored (NULL
@@ -436,6 +441,11 @@ START_TEST(test_split_tail)
         qk_case c = {OCLF_F32, OCLF_F32, gptj, 0, 0, 40, 2, 1, 1, 32, 30, 0, 1, &ch};
         qk_fused_vs_unfused(c);
     }
+    /* An odd head_dim with VEC 2 (even rotary half): every head after the
+     * first came back wrong on both paths there. */
+    oclf_choice ch2 = th_row_choice(OCLF_PATH_AUTO, 1, 16, 2, 0, 1);
+    qk_case odd = {OCLF_F32, OCLF_F32, 0, 0, 0, 2, 1, 2, 1, 37, 18, 0, 1, &ch2};
+    qk_fused_vs_unfused(odd);
 }
 END_TEST
 

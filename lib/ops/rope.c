@@ -33,12 +33,15 @@ typedef struct rope_cfg {
 } rope_cfg;
 OCLF_CFG_FITS(rope_cfg);
 
-/* The vector width the fused item kernel must avoid on a device with
- * split_tail_miscompile: 4 or more lanes' worth that leaves a scalar tail
- * in the rotary half. */
-static int split_tail_vec(int vec, size_t rot)
+/* The vector widths the item structure with LAYOUT 1 must avoid on a
+ * device with split_tail_miscompile: in the fused kernel, 4 or more lanes
+ * that leave a scalar tail in the rotary half; in the head norm of both
+ * paths, 2 or more that leave one in the head (head_dim 37 with VEC 2:
+ * every head after the first wrong, while a simulator runs it right). */
+static int split_tail_vec(int vec, size_t hd, size_t rot, oclf_path path)
 {
-    return vec >= 4 && (rot / 2) % (size_t)vec != 0;
+    return (path == OCLF_PATH_FUSED && vec >= 4 && (rot / 2) % (size_t)vec != 0) ||
+           (vec >= 2 && hd % (size_t)vec != 0);
 }
 
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
@@ -54,7 +57,8 @@ void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_s
     oclf_params_get(out, "LAYOUT", &layout);
     oclf_params_get(out, "VEC", &vec);
     while (ctx->info.split_tail_miscompile && layout == 1 &&
-           split_tail_vec((int)vec, (size_t)shape->dim[3]))
+           split_tail_vec((int)vec, (size_t)shape->dim[2], (size_t)shape->dim[3],
+                          OCLF_PATH_FUSED))
         vec /= 2;
     oclf_params_set(out, "VEC", vec);
     /* The staged structure runs a token's heads one after another in one
@@ -93,12 +97,11 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
                          "not fit %llu bytes of local memory",
                          hd, rot, (long long)rpg, (unsigned long long)ctx->info.local_mem);
     if (ctx->info.split_tail_miscompile && op == OCLF_OP_QK_NORM_ROPE &&
-        path == OCLF_PATH_FUSED && cfg->row.layout == 1 && !stage &&
-        split_tail_vec(cfg->row.vec, rot))
+        cfg->row.layout == 1 && !stage && split_tail_vec(cfg->row.vec, hd, rot, path))
         return oclf_fail(ctx, OCLF_UNSUPPORTED,
-                         "VEC = %d with LAYOUT = 1 and a rotary half of %zu is miscompiled by "
-                         "this device's compiler; take a VEC that divides %zu",
-                         cfg->row.vec, rot / 2, rot / 2);
+                         "VEC = %d with LAYOUT = 1, heads of %zu and a rotary half of %zu is "
+                         "miscompiled by this device's compiler; take a VEC that divides both",
+                         cfg->row.vec, hd, rot / 2);
     cfg->stage = (int)stage;
     cfg->rpg = (int)rpg;
     oclf_param_defines(cfg->defines, sizeof cfg->defines, rope_params, OCLF_STAGED_ROW_NPARAMS,
