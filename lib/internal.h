@@ -337,45 +337,6 @@ typedef struct oclf_op_hooks {
  * not one. */
 OCLF_HIDDEN const oclf_op_hooks *oclf_op_hooks_get(oclf_op op);
 
-/* Hooks of l2_topk (ops/l2topk.c) and the normalization family (ops/norm.c). */
-OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                             const oclf_shape *shape, const oclf_resolved *r,
-                                             int deep, oclf_op_cfg *cfg);
-OCLF_HIDDEN void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                           const oclf_shape *shape, const oclf_resolved *r,
-                                           int deep, oclf_op_cfg *cfg);
-
-/* Hooks of act_and_mul (ops/act.c); shape: rows, d. */
-OCLF_HIDDEN void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                    const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                          const oclf_shape *shape, const oclf_resolved *r,
-                                          int deep, oclf_op_cfg *cfg);
-/* Hooks of rotary_embedding and qk_norm_rope (ops/rope.c); shape: tokens,
- * heads rotated per token, head_dim, rot_dim. */
-OCLF_HIDDEN void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                           const oclf_shape *shape, const oclf_resolved *r,
-                                           int deep, oclf_op_cfg *cfg);
-/* Hooks of the linear layer (ops/linear.c); shape: m, n, k, weight layout. */
-OCLF_HIDDEN void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                             const oclf_shape *shape, const oclf_resolved *r,
-                                             int deep, oclf_op_cfg *cfg);
-/* Hooks of generated expressions (ops/expr.c); shape: rows, cols, form
- * (the canonical-form hash). */
-OCLF_HIDDEN void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype,
-                                     const oclf_shape *shape, oclf_path path, oclf_params *out);
-OCLF_HIDDEN oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                                           const oclf_shape *shape, const oclf_resolved *r,
-                                           int deep, oclf_op_cfg *cfg);
-
 /* Decides the path and parameters of one call. Candidates, in order: the
  * tuning records that match (context, per-machine, built-in database; by
  * device match level, then shape distance), each validated by the op and

@@ -28,7 +28,7 @@ typedef struct act_cfg {
 } act_cfg;
 OCLF_CFG_FITS(act_cfg);
 
-void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+static void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                         oclf_path path, oclf_params *out)
 {
     (void)path;
@@ -49,7 +49,7 @@ static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act
     return OCLF_SUCCESS;
 }
 
-oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+static oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                               const oclf_shape *shape, const oclf_resolved *r, int deep,
                               oclf_op_cfg *out)
 {

@@ -78,7 +78,7 @@ typedef struct expr_cfg {
 } expr_cfg;
 OCLF_CFG_FITS(expr_cfg);
 
-void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+static void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
 {
     (void)dtype, (void)shape, (void)path;
@@ -105,7 +105,7 @@ static oclf_status expr_config(const oclf_context *ctx, const oclf_params *p, ex
 /* The parameters alone: the program depends on the expression, which the
  * shape names only by its hash, so oclf_expr_run checks the built kernel's
  * work-group limit itself. */
-oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+static oclf_status oclf_expr_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                const oclf_shape *shape, const oclf_resolved *r, int deep,
                                oclf_op_cfg *out)
 {

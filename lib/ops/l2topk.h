@@ -68,4 +68,11 @@ OCLF_HIDDEN oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch,
                                             oclf_program *prog, const l2_call *c,
                                             const l2_cfg *cfg);
 
+/* The family's hooks, shared by its parts (l2topk_config.c defines them). */
+OCLF_HIDDEN void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                       const oclf_shape *shape, oclf_path path, oclf_params *out);
+OCLF_HIDDEN oclf_status oclf_l2topk_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                             const oclf_shape *shape, const oclf_resolved *r,
+                                             int deep, oclf_op_cfg *cfg);
+
 #endif

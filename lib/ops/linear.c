@@ -59,7 +59,7 @@ static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
     return (tm * (kc + 1) + (wkn ? kc * tn : tn * (kc + 1))) * 4;
 }
 
-void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                            oclf_path path, oclf_params *out)
 {
     (void)dtype;
@@ -186,7 +186,7 @@ static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, oclf_pro
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
 
-oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                  const oclf_shape *shape, const oclf_resolved *r, int deep,
                                  oclf_op_cfg *out)
 {

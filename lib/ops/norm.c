@@ -30,7 +30,7 @@ typedef struct norm_cfg {
 } norm_cfg;
 OCLF_CFG_FITS(norm_cfg);
 
-void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+static void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
 {
     (void)path;
@@ -114,7 +114,7 @@ static int path_kernels(norm_kind kind, oclf_path path, const char **names)
     return n;
 }
 
-oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+static oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                const oclf_shape *shape, const oclf_resolved *r, int deep,
                                oclf_op_cfg *out)
 {

@@ -45,7 +45,7 @@ static int split_tail_vec(int vec, size_t hd, size_t rot, oclf_path path)
 }
 
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
-void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+static void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
 {
     (void)path;
@@ -111,7 +111,7 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
 
 /* The deep check builds the program with a cache of the heads' dtype (the
  * usual case); the cache type changes loads, not the work-group limit. */
-oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+static oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                const oclf_shape *shape, const oclf_resolved *r, int deep,
                                oclf_op_cfg *out)
 {
