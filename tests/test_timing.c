@@ -118,6 +118,79 @@ START_TEST(batched_samples)
 }
 END_TEST
 
+/* A stand-in op that only logs which choice each call ran (a marker keeps
+ * the queue's event semantics), to check the order tm_measure runs them in. */
+enum { LOG_MAX = 1 << 20 };
+static unsigned char call_log[LOG_MAX];
+static int call_count;
+static const oclf_choice *logged_choices[3];
+
+static oclf_status logging_run(const op_env *env, void *inst, const oclf_choice *choice,
+                               cl_event *event)
+{
+    (void)inst;
+    for (int c = 0; c < 3; c++)
+        if (choice == logged_choices[c] && call_count < LOG_MAX)
+            call_log[call_count++] = (unsigned char)c;
+    return clEnqueueMarkerWithWaitList(env->queue, 0, NULL, event) == CL_SUCCESS
+               ? OCLF_SUCCESS
+               : OCLF_OPENCL_ERROR;
+}
+
+/* In a fixed order one choice always follows the same other one and pays
+ * for what it left behind: every round must run each choice once, and the
+ * rounds must put each choice first at least once. */
+START_TEST(rounds_shuffle_the_order)
+{
+    op_env env;
+    char err[512];
+    ck_assert_msg(op_env_open(&env, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    op_desc fake = *op_find("rms_norm");
+    fake.run = logging_run;
+    oclf_choice ch[3] = {{0}};
+    const oclf_choice *chs[3];
+    for (int c = 0; c < 3; c++)
+        chs[c] = logged_choices[c] = &ch[c];
+    tm_series s[3];
+    const tm_plan plan = {2e5, 15, 1, 0};
+    call_count = 0;
+    ck_assert_int_eq(tm_measure(&env, &fake, NULL, chs, 3, &plan, s, NULL), 0);
+    /* The samples are the log's tail: rounds of three batches. */
+    int tail = 0;
+    for (int c = 0; c < 3; c++) {
+        ck_assert_int_eq(s[c].n, 15);
+        tail += s[c].n * s[c].reps;
+    }
+    ck_assert_int_le(tail, call_count);
+    int at = call_count - tail, first_count[3] = {0}, orders_seen = 0, prev_order = -1;
+    for (int round = 0; round < 15; round++) {
+        int seen[3] = {0}, order = 0;
+        for (int b = 0; b < 3; b++) {
+            const int c = call_log[at];
+            for (int i = 0; i < s[c].reps; i++)
+                ck_assert_int_eq(call_log[at + i], c);
+            at += s[c].reps;
+            seen[c]++;
+            order = order * 3 + c;
+            if (b == 0)
+                first_count[c]++;
+        }
+        ck_assert(seen[0] == 1 && seen[1] == 1 && seen[2] == 1);
+        orders_seen += order != prev_order;
+        prev_order = order;
+    }
+    for (int c = 0; c < 3; c++)
+        ck_assert_int_gt(first_count[c], 0);
+    ck_assert_int_gt(orders_seen, 3);
+    /* More choices than the rounds can hold is refused. */
+    const oclf_choice *many[TM_MAX_CHOICES + 1];
+    for (int c = 0; c <= TM_MAX_CHOICES; c++)
+        many[c] = &ch[0];
+    ck_assert_int_eq(tm_measure(&env, &fake, NULL, many, TM_MAX_CHOICES + 1, &plan, s, NULL), -1);
+    op_env_close(&env);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("timing");
@@ -129,6 +202,7 @@ int main(void)
     tcase_add_test(tc, ratio_interval);
     tcase_add_test(tc, paired_ratio_cancels_drift);
     tcase_add_test(tc, batched_samples);
+    tcase_add_test(tc, rounds_shuffle_the_order);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

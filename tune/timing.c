@@ -64,6 +64,14 @@ static int batch(const op_env *env, const op_desc *op, void *inst, const oclf_ch
     return rc;
 }
 
+/* xorshift64: the deterministic draws of the round order and of the
+ * bootstrap resampling (the same samples give the same interval). */
+static unsigned draw(uint64_t *s, int n)
+{
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return (unsigned)(*s % (uint64_t)n);
+}
+
 /* Calls per sample so that one sample lasts plan->sample_ns. */
 static int calibrate(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
                      const tm_plan *plan, int *reps, double *per_call)
@@ -98,6 +106,11 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
     int samples = plan->samples < 1               ? 1
                   : plan->samples > TM_MAX_SAMPLES ? TM_MAX_SAMPLES
                                                    : plan->samples;
+    if (k < 1 || k > TM_MAX_CHOICES) {
+        if (failed)
+            *failed = 0;
+        return -1;
+    }
     for (int c = 0; c < k; c++) {
         double per_call;
         memset(&out[c], 0, sizeof out[c]);
@@ -118,8 +131,24 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
             *failed = c;
         return -1;
     }
+    /* Each round runs the choices in a fresh order. In a fixed order a
+     * choice always follows the same other one and pays for what that one
+     * left behind (dirty cache lines of its outputs to write back, a cold
+     * program), a bias of several percent between two choices that run the
+     * same kernel. Shuffled rounds spread it over all of them, and the
+     * per-round paired ratios cancel it in their median. The shuffle is
+     * seeded, so a run is repeatable. */
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    int order[TM_MAX_CHOICES];
+    for (int c = 0; c < k; c++)
+        order[c] = c;
     for (int s = 0; s < samples; s++) {
-        for (int c = 0; c < k; c++) {
+        for (int i = k - 1; i > 0; i--) {
+            const int j = (int)draw(&seed, i + 1), tmp = order[i];
+            order[i] = order[j], order[j] = tmp;
+        }
+        for (int i = 0; i < k; i++) {
+            const int c = order[i];
             tm_series *t = &out[c];
             if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0) {
                 if (failed)
@@ -144,12 +173,6 @@ double tm_median(const double *v, int n)
     return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
 }
 
-/* Deterministic resampling: the same samples give the same interval. */
-static unsigned draw(uint64_t *s, int n)
-{
-    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-    return (unsigned)(*s % (uint64_t)n);
-}
 
 static double resampled_median(const double *v, int n, uint64_t *s)
 {

@@ -14,7 +14,8 @@
  *
  * Several choices are measured by interleaving: sample 1 of each, then
  * sample 2 of each, ..., so a slow spell of a shared machine lands on all
- * of them alike. The samples then give medians, bootstrap confidence
+ * of them alike; each round shuffles their order, so none always runs
+ * after the same other one. The samples then give medians, bootstrap confidence
  * intervals and a Mann-Whitney U test between two choices.
  */
 #ifndef OCLF_TIMING_H
@@ -22,7 +23,7 @@
 
 #include "opdesc.h"
 
-enum { TM_MAX_SAMPLES = 64 };
+enum { TM_MAX_SAMPLES = 64, TM_MAX_CHOICES = 8 };
 
 typedef struct tm_plan {
     double sample_ns; /* a sample lasts at least this long (host time) */
@@ -41,8 +42,10 @@ typedef struct tm_series {
     double dev[TM_MAX_SAMPLES];  /* ns per call from event profiling; <0 when unavailable */
 } tm_series;
 
-/* Measures k choices on one instance, interleaved, into out[0..k). Returns
- * -1 when a call fails (index of the failing choice in *failed), else 0. */
+/* Measures k choices (1 to TM_MAX_CHOICES) on one instance, interleaved
+ * in a shuffled order per round, into out[0..k). Returns -1 when a call
+ * fails (index of the failing choice in *failed) or k is out of range,
+ * else 0. */
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
                int k, const tm_plan *plan, tm_series *out, int *failed);
 
