@@ -516,6 +516,61 @@ START_TEST(test_reuse_and_canonical)
 END_TEST
 
 
+static double r1_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+static double r1_exp(double x) { return exp(x); }
+static double r1_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Special and extreme values through the vector helpers (VEC 16: whole
+ * chunks), the scalar code (VEC 1) and (but for softplus) the unfused
+ * kernels: exp over- and underflows as the library's does, NaN and the
+ * infinities pass through, and softplus stays finite where exp(x)
+ * overflows (log(exp(100) + 1) is 100: the fused kernel computes it as
+ * max(x, 0) + log1p(exp(-|x|)); the unfused one materializes exp(x)). */
+START_TEST(test_special_values)
+{
+    static const float vals[] = {-INFINITY, -1e4f, -200, -104.5f, -103, -90, -87.5f, -20, -1, -1e-3f,
+                                 -0.0f, 0, 1e-7f, 0.5f, 1, 20, 80, 88.5f, 88.75f, 89.5f, 100, 1e4f,
+                                 INFINITY, NAN};
+    static const struct {
+        const char *src;
+        double (*ref)(double);
+        int unfused;
+    } fns[] = {{"y = log(exp(x) + 1);", r1_softplus, 0}, {"y = log(1 + exp(x));", r1_softplus, 0},
+               {"y = exp(x);", r1_exp, 1}, {"y = sigmoid(x);", r1_sigmoid, 1}};
+    th_env *env = th_get();
+    const size_t rows = 2, cols = 40, n = rows * cols, nv = sizeof vals / sizeof vals[0];
+    float hx[2 * 40], got[2 * 40];
+    for (size_t i = 0; i < n; i++)
+        hx[i] = vals[(i * 7) % nv]; /* every value in a vector chunk and in the tail */
+    cl_mem x = th_upload(hx, sizeof hx), y = th_alloc(sizeof got);
+    const oclf_expr_decl in = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    const oclf_expr_arg a = {{x, 0, 0}, 0};
+    const oclf_buf ob = {y, 0, 0};
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        oclf_expr *e = NULL;
+        TH_OK(oclf_expr_compile(env->ctx, fns[f].src, &in, 1, &out, 1, &e));
+        for (int v = 0; v < 3; v++) {
+            oclf_choice ch = th_choice(v == 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+            oclf_params_set(&ch.params, "VEC", v == 0 ? 16 : 1);
+            if (v == 2 && !fns[f].unfused)
+                continue;
+            TH_OK(oclf_expr_run(e, env->queue, rows, cols, &a, &ob, 0, 0, &ch, 0, NULL, NULL));
+            th_download(y, got, sizeof got);
+            for (size_t i = 0; i < n; i++) {
+                const double want = (float)fns[f].ref((double)hx[i]);
+                const int ok = isnan(want) ? isnan(got[i])
+                               : isinf(want) ? got[i] == want
+                                             : fabs(got[i] - want) <= 1e-5 + 1e-5 * fabs(want);
+                ck_assert_msg(ok, "%s, path %d: x = %g gave %g, want %g", fns[f].src, v, (double)hx[i],
+                              (double)got[i], want);
+            }
+        }
+        oclf_expr_release(e);
+    }
+    clReleaseMemObject(x), clReleaseMemObject(y);
+}
+END_TEST
+
 /* Runs softplus-like `src` on 8 x 64 under `ctx`, checks it against
  * log(exp(x) + add) and returns how many kernels it enqueued. */
 static uint64_t run_counting(oclf_context *ctx, const char *src, double add, const oclf_choice *ch)
@@ -675,6 +730,7 @@ static Suite *expr_suite(void)
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_cases, 0, (int)NCASES * 3);
     tcase_add_test(t, test_shapes);
+    tcase_add_test(t, test_special_values);
     tcase_add_test(t, test_philox_kat);
     tcase_add_test(t, test_dropout_exact);
     tcase_add_test(t, test_dropout_statistics);

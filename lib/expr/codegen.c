@@ -193,6 +193,7 @@ static const char prelude[] =
     " * is all vloadn needs), vector math, the same Philox per lane. */\n"
     "typedef OCLF_CAT(float, OCLF_VEC) xf;\n"
     "typedef OCLF_CAT(uint, OCLF_VEC) xu;\n"
+    "typedef OCLF_CAT(int, OCLF_VEC) xi;\n"
     "typedef OCLF_CAT(ushort, OCLF_VEC) xh;\n"
     "typedef OCLF_CAT(ulong, OCLF_VEC) xl;\n"
     "#define XTOUL(u) OCLF_CAT(convert_ulong, OCLF_VEC)(u)\n"
@@ -212,17 +213,21 @@ static const char prelude[] =
     "#elif OCLF_VEC == 4\n#define XLANES ((xu)(0, 1, 2, 3))\n"
     "#elif OCLF_VEC == 8\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7))\n"
     "#else\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))\n#endif\n"
-    "/* exp of whole vectors: 2^k * e^r with k = rint(x / ln 2), r = x - k ln 2\n"
-    " * (ln 2 in two parts), e^r by its Taylor series to r^7 (|r| <= 0.347;\n"
-    " * within 1 ulp of the exact value over [-87, 87]); other lanes (and NaN)\n"
-    " * take the library's exp, which a CPU ran several times slower. */\n"
-    "static inline xf x_exp_v(xf x)\n"
+    "/* exp of whole vectors: 2^k * e^r with k = round(x / ln 2) by adding\n"
+    " * and removing 1.5 * 2^23 (round to nearest, and k's bits land in the\n"
+    " * sum's low mantissa), r = x - k ln 2 (ln 2 in two parts), e^r by its\n"
+    " * Taylor series to r^7 (|r| <= 0.347). 2^k is applied as two factors, so\n"
+    " * k from -150 to 128 gives subnormal results, zero and infinity like the\n"
+    " * library's exp; the argument is clamped there first. Within 1 ulp of the\n"
+    " * exact value for normal results. No branch: a test of every lane\n"
+    " * (any()) cost POCL more than the polynomial. */\n"
+    "static inline xf x_exp_clamped_v(xf x)\n"
     "{\n"
-    "    if (any(!(fabs(x) <= 87.0f)))\n"
-    "        return exp(x);\n"
-    "    const xf k = rint(x * 1.44269504f);\n"
-    "    xf r = fma(-k, (xf)0.693145752f, x);\n"
-    "    r = fma(-k, (xf)1.42860677e-06f, r);\n"
+    "    const xf t = fma(x, (xf)1.44269504f, (xf)12582912.0f);\n"
+    "    const xf kf = t - 12582912.0f;\n"
+    "    const xi k = OCLF_CAT(as_int, OCLF_VEC)(t) - 0x4b400000;\n"
+    "    xf r = fma(-kf, (xf)0.693145752f, x);\n"
+    "    r = fma(-kf, (xf)1.42860677e-06f, r);\n"
     "    xf p = (xf)(1.0f / 5040);\n"
     "    p = fma(p, r, (xf)(1.0f / 720));\n"
     "    p = fma(p, r, (xf)(1.0f / 120));\n"
@@ -231,7 +236,40 @@ static const char prelude[] =
     "    p = fma(p, r, (xf)0.5f);\n"
     "    p = fma(p, r, (xf)1.0f);\n"
     "    p = fma(p, r, (xf)1.0f);\n"
-    "    return p * OCLF_CAT(as_float, OCLF_VEC)((OCLF_CAT(convert_int, OCLF_VEC)(k) + 127) << 23);\n"
+    "    const xi k1 = k >> 1;\n"
+    "    return p * OCLF_CAT(as_float, OCLF_VEC)((k1 + 127) << 23) *\n"
+    "           OCLF_CAT(as_float, OCLF_VEC)((k - k1 + 127) << 23);\n"
+    "}\n"
+    "static inline xf x_exp_v(xf x)\n"
+    "{\n"
+    "    /* fmin/fmax drop NaN: NaN lanes are put back at the end */\n"
+    "    const xf e = x_exp_clamped_v(fmin(fmax(x, (xf)-104.0f), (xf)89.0f));\n"
+    "    return select(e, x, isnan(x));\n"
+    "}\n"
+    "/* log1p of whole vectors with every lane in [0, 1] (or NaN): below 1/2,\n"
+    " * 2 atanh(s) with s = t / (t + 2); from 1/2, ln 2 + 2 atanh(s) with\n"
+    " * s = (t - 1) / (t + 3) (t - 1 is exact there), so |s| <= 1/5 and no\n"
+    " * rounding of 1 + t: the series to s^11 is within 3 ulp. */\n"
+    "static inline xf x_log1p01_v(xf t)\n"
+    "{\n"
+    "    const xf big = select((xf)0.0f, (xf)1.0f, t >= 0.5f);\n"
+    "    const xf s = (t - big) / (t + 2.0f + big), z = s * s;\n"
+    "    xf q = fma(z, (xf)(1.0f / 11), (xf)(1.0f / 9));\n"
+    "    q = fma(z, q, (xf)(1.0f / 7));\n"
+    "    q = fma(z, q, (xf)(1.0f / 5));\n"
+    "    q = fma(z, q, (xf)(1.0f / 3));\n"
+    "    q = fma(z, q, (xf)1.0f);\n"
+    "    return fma(big, (xf)0.693145752f, fma(big, (xf)1.42860677e-06f, 2.0f * s * q));\n"
+    "}\n"
+    "/* log(exp(x) + 1), rewritten by the code generator as\n"
+    " * max(x, 0) + log1p(exp(-|x|)): exp never overflows (log(exp(100) + 1)\n"
+    " * is 100, not infinity) and no log of a sum rounded near 1: within 4 ulp\n"
+    " * for normal results. The clamp at -104 only changes exp(-|x|) below the\n"
+    " * smallest subnormal; NaN stays NaN through the select. */\n"
+    "static inline xf x_softplus_v(xf x)\n"
+    "{\n"
+    "    const xf t = x_exp_clamped_v(fmax(-fabs(x), (xf)-104.0f));\n"
+    "    return select(x, (xf)0.0f, x < 0.0f) + x_log1p01_v(t);\n"
     "}\n"
     "/* log of whole vectors: x = 2^e * m with m in [sqrt(1/2), sqrt(2)),\n"
     " * log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by its series\n"
@@ -412,6 +450,42 @@ static void operand(char *buf, size_t len, const oclf_xgraph *g, const oclf_expr
     free(t.s);
 }
 
+/* The operand x when node k is log(exp(x) + 1) (either order of the sum):
+ * the fused kernel computes it as max(x, 0) + log1p(exp(-|x|)), which
+ * never overflows and is cheaper on vectors; else -1. */
+static int softplus_arg(const oclf_xgraph *g, int k)
+{
+    const oclf_xnode *n = &g->node[k];
+    if (n->op != XOP_LOG || g->node[n->a[0]].op != XOP_ADD)
+        return -1;
+    const oclf_xnode *s = &g->node[n->a[0]];
+    for (int i = 0; i < 2; i++) {
+        const oclf_xnode *e = &g->node[s->a[i]], *one = &g->node[s->a[1 - i]];
+        if (e->op == XOP_EXP && one->op == XOP_CONST && one->value == 1.0f)
+            return e->a[0];
+    }
+    return -1;
+}
+
+/* Nodes the fused kernel evaluates: those an output needs, through the
+ * rewritten operations' own operands (a softplus needs x, not exp(x)). */
+static void fused_needs(const oclf_xgraph *g, char need[OCLF_EXPR_MAX_NODES])
+{
+    memset(need, 0, OCLF_EXPR_MAX_NODES);
+    for (int j = 0; j < g->n_outputs; j++)
+        need[g->output[j]] = 1;
+    for (int k = g->n_nodes - 1; k >= 0; k--) {
+        if (!need[k])
+            continue;
+        const int sp = softplus_arg(g, k);
+        if (sp >= 0)
+            need[sp] = 1;
+        else
+            for (int a = 0; a < oclf_xop_arity(g->node[k].op); a++)
+                need[g->node[k].a[a]] = 1;
+    }
+}
+
 static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs, int k,
                        int fused)
 {
@@ -421,7 +495,10 @@ static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl 
         emit_load(b, inputs, n->input);
     else if (n->op == XOP_CONST)
         oclf_xbuf_printf(b, "%af", (double)n->value);
-    else {
+    else if (fused && softplus_arg(g, k) >= 0) {
+        const int x = softplus_arg(g, k);
+        oclf_xbuf_printf(b, "(v%d < 0.0f ? 0.0f : v%d) + log1p(exp(-fabs(v%d)))", x, x, x);
+    } else {
         char s[3][160] = {"", "", ""};
         for (int a = 0; a < oclf_xop_arity(n->op); a++)
             operand(s[a], sizeof s[a], g, inputs, n->a[a], fused);
@@ -480,7 +557,12 @@ static void emit_vvalue(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
     case XOP_EXP: oclf_xbuf_printf(b, "x_exp_v(%s)", a); break;
     case XOP_SIGMOID: oclf_xbuf_printf(b, "1.0f / (1.0f + x_exp_v(-%s))", a); break;
     case XOP_SILU: oclf_xbuf_printf(b, "%s / (1.0f + x_exp_v(-%s))", a, a); break;
-    case XOP_LOG: oclf_xbuf_printf(b, "x_log_v(%s)", a); break;
+    case XOP_LOG:
+        if (softplus_arg(g, k) >= 0)
+            oclf_xbuf_printf(b, "x_softplus_v(v%d)", softplus_arg(g, k));
+        else
+            oclf_xbuf_printf(b, "x_log_v(%s)", a);
+        break;
     case XOP_ERF: oclf_xbuf_printf(b, "x_erf_v(%s)", a); break;
     case XOP_GELU:
         oclf_xbuf_printf(b, "0.5f * %s * (1.0f + x_erf_v(%s * 0.70710678118654752f))", a, a);
@@ -502,26 +584,28 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
 {
     oclf_xbuf_printf(b, "%s", prelude);
 
-    /* Fused: every node once, in order, then every output. */
+    /* Fused: every node it needs once, in order, then every output. */
+    char need[OCLF_EXPR_MAX_NODES];
+    fused_needs(g, need);
     oclf_xbuf_printf(b, "kernel void expr_fused(");
     emit_params(b, g, inputs, n_inputs, outputs, 0);
     oclf_xbuf_printf(b, ")\n%s", fused_head);
     for (int k = 0; k < g->n_nodes; k++)
-        if (per_column(&g->node[k], inputs))
+        if (need[k] && per_column(&g->node[k], inputs))
             emit_vvalue(b, g, inputs, k);
     oclf_xbuf_printf(b, "%s", row_loop);
     for (int k = 0; k < g->n_nodes; k++)
-        if (!per_column(&g->node[k], inputs))
+        if (need[k] && !per_column(&g->node[k], inputs))
             emit_vvalue(b, g, inputs, k);
     for (int j = 0; j < g->n_outputs; j++)
         emit_vstore(b, outputs[j].dtype, j, g->output[j]);
     oclf_xbuf_printf(b, "        }\n        return;\n    }\n#endif\n%s", fused_tail);
     for (int k = 0; k < g->n_nodes; k++)
-        if (per_column(&g->node[k], inputs))
+        if (need[k] && per_column(&g->node[k], inputs))
             emit_value(b, g, inputs, k, 1);
     oclf_xbuf_printf(b, "%s", row_loop);
     for (int k = 0; k < g->n_nodes; k++)
-        if (!per_column(&g->node[k], inputs))
+        if (need[k] && !per_column(&g->node[k], inputs))
             emit_value(b, g, inputs, k, 1);
     for (int j = 0; j < g->n_outputs; j++) {
         char v[16];
