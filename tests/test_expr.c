@@ -232,6 +232,9 @@ START_TEST(test_philox_kat)
 }
 END_TEST
 
+/* The context run_dropout compiles in when set (else the harness's). */
+static oclf_context *dropout_ctx;
+
 /* Runs `src` (x: f32 matrix, p: scalar) on rows x cols and returns the
  * packed f32 output. */
 static float *run_dropout(const char *src, size_t rows, size_t cols, const float *hx, float p,
@@ -241,7 +244,7 @@ static float *run_dropout(const char *src, size_t rows, size_t cols, const float
     const oclf_expr_decl in[2] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32}, {"p", OCLF_EXPR_SCALAR, OCLF_F32}};
     const oclf_expr_decl out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
     oclf_expr *e = NULL;
-    TH_OK(oclf_expr_compile(env->ctx, src, in, 2, &out, 1, &e));
+    TH_OK(oclf_expr_compile(dropout_ctx ? dropout_ctx : env->ctx, src, in, 2, &out, 1, &e));
     cl_mem x = th_upload(hx, rows * cols * sizeof(float)), y = th_alloc(rows * cols * sizeof(float));
     oclf_expr_arg a[2] = {{{x, 0, 0}, 0}, {{NULL, 0, 0}, p}};
     oclf_buf ob = {y, 0, 0};
@@ -254,30 +257,46 @@ static float *run_dropout(const char *src, size_t rows, size_t cols, const float
     return got;
 }
 
-/* The mask is the reference's, bit for bit, on both paths and every VEC;
- * two dropouts draw from two streams; the offset shifts the counter. */
+/* The mask is the reference's, bit for bit, on both paths and every VEC,
+ * with Philox in 64-bit lanes (a CPU's) and in 32-bit lanes (a GPU's, from
+ * a context of the GPU class); two dropouts draw from two streams; the
+ * offset shifts the counter. */
 START_TEST(test_dropout_exact)
 {
+    th_env *env = th_get();
     const size_t rows = 7, cols = 45;
     float *hx = th_random(OCLF_F32, rows * cols, 0.5f, 2);
     const uint64_t seed = 0x0123456789abcdefull, offset = 0xfffffffffffffff0ull; /* wraps */
     const char *src = "y = dropout(x, p) + dropout(x, 0.5);";
-    static const int vecs[] = {1, 4, 16};
-    for (int v = 0; v < 3; v++)
+    static const int vecs[] = {1, 2, 4, 8, 16};
+    oclf_context *gpu_class = NULL;
+    const char *cls = getenv("OCLF_DEVICE_CLASS");
+    char *saved = cls ? strdup(cls) : NULL;
+    setenv("OCLF_DEVICE_CLASS", "gpu", 1);
+    TH_OK(oclf_context_create(env->cl, env->device, NULL, &gpu_class));
+    if (saved)
+        setenv("OCLF_DEVICE_CLASS", saved, 1);
+    else
+        unsetenv("OCLF_DEVICE_CLASS");
+    free(saved);
+    for (int v = 0; v < 10; v++)
         for (int path = 1; path <= 2; path++) {
+            dropout_ctx = v >= 5 ? gpu_class : NULL;
             oclf_choice ch = th_choice((oclf_path)path);
-            oclf_params_set(&ch.params, "VEC", vecs[v]);
+            oclf_params_set(&ch.params, "VEC", vecs[v % 5]);
             float *got = run_dropout(src, rows, cols, hx, 0.3f, seed, offset, &ch);
             for (size_t i = 0; i < rows * cols; i++) {
                 const uint64_t n = i + offset;
                 const double want = oclf_ref_dropout(hx[i], 0.3f, seed, n, 0) +
                                     oclf_ref_dropout(hx[i], 0.5f, seed, n, 1);
                 ck_assert_msg(fabs(got[i] - want) <= 1e-5 * (1 + fabs(want)),
-                              "element %zu (VEC %d, path %d): %g != %g", i, vecs[v], path,
-                              (double)got[i], want);
+                              "element %zu (VEC %d, path %d, class %s): %g != %g", i, vecs[v % 5],
+                              path, v >= 5 ? "gpu" : "device's", (double)got[i], want);
             }
             free(got);
         }
+    dropout_ctx = NULL;
+    oclf_context_destroy(gpu_class);
     /* Row 1 of a run at offset 0 is row 0 of a run at offset cols. */
     float *a = run_dropout("y = dropout(x, p);", 2, cols, hx, 0.5f, 9, 0, NULL);
     float *b = run_dropout("y = dropout(x, p);", 1, cols, hx + cols, 0.5f, 9, cols, NULL);

@@ -165,12 +165,14 @@ oclf_status oclf_expr_form_id(const char *source, const oclf_expr_decl *inputs, 
 }
 
 /* One program per (expression, VEC): the work-group size is only the
- * launch's, so tuning it compiles nothing. */
+ * launch's, so tuning it compiles nothing. OCLF_LANE_MUL64 picks the
+ * vector Philox in 64-bit lanes (the device fact lane_mul64). */
 static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec,
                                 oclf_program **prog)
 {
-    char opts[32];
-    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d", vec);
+    char opts[48];
+    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d%s", vec,
+             ctx->info.lane_mul64 ? " -DOCLF_LANE_MUL64=1" : "");
     return oclf_program_get_generated(ctx, e->key, e->source, opts, prog);
 }
 
