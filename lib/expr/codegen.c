@@ -205,8 +205,15 @@ static const char prelude[] =
     "#elif OCLF_VEC == 4\n#define XHI(p) as_ulong4(as_uint8(p).s11335577)\n"
     "#elif OCLF_VEC == 8\n#define XHI(p) XHI8(p)\n"
     "#else\n#define XHI(p) ((xl)(XHI8((p).lo), XHI8((p).hi)))\n#endif\n"
-    "#define XLOAD(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))\n"
-    "#define XSTORE(v, p) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p))\n"
+    "/* f32 vectors through a type that assumes only a float's alignment, as\n"
+    " * LD16V does for 16-bit elements: one vector access. The CPU device's\n"
+    " * vloadn/vstoren came out as pieces (a float16 store as three moves,\n"
+    " * a float16 load added to a bias as eight two-lane loads and adds). */\n"
+    "typedef xf x_f32v_e __attribute__((aligned(4)));\n"
+    "#define XLOAD(p) (*(global const x_f32v_e *)(p))\n"
+    "#define XSTORE(v, p) (*(global x_f32v_e *)(p) = (v))\n"
+    "#define XLOADU(p) LD16V(OCLF_VEC, (p))\n"
+    "#define XSTOREU(v, p) ST16V(OCLF_VEC, (p), (v))\n"
     "#define XLOADH(p) OCLF_CAT(vload_half, OCLF_VEC)(0, (p))\n"
     "#define XSTOREH(v, p) OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)((v), 0, (p))\n"
     "#define XBF16(h) OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16)\n"
@@ -557,7 +564,7 @@ static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
         oclf_xbuf_printf(b, ")");
         return;
     }
-    const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOAD(";
+    const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOADU(";
     oclf_xbuf_printf(b, "%sin%d + (", pre, i);
     index_of(b, in, i);
     oclf_xbuf_printf(b, ")%s", in->dtype == OCLF_BF16 ? "))" : ")");
@@ -565,7 +572,7 @@ static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
 
 static void emit_vstore(oclf_xbuf *b, oclf_dtype d, int j, int k)
 {
-    const char *st = d == OCLF_F32 ? "XSTORE(v%d" : d == OCLF_F16 ? "XSTOREH(v%d" : "XSTORE(x_to_bf16(v%d)";
+    const char *st = d == OCLF_F32 ? "XSTORE(v%d" : d == OCLF_F16 ? "XSTOREH(v%d" : "XSTOREU(x_to_bf16(v%d)";
     oclf_xbuf_printf(b, "        ");
     oclf_xbuf_printf(b, st, k);
     oclf_xbuf_printf(b, ", out%d + (out%d_o + r * out%d_s + c));\n", j, j, j);
