@@ -209,6 +209,9 @@ START_TEST(test_shapes)
                 check_case(c, OCLF_F32, dtypes[d], dtypes[(d + 1) % 3], rows[ri], cols[ci], &ch);
             }
     check_case(&cases[3], OCLF_F16, OCLF_BF16, OCLF_F32, 9, 21, NULL); /* column vector, scalar */
+    /* The defaults from 64 rows (a CPU's work-items take 4 rows each): 70
+     * rows end in a partial block. */
+    check_case(c, OCLF_F32, OCLF_F16, OCLF_F32, 70, 37, NULL);
 }
 END_TEST
 

