@@ -720,7 +720,11 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
  * (one argument), min max pow (two), clamp(x, lo, hi), dropout(e, p) with p
  * a literal or a scalar input. Literals: decimal or C99 hex floats. All
  * arithmetic in fp32; each output rounded once to its dtype. exp and log
- * are within 3 ulp, erf within 1e-7 (absolute; relative below |x| = 1). Statements may
+ * are within 3 ulp, erf within 1e-7 (absolute; relative below |x| = 1).
+ * The fused kernel computes softplus, log(exp(x) + 1) (either order of the
+ * sum), as max(x, 0) + log1p(exp(-|x|)): within 4 ulp, and finite where
+ * exp(x) overflows (x above 88.7 gives x, as the exact value does; the
+ * unfused path, which materializes exp(x), gives infinity there). Statements may
  * come in any order; an intermediate used twice is computed once.
  *
  * dropout: Philox4x32-10 keyed by the 64-bit seed; counter (low word first)

@@ -73,6 +73,7 @@ static oclf_status apply_class_override(const oclf_context *ctx, oclf_device_inf
     if (strcmp(cls, "gpu") == 0) {
         o->type = CL_DEVICE_TYPE_GPU;
         o->local_is_global = false;
+        o->lane_mul64 = false;
         if (o->max_wgs > 1024)
             o->max_wgs = 1024;
         if (o->local_mem > 48 * 1024)
@@ -80,6 +81,7 @@ static oclf_status apply_class_override(const oclf_context *ctx, oclf_device_inf
     } else if (strcmp(cls, "cpu") == 0) {
         o->type = CL_DEVICE_TYPE_CPU;
         o->local_is_global = true;
+        o->lane_mul64 = true;
     } else {
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "OCLF_DEVICE_CLASS is \"%s\"; expected \"gpu\" or \"cpu\"", cls);
@@ -146,6 +148,9 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
     }
     o->split_tail_miscompile = platform_is(o, "pocl");
     o->float16 = platform_is(o, "pocl") && (o->type & CL_DEVICE_TYPE_CPU);
+    /* Not on a device that also calls itself a GPU (oclgrind, a simulator):
+     * its uninitialized-value checker crashed on the swizzles of that form. */
+    o->lane_mul64 = (o->type & CL_DEVICE_TYPE_CPU) && !(o->type & CL_DEVICE_TYPE_GPU);
     /* The lockstep width, from the vendors' attribute queries (an unknown
      * query fails harmlessly on other devices). */
     cl_uint width = 0;

@@ -108,6 +108,13 @@ typedef struct oclf_device_info {
      * them in hardware (clang for a CPU with F16C), so f16 stores need not
      * go through vstore_halfN_rte (cl/common.h, OCLF_HAS_FLOAT16). */
     bool float16;
+    /* Vector lanes multiply 32 x 32 -> 64 bits in one SIMD instruction per
+     * several lanes (CPUs: x86 vpmuludq, Arm umull), so generated kernels
+     * keep Philox words in 64-bit lanes; a GPU computes the high half with
+     * its own mul_hi and would spend twice the registers on 64-bit lanes
+     * (AMD's compiler spilled them at VEC 8). OCLF_LANE_MUL64 in expr
+     * programs. Off where the device is also a GPU (oclgrind). */
+    bool lane_mul64;
     /* cl_khr_device_uuid: some vendors version their compiler apart from
      * CL_DRIVER_VERSION, so the program cache keys on these too. */
     /* Work-items that execute in lockstep (a warp or wavefront) where the

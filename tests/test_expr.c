@@ -209,6 +209,9 @@ START_TEST(test_shapes)
                 check_case(c, OCLF_F32, dtypes[d], dtypes[(d + 1) % 3], rows[ri], cols[ci], &ch);
             }
     check_case(&cases[3], OCLF_F16, OCLF_BF16, OCLF_F32, 9, 21, NULL); /* column vector, scalar */
+    /* The defaults from 64 rows (a CPU's work-items take 4 rows each): 70
+     * rows end in a partial block. */
+    check_case(c, OCLF_F32, OCLF_F16, OCLF_F32, 70, 37, NULL);
 }
 END_TEST
 
@@ -232,6 +235,9 @@ START_TEST(test_philox_kat)
 }
 END_TEST
 
+/* The context run_dropout compiles in when set (else the harness's). */
+static oclf_context *dropout_ctx;
+
 /* Runs `src` (x: f32 matrix, p: scalar) on rows x cols and returns the
  * packed f32 output. */
 static float *run_dropout(const char *src, size_t rows, size_t cols, const float *hx, float p,
@@ -241,7 +247,7 @@ static float *run_dropout(const char *src, size_t rows, size_t cols, const float
     const oclf_expr_decl in[2] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32}, {"p", OCLF_EXPR_SCALAR, OCLF_F32}};
     const oclf_expr_decl out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
     oclf_expr *e = NULL;
-    TH_OK(oclf_expr_compile(env->ctx, src, in, 2, &out, 1, &e));
+    TH_OK(oclf_expr_compile(dropout_ctx ? dropout_ctx : env->ctx, src, in, 2, &out, 1, &e));
     cl_mem x = th_upload(hx, rows * cols * sizeof(float)), y = th_alloc(rows * cols * sizeof(float));
     oclf_expr_arg a[2] = {{{x, 0, 0}, 0}, {{NULL, 0, 0}, p}};
     oclf_buf ob = {y, 0, 0};
@@ -254,30 +260,46 @@ static float *run_dropout(const char *src, size_t rows, size_t cols, const float
     return got;
 }
 
-/* The mask is the reference's, bit for bit, on both paths and every VEC;
- * two dropouts draw from two streams; the offset shifts the counter. */
+/* The mask is the reference's, bit for bit, on both paths and every VEC,
+ * with Philox in 64-bit lanes (a CPU's) and in 32-bit lanes (a GPU's, from
+ * a context of the GPU class); two dropouts draw from two streams; the
+ * offset shifts the counter. */
 START_TEST(test_dropout_exact)
 {
+    th_env *env = th_get();
     const size_t rows = 7, cols = 45;
     float *hx = th_random(OCLF_F32, rows * cols, 0.5f, 2);
     const uint64_t seed = 0x0123456789abcdefull, offset = 0xfffffffffffffff0ull; /* wraps */
     const char *src = "y = dropout(x, p) + dropout(x, 0.5);";
-    static const int vecs[] = {1, 4, 16};
-    for (int v = 0; v < 3; v++)
+    static const int vecs[] = {1, 2, 4, 8, 16};
+    oclf_context *gpu_class = NULL;
+    const char *cls = getenv("OCLF_DEVICE_CLASS");
+    char *saved = cls ? strdup(cls) : NULL;
+    setenv("OCLF_DEVICE_CLASS", "gpu", 1);
+    TH_OK(oclf_context_create(env->cl, env->device, NULL, &gpu_class));
+    if (saved)
+        setenv("OCLF_DEVICE_CLASS", saved, 1);
+    else
+        unsetenv("OCLF_DEVICE_CLASS");
+    free(saved);
+    for (int v = 0; v < 10; v++)
         for (int path = 1; path <= 2; path++) {
+            dropout_ctx = v >= 5 ? gpu_class : NULL;
             oclf_choice ch = th_choice((oclf_path)path);
-            oclf_params_set(&ch.params, "VEC", vecs[v]);
+            oclf_params_set(&ch.params, "VEC", vecs[v % 5]);
             float *got = run_dropout(src, rows, cols, hx, 0.3f, seed, offset, &ch);
             for (size_t i = 0; i < rows * cols; i++) {
                 const uint64_t n = i + offset;
                 const double want = oclf_ref_dropout(hx[i], 0.3f, seed, n, 0) +
                                     oclf_ref_dropout(hx[i], 0.5f, seed, n, 1);
                 ck_assert_msg(fabs(got[i] - want) <= 1e-5 * (1 + fabs(want)),
-                              "element %zu (VEC %d, path %d): %g != %g", i, vecs[v], path,
-                              (double)got[i], want);
+                              "element %zu (VEC %d, path %d, class %s): %g != %g", i, vecs[v % 5],
+                              path, v >= 5 ? "gpu" : "device's", (double)got[i], want);
             }
             free(got);
         }
+    dropout_ctx = NULL;
+    oclf_context_destroy(gpu_class);
     /* Row 1 of a run at offset 0 is row 0 of a run at offset cols. */
     float *a = run_dropout("y = dropout(x, p);", 2, cols, hx, 0.5f, 9, 0, NULL);
     float *b = run_dropout("y = dropout(x, p);", 1, cols, hx + cols, 0.5f, 9, cols, NULL);
@@ -516,6 +538,61 @@ START_TEST(test_reuse_and_canonical)
 END_TEST
 
 
+static double r1_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+static double r1_exp(double x) { return exp(x); }
+static double r1_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Special and extreme values through the vector helpers (VEC 16: whole
+ * chunks), the scalar code (VEC 1) and (but for softplus) the unfused
+ * kernels: exp over- and underflows as the library's does, NaN and the
+ * infinities pass through, and softplus stays finite where exp(x)
+ * overflows (log(exp(100) + 1) is 100: the fused kernel computes it as
+ * max(x, 0) + log1p(exp(-|x|)); the unfused one materializes exp(x)). */
+START_TEST(test_special_values)
+{
+    static const float vals[] = {-INFINITY, -1e4f, -200, -104.5f, -103, -90, -87.5f, -20, -1, -1e-3f,
+                                 -0.0f, 0, 1e-7f, 0.5f, 1, 20, 80, 88.5f, 88.75f, 89.5f, 100, 1e4f,
+                                 INFINITY, NAN};
+    static const struct {
+        const char *src;
+        double (*ref)(double);
+        int unfused;
+    } fns[] = {{"y = log(exp(x) + 1);", r1_softplus, 0}, {"y = log(1 + exp(x));", r1_softplus, 0},
+               {"y = exp(x);", r1_exp, 1}, {"y = sigmoid(x);", r1_sigmoid, 1}};
+    th_env *env = th_get();
+    const size_t rows = 2, cols = 40, n = rows * cols, nv = sizeof vals / sizeof vals[0];
+    float hx[2 * 40], got[2 * 40];
+    for (size_t i = 0; i < n; i++)
+        hx[i] = vals[(i * 7) % nv]; /* every value in a vector chunk and in the tail */
+    cl_mem x = th_upload(hx, sizeof hx), y = th_alloc(sizeof got);
+    const oclf_expr_decl in = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    const oclf_expr_arg a = {{x, 0, 0}, 0};
+    const oclf_buf ob = {y, 0, 0};
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        oclf_expr *e = NULL;
+        TH_OK(oclf_expr_compile(env->ctx, fns[f].src, &in, 1, &out, 1, &e));
+        for (int v = 0; v < 3; v++) {
+            oclf_choice ch = th_choice(v == 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+            oclf_params_set(&ch.params, "VEC", v == 0 ? 16 : 1);
+            if (v == 2 && !fns[f].unfused)
+                continue;
+            TH_OK(oclf_expr_run(e, env->queue, rows, cols, &a, &ob, 0, 0, &ch, 0, NULL, NULL));
+            th_download(y, got, sizeof got);
+            for (size_t i = 0; i < n; i++) {
+                const double want = (float)fns[f].ref((double)hx[i]);
+                const int ok = isnan(want) ? isnan(got[i])
+                               : isinf(want) ? got[i] == want
+                                             : fabs(got[i] - want) <= 1e-5 + 1e-5 * fabs(want);
+                ck_assert_msg(ok, "%s, path %d: x = %g gave %g, want %g", fns[f].src, v, (double)hx[i],
+                              (double)got[i], want);
+            }
+        }
+        oclf_expr_release(e);
+    }
+    clReleaseMemObject(x), clReleaseMemObject(y);
+}
+END_TEST
+
 /* Runs softplus-like `src` on 8 x 64 under `ctx`, checks it against
  * log(exp(x) + add) and returns how many kernels it enqueued. */
 static uint64_t run_counting(oclf_context *ctx, const char *src, double add, const oclf_choice *ch)
@@ -675,6 +752,7 @@ static Suite *expr_suite(void)
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_cases, 0, (int)NCASES * 3);
     tcase_add_test(t, test_shapes);
+    tcase_add_test(t, test_special_values);
     tcase_add_test(t, test_philox_kat);
     tcase_add_test(t, test_dropout_exact);
     tcase_add_test(t, test_dropout_statistics);

@@ -193,12 +193,27 @@ static const char prelude[] =
     " * is all vloadn needs), vector math, the same Philox per lane. */\n"
     "typedef OCLF_CAT(float, OCLF_VEC) xf;\n"
     "typedef OCLF_CAT(uint, OCLF_VEC) xu;\n"
+    "typedef OCLF_CAT(int, OCLF_VEC) xi;\n"
     "typedef OCLF_CAT(ushort, OCLF_VEC) xh;\n"
     "typedef OCLF_CAT(ulong, OCLF_VEC) xl;\n"
     "#define XTOUL(u) OCLF_CAT(convert_ulong, OCLF_VEC)(u)\n"
     "#define XTOU(l) OCLF_CAT(convert_uint, OCLF_VEC)(l)\n"
-    "#define XLOAD(p) OCLF_CAT(vload, OCLF_VEC)(0, (p))\n"
-    "#define XSTORE(v, p) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p))\n"
+    "/* A 64-bit lane's high half moved to its low half by a swizzle, not a\n"
+    " * shift: x86 runs 512-bit shifts on the port that also multiplies. */\n"
+    "#define XHI8(p) as_ulong8(as_uint16(p).s1133557799bbddff)\n"
+    "#if OCLF_VEC == 2\n#define XHI(p) as_ulong2(as_uint4(p).s1133)\n"
+    "#elif OCLF_VEC == 4\n#define XHI(p) as_ulong4(as_uint8(p).s11335577)\n"
+    "#elif OCLF_VEC == 8\n#define XHI(p) XHI8(p)\n"
+    "#else\n#define XHI(p) ((xl)(XHI8((p).lo), XHI8((p).hi)))\n#endif\n"
+    "/* f32 vectors through a type that assumes only a float's alignment, as\n"
+    " * LD16V does for 16-bit elements: one vector access. The CPU device's\n"
+    " * vloadn/vstoren came out as pieces (a float16 store as three moves,\n"
+    " * a float16 load added to a bias as eight two-lane loads and adds). */\n"
+    "typedef xf x_f32v_e __attribute__((aligned(4)));\n"
+    "#define XLOAD(p) (*(global const x_f32v_e *)(p))\n"
+    "#define XSTORE(v, p) (*(global x_f32v_e *)(p) = (v))\n"
+    "#define XLOADU(p) LD16V(OCLF_VEC, (p))\n"
+    "#define XSTOREU(v, p) ST16V(OCLF_VEC, (p), (v))\n"
     "#define XLOADH(p) OCLF_CAT(vload_half, OCLF_VEC)(0, (p))\n"
     "#define XSTOREH(v, p) OCLF_CAT(OCLF_CAT(vstore_half, OCLF_VEC), _rte)((v), 0, (p))\n"
     "#define XBF16(h) OCLF_CAT(as_float, OCLF_VEC)(OCLF_CAT(convert_uint, OCLF_VEC)(h) << 16)\n"
@@ -212,17 +227,21 @@ static const char prelude[] =
     "#elif OCLF_VEC == 4\n#define XLANES ((xu)(0, 1, 2, 3))\n"
     "#elif OCLF_VEC == 8\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7))\n"
     "#else\n#define XLANES ((xu)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))\n#endif\n"
-    "/* exp of whole vectors: 2^k * e^r with k = rint(x / ln 2), r = x - k ln 2\n"
-    " * (ln 2 in two parts), e^r by its Taylor series to r^7 (|r| <= 0.347;\n"
-    " * within 1 ulp of the exact value over [-87, 87]); other lanes (and NaN)\n"
-    " * take the library's exp, which a CPU ran several times slower. */\n"
-    "static inline xf x_exp_v(xf x)\n"
+    "/* exp of whole vectors: 2^k * e^r with k = round(x / ln 2) by adding\n"
+    " * and removing 1.5 * 2^23 (round to nearest, and k's bits land in the\n"
+    " * sum's low mantissa), r = x - k ln 2 (ln 2 in two parts), e^r by its\n"
+    " * Taylor series to r^7 (|r| <= 0.347). 2^k is applied as two factors, so\n"
+    " * k from -150 to 128 gives subnormal results, zero and infinity like the\n"
+    " * library's exp; the argument is clamped there first. Within 1 ulp of the\n"
+    " * exact value for normal results. No branch: a test of every lane\n"
+    " * (any()) cost POCL more than the polynomial. */\n"
+    "static inline xf x_exp_clamped_v(xf x)\n"
     "{\n"
-    "    if (any(!(fabs(x) <= 87.0f)))\n"
-    "        return exp(x);\n"
-    "    const xf k = rint(x * 1.44269504f);\n"
-    "    xf r = fma(-k, (xf)0.693145752f, x);\n"
-    "    r = fma(-k, (xf)1.42860677e-06f, r);\n"
+    "    const xf t = fma(x, (xf)1.44269504f, (xf)12582912.0f);\n"
+    "    const xf kf = t - 12582912.0f;\n"
+    "    const xi k = OCLF_CAT(as_int, OCLF_VEC)(t) - 0x4b400000;\n"
+    "    xf r = fma(-kf, (xf)0.693145752f, x);\n"
+    "    r = fma(-kf, (xf)1.42860677e-06f, r);\n"
     "    xf p = (xf)(1.0f / 5040);\n"
     "    p = fma(p, r, (xf)(1.0f / 720));\n"
     "    p = fma(p, r, (xf)(1.0f / 120));\n"
@@ -231,7 +250,40 @@ static const char prelude[] =
     "    p = fma(p, r, (xf)0.5f);\n"
     "    p = fma(p, r, (xf)1.0f);\n"
     "    p = fma(p, r, (xf)1.0f);\n"
-    "    return p * OCLF_CAT(as_float, OCLF_VEC)((OCLF_CAT(convert_int, OCLF_VEC)(k) + 127) << 23);\n"
+    "    const xi k1 = k >> 1;\n"
+    "    return p * OCLF_CAT(as_float, OCLF_VEC)((k1 + 127) << 23) *\n"
+    "           OCLF_CAT(as_float, OCLF_VEC)((k - k1 + 127) << 23);\n"
+    "}\n"
+    "static inline xf x_exp_v(xf x)\n"
+    "{\n"
+    "    /* fmin/fmax drop NaN: NaN lanes are put back at the end */\n"
+    "    const xf e = x_exp_clamped_v(fmin(fmax(x, (xf)-104.0f), (xf)89.0f));\n"
+    "    return select(e, x, isnan(x));\n"
+    "}\n"
+    "/* log1p of whole vectors with every lane in [0, 1] (or NaN): below 1/2,\n"
+    " * 2 atanh(s) with s = t / (t + 2); from 1/2, ln 2 + 2 atanh(s) with\n"
+    " * s = (t - 1) / (t + 3) (t - 1 is exact there), so |s| <= 1/5 and no\n"
+    " * rounding of 1 + t: the series to s^11 is within 3 ulp. */\n"
+    "static inline xf x_log1p01_v(xf t)\n"
+    "{\n"
+    "    const xf big = select((xf)0.0f, (xf)1.0f, t >= 0.5f);\n"
+    "    const xf s = (t - big) / (t + 2.0f + big), z = s * s;\n"
+    "    xf q = fma(z, (xf)(1.0f / 11), (xf)(1.0f / 9));\n"
+    "    q = fma(z, q, (xf)(1.0f / 7));\n"
+    "    q = fma(z, q, (xf)(1.0f / 5));\n"
+    "    q = fma(z, q, (xf)(1.0f / 3));\n"
+    "    q = fma(z, q, (xf)1.0f);\n"
+    "    return fma(big, (xf)0.693145752f, fma(big, (xf)1.42860677e-06f, 2.0f * s * q));\n"
+    "}\n"
+    "/* log(exp(x) + 1), rewritten by the code generator as\n"
+    " * max(x, 0) + log1p(exp(-|x|)): exp never overflows (log(exp(100) + 1)\n"
+    " * is 100, not infinity) and no log of a sum rounded near 1: within 4 ulp\n"
+    " * for normal results. The clamp at -104 only changes exp(-|x|) below the\n"
+    " * smallest subnormal; NaN stays NaN through the select. */\n"
+    "static inline xf x_softplus_v(xf x)\n"
+    "{\n"
+    "    const xf t = x_exp_clamped_v(fmax(-fabs(x), (xf)-104.0f));\n"
+    "    return select(x, (xf)0.0f, x < 0.0f) + x_log1p01_v(t);\n"
     "}\n"
     "/* log of whole vectors: x = 2^e * m with m in [sqrt(1/2), sqrt(2)),\n"
     " * log(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by its series\n"
@@ -294,7 +346,33 @@ static const char prelude[] =
     "}\n"
     "static inline xf x_dropout_v(xf v, xf p, ulong seed, ulong n, uint stream)\n"
     "{\n"
-    "    /* counters n + lane, carrying into the high word */\n"
+    "#ifdef OCLF_LANE_MUL64\n"
+    "    /* Each Philox word lives in the low half of a 64-bit lane: the\n"
+    "     * 64-bit product of two values below 2^32 (x86: one vpmuludq per 8\n"
+    "     * lanes) holds both halves of the 32x32-bit product, the next round\n"
+    "     * reads its low half in place, and the masks before the products\n"
+    "     * cost nothing (the instruction reads the low halves only). A round\n"
+    "     * is two products, two swizzles and two three-way xors; 32-bit\n"
+    "     * lanes took two more products and shuffles per round for the low\n"
+    "     * words. Upper halves hold stale bits that no result reads. Counters\n"
+    "     * n + lane carry into the high word through the 64-bit add. */\n"
+    "    const xl ctr = (xl)(n) + XTOUL(XLANES);\n"
+    "    xl c0 = ctr, c1 = ctr >> 32, c2 = (xl)(stream), c3 = (xl)(0);\n"
+    "    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);\n"
+    "#pragma unroll\n"
+    "    for (int i = 0; i < 10; i++) {\n"
+    "        const xl p0 = (c0 & 0xFFFFFFFFul) * 0xD2511F53ul, p1 = (c2 & 0xFFFFFFFFul) * 0xCD9E8D57ul;\n"
+    "        c0 = XHI(p1) ^ c1 ^ (ulong)k0;\n"
+    "        c1 = p1;\n"
+    "        c2 = XHI(p0) ^ c3 ^ (ulong)k1;\n"
+    "        c3 = p0;\n"
+    "        k0 += 0x9E3779B9u;\n"
+    "        k1 += 0xBB67AE85u;\n"
+    "    }\n"
+    "    const xu w = XTOU(c0);\n"
+    "#else\n"
+    "    /* 32-bit lanes (GPUs: mul_hi is native, registers are 32 bits);\n"
+    "     * counters n + lane, carrying into the high word */\n"
     "    const xu lo = (xu)((uint)n) + XLANES;\n"
     "    xu c0 = lo, c1 = (xu)((uint)(n >> 32)) + select((xu)0u, (xu)1u, lo < (xu)((uint)n));\n"
     "    xu c2 = (xu)(stream), c3 = (xu)(0u);\n"
@@ -314,7 +392,9 @@ static const char prelude[] =
     "        c2 = hi0 ^ c3 ^ k1;\n"
     "        c3 = lo0;\n"
     "    }\n"
-    "    const xf u = OCLF_CAT(convert_float, OCLF_VEC)(c0 >> 8) * 0x1.0p-24f;\n"
+    "    const xu w = c0;\n"
+    "#endif\n"
+    "    const xf u = OCLF_CAT(convert_float, OCLF_VEC)(w >> 8) * 0x1.0p-24f;\n"
     "    return select((xf)0.0f, v / (1.0f - p), u >= p);\n"
     "}\n"
     "#endif\n";
@@ -412,6 +492,42 @@ static void operand(char *buf, size_t len, const oclf_xgraph *g, const oclf_expr
     free(t.s);
 }
 
+/* The operand x when node k is log(exp(x) + 1) (either order of the sum):
+ * the fused kernel computes it as max(x, 0) + log1p(exp(-|x|)), which
+ * never overflows and is cheaper on vectors; else -1. */
+static int softplus_arg(const oclf_xgraph *g, int k)
+{
+    const oclf_xnode *n = &g->node[k];
+    if (n->op != XOP_LOG || g->node[n->a[0]].op != XOP_ADD)
+        return -1;
+    const oclf_xnode *s = &g->node[n->a[0]];
+    for (int i = 0; i < 2; i++) {
+        const oclf_xnode *e = &g->node[s->a[i]], *one = &g->node[s->a[1 - i]];
+        if (e->op == XOP_EXP && one->op == XOP_CONST && one->value == 1.0f)
+            return e->a[0];
+    }
+    return -1;
+}
+
+/* Nodes the fused kernel evaluates: those an output needs, through the
+ * rewritten operations' own operands (a softplus needs x, not exp(x)). */
+static void fused_needs(const oclf_xgraph *g, char need[OCLF_EXPR_MAX_NODES])
+{
+    memset(need, 0, OCLF_EXPR_MAX_NODES);
+    for (int j = 0; j < g->n_outputs; j++)
+        need[g->output[j]] = 1;
+    for (int k = g->n_nodes - 1; k >= 0; k--) {
+        if (!need[k])
+            continue;
+        const int sp = softplus_arg(g, k);
+        if (sp >= 0)
+            need[sp] = 1;
+        else
+            for (int a = 0; a < oclf_xop_arity(g->node[k].op); a++)
+                need[g->node[k].a[a]] = 1;
+    }
+}
+
 static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs, int k,
                        int fused)
 {
@@ -421,7 +537,10 @@ static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl 
         emit_load(b, inputs, n->input);
     else if (n->op == XOP_CONST)
         oclf_xbuf_printf(b, "%af", (double)n->value);
-    else {
+    else if (fused && softplus_arg(g, k) >= 0) {
+        const int x = softplus_arg(g, k);
+        oclf_xbuf_printf(b, "(v%d < 0.0f ? 0.0f : v%d) + log1p(exp(-fabs(v%d)))", x, x, x);
+    } else {
         char s[3][160] = {"", "", ""};
         for (int a = 0; a < oclf_xop_arity(n->op); a++)
             operand(s[a], sizeof s[a], g, inputs, n->a[a], fused);
@@ -445,7 +564,7 @@ static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
         oclf_xbuf_printf(b, ")");
         return;
     }
-    const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOAD(";
+    const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOADU(";
     oclf_xbuf_printf(b, "%sin%d + (", pre, i);
     index_of(b, in, i);
     oclf_xbuf_printf(b, ")%s", in->dtype == OCLF_BF16 ? "))" : ")");
@@ -453,7 +572,7 @@ static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
 
 static void emit_vstore(oclf_xbuf *b, oclf_dtype d, int j, int k)
 {
-    const char *st = d == OCLF_F32 ? "XSTORE(v%d" : d == OCLF_F16 ? "XSTOREH(v%d" : "XSTORE(x_to_bf16(v%d)";
+    const char *st = d == OCLF_F32 ? "XSTORE(v%d" : d == OCLF_F16 ? "XSTOREH(v%d" : "XSTOREU(x_to_bf16(v%d)";
     oclf_xbuf_printf(b, "        ");
     oclf_xbuf_printf(b, st, k);
     oclf_xbuf_printf(b, ", out%d + (out%d_o + r * out%d_s + c));\n", j, j, j);
@@ -480,7 +599,12 @@ static void emit_vvalue(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
     case XOP_EXP: oclf_xbuf_printf(b, "x_exp_v(%s)", a); break;
     case XOP_SIGMOID: oclf_xbuf_printf(b, "1.0f / (1.0f + x_exp_v(-%s))", a); break;
     case XOP_SILU: oclf_xbuf_printf(b, "%s / (1.0f + x_exp_v(-%s))", a, a); break;
-    case XOP_LOG: oclf_xbuf_printf(b, "x_log_v(%s)", a); break;
+    case XOP_LOG:
+        if (softplus_arg(g, k) >= 0)
+            oclf_xbuf_printf(b, "x_softplus_v(v%d)", softplus_arg(g, k));
+        else
+            oclf_xbuf_printf(b, "x_log_v(%s)", a);
+        break;
     case XOP_ERF: oclf_xbuf_printf(b, "x_erf_v(%s)", a); break;
     case XOP_GELU:
         oclf_xbuf_printf(b, "0.5f * %s * (1.0f + x_erf_v(%s * 0.70710678118654752f))", a, a);
@@ -502,26 +626,28 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
 {
     oclf_xbuf_printf(b, "%s", prelude);
 
-    /* Fused: every node once, in order, then every output. */
+    /* Fused: every node it needs once, in order, then every output. */
+    char need[OCLF_EXPR_MAX_NODES];
+    fused_needs(g, need);
     oclf_xbuf_printf(b, "kernel void expr_fused(");
     emit_params(b, g, inputs, n_inputs, outputs, 0);
     oclf_xbuf_printf(b, ")\n%s", fused_head);
     for (int k = 0; k < g->n_nodes; k++)
-        if (per_column(&g->node[k], inputs))
+        if (need[k] && per_column(&g->node[k], inputs))
             emit_vvalue(b, g, inputs, k);
     oclf_xbuf_printf(b, "%s", row_loop);
     for (int k = 0; k < g->n_nodes; k++)
-        if (!per_column(&g->node[k], inputs))
+        if (need[k] && !per_column(&g->node[k], inputs))
             emit_vvalue(b, g, inputs, k);
     for (int j = 0; j < g->n_outputs; j++)
         emit_vstore(b, outputs[j].dtype, j, g->output[j]);
     oclf_xbuf_printf(b, "        }\n        return;\n    }\n#endif\n%s", fused_tail);
     for (int k = 0; k < g->n_nodes; k++)
-        if (per_column(&g->node[k], inputs))
+        if (need[k] && per_column(&g->node[k], inputs))
             emit_value(b, g, inputs, k, 1);
     oclf_xbuf_printf(b, "%s", row_loop);
     for (int k = 0; k < g->n_nodes; k++)
-        if (!per_column(&g->node[k], inputs))
+        if (need[k] && !per_column(&g->node[k], inputs))
             emit_value(b, g, inputs, k, 1);
     for (int j = 0; j < g->n_outputs; j++) {
         char v[16];
