@@ -6,6 +6,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "opdesc.h"
 #include "timing.h"
@@ -90,7 +91,7 @@ START_TEST(batched_samples)
     unfused.path = OCLF_PATH_UNFUSED;
     const oclf_choice *chs[2] = {&fused, &unfused};
     tm_series s[2];
-    const tm_plan plan = {2e6, 7, 1, 0};
+    const tm_plan plan = {2e6, 7, 1, 0, 5, 0};
     int failed = -1;
     ck_assert_int_eq(tm_measure(&env, op, inst, chs, 2, &plan, s, &failed), 0);
     for (int c = 0; c < 2; c++) {
@@ -118,6 +119,60 @@ START_TEST(batched_samples)
 }
 END_TEST
 
+/* A stand-in op whose call takes a fixed time on the host and counts its
+ * calls: what a screening measurement costs in calls. */
+static int sleepy_calls;
+static oclf_status sleepy_run(const op_env *env, void *inst, const oclf_choice *ch, cl_event *ev)
+{
+    (void)env, (void)inst, (void)ch, (void)ev;
+    sleepy_calls++;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return OCLF_SUCCESS;
+}
+
+/* A call far longer than a sample: one choice is timed in its samples plus
+ * at most two calls (the calibration's batches count as samples), a budget
+ * too small for 5 samples gives min_samples, and a first call over the
+ * cutoff ends the measurement with that one sample. With two choices,
+ * interleaved, calibration counts for nothing. */
+START_TEST(long_calls_few_runs)
+{
+    op_env env;
+    char err[512];
+    ck_assert_msg(op_env_open(&env, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    op_desc sleepy = {.name = "sleepy", .run = sleepy_run};
+    oclf_choice a = {0}, b = {0};
+    const oclf_choice *one[1] = {&a}, *two[2] = {&a, &b};
+    tm_series s[2];
+    /* 2 ms samples of 20 ms calls, 5 wanted in 40 ms: 3 */
+    tm_plan plan = {2e6, 5, 0, 40e6, 3, 0};
+    sleepy_calls = 0;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, one, 1, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 3);
+    ck_assert_int_eq(s[0].reps, 1);
+    ck_assert_int_eq(sleepy_calls, 3);
+    for (int i = 0; i < s[0].n; i++)
+        ck_assert(s[0].host[i] >= 19e6);
+    plan.cutoff_ns = 10e6;
+    sleepy_calls = 0;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, one, 1, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 1);
+    ck_assert_int_eq(sleepy_calls, 1);
+    ck_assert(s[0].host[0] >= 19e6);
+    /* a cutoff above the call: measured in full */
+    plan.cutoff_ns = 1e9;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, one, 1, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 3);
+    sleepy_calls = 0;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, two, 2, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 3);
+    ck_assert_int_eq(s[1].n, 3);
+    ck_assert_int_eq(sleepy_calls, 2 * (2 + 3));
+    op_env_close(&env);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("timing");
@@ -129,6 +184,7 @@ int main(void)
     tcase_add_test(tc, ratio_interval);
     tcase_add_test(tc, paired_ratio_cancels_drift);
     tcase_add_test(tc, batched_samples);
+    tcase_add_test(tc, long_calls_few_runs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

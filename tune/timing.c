@@ -64,15 +64,29 @@ static int batch(const op_env *env, const op_desc *op, void *inst, const oclf_ch
     return rc;
 }
 
-/* Calls per sample so that one sample lasts plan->sample_ns. */
+/* Calls per sample so that one sample lasts plan->sample_ns. The last
+ * batches of the final size (up to 2, the latest last) go to keep_host and
+ * keep_dev, their count to *kept: samples like any other. */
 static int calibrate(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
-                     const tm_plan *plan, int *reps, double *per_call)
+                     const tm_plan *plan, double cutoff_ns, int *reps, double *per_call,
+                     double *keep_host, double *keep_dev, int *kept)
 {
     double host, dev;
     int r = 1, long_enough = 0;
+    *kept = 0;
     for (int round = 0; round < 10; round++) {
         if (batch(env, op, inst, choice, r, &host, &dev) != 0)
             return -1;
+        if (*kept == 2) {
+            keep_host[0] = keep_host[1], keep_dev[0] = keep_dev[1];
+            *kept = 1;
+        }
+        keep_host[*kept] = host, keep_dev[*kept] = dev;
+        ++*kept;
+        /* Plainly slower than the best so far, in a call long enough that
+         * batching would change nothing: one sample says so. */
+        if (cutoff_ns > 0 && round == 0 && host > cutoff_ns && host >= plan->sample_ns)
+            break;
         const double span = host * r;
         /* Two batches in a row must last long enough: one slowed by a
          * passing stall of a shared machine would otherwise fix a batch
@@ -86,6 +100,7 @@ static int calibrate(const op_env *env, const op_desc *op, void *inst, const ocl
          * cost (one wait shared by fewer calls), so the first estimate is low. */
         double want = 1.2 * plan->sample_ns / (host > 1 ? host : 1);
         r = want > MAX_REPS ? MAX_REPS : want < r + 1 ? r + 1 : (int)want;
+        *kept = 0; /* the next batch is of another size */
     }
     *reps = r;
     *per_call = host;
@@ -98,19 +113,34 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
     int samples = plan->samples < 1               ? 1
                   : plan->samples > TM_MAX_SAMPLES ? TM_MAX_SAMPLES
                                                    : plan->samples;
+    const int floor = plan->min_samples > 0 ? plan->min_samples : 5;
+    int first = 0; /* samples already taken (one choice: from calibrating) */
     for (int c = 0; c < k; c++) {
-        double per_call;
+        double per_call, kh[2], kd[2];
+        int kept;
         memset(&out[c], 0, sizeof out[c]);
         for (int w = 0; w < plan->warmups; w++)
             if (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS)
                 goto fail_c;
-        if (clFinish(env->queue) != CL_SUCCESS || calibrate(env, op, inst, choices[c], plan,
-                                                            &out[c].reps, &per_call) != 0)
+        if (clFinish(env->queue) != CL_SUCCESS ||
+            calibrate(env, op, inst, choices[c], plan, k == 1 ? plan->cutoff_ns : 0,
+                      &out[c].reps, &per_call, kh, kd, &kept) != 0)
             goto fail_c;
+        if (k == 1 && plan->cutoff_ns > 0 && out[c].reps == 1 && kept == 1 &&
+            kh[0] > plan->cutoff_ns && kh[0] >= plan->sample_ns) {
+            out[c].host[0] = kh[0], out[c].dev[0] = kd[0];
+            out[c].n = 1;
+            return 0;
+        }
+        if (k == 1) {
+            for (int i = 0; i < kept && i < samples; i++)
+                out[c].host[i] = kh[i], out[c].dev[i] = kd[i];
+            first = out[c].n = kept < samples ? kept : samples;
+        }
         const double sample = per_call * out[c].reps;
         if (plan->budget_ns > 0 && sample * samples > plan->budget_ns) {
             const int fit = (int)(plan->budget_ns / sample);
-            samples = fit > 5 ? fit : samples < 5 ? samples : 5;
+            samples = fit > floor ? fit : samples < floor ? samples : floor;
         }
         continue;
     fail_c:
@@ -118,7 +148,7 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
             *failed = c;
         return -1;
     }
-    for (int s = 0; s < samples; s++) {
+    for (int s = first; s < samples; s++) {
         for (int c = 0; c < k; c++) {
             tm_series *t = &out[c];
             if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0) {
