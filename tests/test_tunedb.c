@@ -53,29 +53,39 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
+/* One record as JSON text: the device, then `members`. */
+static char *dev_rec(char *buf, size_t len, const char *v, const char *n, const char *d,
+                     const char *t, const char *members)
+{
+    const int used = snprintf(buf, len,
+                              "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", "
+                              "\"driver\": \"%s\", \"type\": \"%s\"}, %s}",
+                              v, n, d, t, members);
+    ck_assert_msg(used > 0 && (size_t)used < len, "a test record does not fit its buffer");
+    return buf;
+}
+
 /* One rms_norm f32 record as JSON text. */
 static char *rec(char *buf, size_t len, const char *v, const char *n, const char *d,
                  const char *t, unsigned rows, unsigned cols, const char *path, int layout,
                  int wgs, int stage)
 {
-    snprintf(buf, len,
-             "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
-             "\"type\": \"%s\"}, \"op\": \"rms_norm\", \"dtype\": \"f32\", "
+    char members[512];
+    snprintf(members, sizeof members,
+             "\"op\": \"rms_norm\", \"dtype\": \"f32\", "
              "\"shape\": {\"rows\": %u, \"cols\": %u}, \"choice\": {\"path\": \"%s\", "
              "\"params\": {\"LAYOUT\": %d, \"WGS\": %d, \"VEC\": 4, \"STAGE\": %d}}, "
-             "\"time_ns\": 1000}",
-             v, n, d, t, rows, cols, path, layout, wgs, stage);
-    return buf;
+             "\"time_ns\": 1000",
+             rows, cols, path, layout, wgs, stage);
+    return dev_rec(buf, len, v, n, d, t, members);
 }
 
 /* A database of one record for this device: `members` follow "device". */
 static void write_own_record(const char *path, const char *members)
 {
-    char doc[4096];
-    snprintf(doc, sizeof doc,
-             "{\"format\": 1, \"records\": [{\"device\": {\"vendor\": \"%s\", \"name\": "
-             "\"%s\", \"driver\": \"%s\", \"type\": \"%s\"}, %s}]}",
-             vendor, name, driver, type, members);
+    char doc[4096], one[3500];
+    snprintf(doc, sizeof doc, "{\"format\": 1, \"records\": [%s]}",
+             dev_rec(one, sizeof one, vendor, name, driver, type, members));
     write_file(path, doc);
 }
 
@@ -252,14 +262,14 @@ END_TEST
 static char *lin_rec(char *buf, size_t len, unsigned m, unsigned n, unsigned k, int layout,
                      int mb, int nb)
 {
-    snprintf(buf, len,
-             "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
-             "\"type\": \"%s\"}, \"op\": \"linear\", \"dtype\": \"f32\", "
+    char members[512];
+    snprintf(members, sizeof members,
+             "\"op\": \"linear\", \"dtype\": \"f32\", "
              "\"shape\": {\"m\": %u, \"n\": %u, \"k\": %u, \"layout\": %d}, "
              "\"choice\": {\"path\": \"fused\", \"params\": {\"MB\": %d, \"NB\": %d}}, "
-             "\"time_ns\": 1000}",
-             vendor, name, driver, type, m, n, k, layout, mb, nb);
-    return buf;
+             "\"time_ns\": 1000",
+             m, n, k, layout, mb, nb);
+    return dev_rec(buf, len, vendor, name, driver, type, members);
 }
 
 static void explain_linear(oclf_context *ctx, unsigned m, unsigned n, unsigned k, int layout,
