@@ -151,6 +151,19 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
     for (int s = first; s < samples; s++) {
         for (int c = 0; c < k; c++) {
             tm_series *t = &out[c];
+            /* Interleaved batches of short calls start with an untimed
+             * call: the choice before may have left the caches full of its
+             * own data (the GEMM library's temporaries evicted a 64 MB
+             * weight from a 260 MB L3 here), and whichever path came next
+             * paid for it: auto ran 4-8% behind the same kernel as fused at
+             * 1 x 4096 x 4096 and 16 x 4096 x 4096. A call that is a whole
+             * sample by itself pays such a refill only once in it. */
+            if (k > 1 && t->reps > 1 && (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS ||
+                                         clFinish(env->queue) != CL_SUCCESS)) {
+                if (failed)
+                    *failed = c;
+                return -1;
+            }
             if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0) {
                 if (failed)
                     *failed = c;
