@@ -107,6 +107,9 @@ static int calibrate(const op_env *env, const op_desc *op, void *inst, const ocl
     return 0;
 }
 
+/* Interleaved samples at most this long start with an untimed call. */
+#define WARM_SPAN_NS 1e9
+
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
                int k, const tm_plan *plan, tm_series *out, int *failed)
 {
@@ -115,64 +118,64 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
                                                    : plan->samples;
     const int floor = plan->min_samples > 0 ? plan->min_samples : 5;
     int first = 0; /* samples already taken (one choice: from calibrating) */
-    for (int c = 0; c < k; c++) {
-        double per_call, kh[2], kd[2];
+    int c = 0, rc = -1;
+    double *call_ns = calloc((size_t)(k > 0 ? k : 1), sizeof *call_ns); /* calibrated */
+    if (!call_ns)
+        goto done;
+    for (; c < k; c++) {
+        double kh[2], kd[2];
         int kept;
         memset(&out[c], 0, sizeof out[c]);
         for (int w = 0; w < plan->warmups; w++)
             if (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS)
-                goto fail_c;
+                goto done;
         if (clFinish(env->queue) != CL_SUCCESS ||
             calibrate(env, op, inst, choices[c], plan, k == 1 ? plan->cutoff_ns : 0,
-                      &out[c].reps, &per_call, kh, kd, &kept) != 0)
-            goto fail_c;
+                      &out[c].reps, &call_ns[c], kh, kd, &kept) != 0)
+            goto done;
         if (k == 1 && plan->cutoff_ns > 0 && out[c].reps == 1 && kept == 1 &&
             kh[0] > plan->cutoff_ns && kh[0] >= plan->sample_ns) {
             out[c].host[0] = kh[0], out[c].dev[0] = kd[0];
             out[c].n = 1;
-            return 0;
+            rc = 0;
+            goto done;
         }
         if (k == 1) {
             for (int i = 0; i < kept && i < samples; i++)
                 out[c].host[i] = kh[i], out[c].dev[i] = kd[i];
             first = out[c].n = kept < samples ? kept : samples;
         }
-        const double sample = per_call * out[c].reps;
+        const double sample = call_ns[c] * out[c].reps;
         if (plan->budget_ns > 0 && sample * samples > plan->budget_ns) {
             const int fit = (int)(plan->budget_ns / sample);
             samples = fit > floor ? fit : samples < floor ? samples : floor;
         }
-        continue;
-    fail_c:
-        if (failed)
-            *failed = c;
-        return -1;
     }
     for (int s = first; s < samples; s++) {
-        for (int c = 0; c < k; c++) {
+        for (c = 0; c < k; c++) {
             tm_series *t = &out[c];
-            /* Interleaved batches of short calls start with an untimed
-             * call: the choice before may have left the caches full of its
-             * own data (the GEMM library's temporaries evicted a 64 MB
-             * weight from a 260 MB L3 here), and whichever path came next
-             * paid for it: auto ran 4-8% behind the same kernel as fused at
-             * 1 x 4096 x 4096 and 16 x 4096 x 4096. A call that is a whole
-             * sample by itself pays such a refill only once in it. */
-            if (k > 1 && t->reps > 1 && (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS ||
-                                         clFinish(env->queue) != CL_SUCCESS)) {
-                if (failed)
-                    *failed = c;
-                return -1;
-            }
-            if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0) {
-                if (failed)
-                    *failed = c;
-                return -1;
-            }
+            /* Interleaved samples start with an untimed call: the choice
+             * before may have left the caches full of its own data (the
+             * GEMM library's temporaries evicted a 64 MB weight from a
+             * 260 MB L3 here), and whichever path came next paid for it:
+             * auto ran 4-8% behind the same kernel as fused at
+             * 1 x 4096 x 4096 and 16 x 4096 x 4096. The refill costs
+             * milliseconds, so samples of a second or more go without. */
+            if (k > 1 && t->reps * call_ns[c] < WARM_SPAN_NS &&
+                (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS ||
+                 clFinish(env->queue) != CL_SUCCESS))
+                goto done;
+            if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0)
+                goto done;
             t->n = s + 1;
         }
     }
-    return 0;
+    rc = 0;
+done:
+    if (rc != 0 && failed)
+        *failed = c < k ? c : 0;
+    free(call_ns);
+    return rc;
 }
 
 double tm_median(const double *v, int n)
