@@ -145,13 +145,23 @@ static int read_seeds(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape
             distance += fabs(log2(v > 1 ? (double)v : 1) - log2(dims[k] > 1 ? (double)dims[k] : 1));
         }
         json_t *alts = json_object_get(r, "alternatives");
-        for (size_t a = 0; a <= json_array_size(alts) && n < max; a++) {
+        for (size_t a = 0; a <= json_array_size(alts); a++) {
             json_t *ch = a == 0 ? json_object_get(r, "choice") : json_array_get(alts, a - 1);
             const char *path = json_string_value(json_object_get(ch, "path"));
             json_t *params = json_object_get(ch, "params");
             if (!path || (strcmp(path, "fused") && strcmp(path, "unfused")))
                 continue;
-            seed *s = &out[n];
+            /* full: this one replaces the farthest, if it is nearer */
+            int slot = n;
+            if (n == max) {
+                slot = 0;
+                for (int j = 1; j < n; j++)
+                    if (out[j].distance > out[slot].distance)
+                        slot = j;
+                if (out[slot].distance <= distance)
+                    continue;
+            }
+            seed *s = &out[slot];
             memset(s, 0, sizeof *s);
             s->distance = distance;
             s->path = strcmp(path, "fused") == 0 ? OCLF_PATH_FUSED : OCLF_PATH_UNFUSED;
@@ -159,7 +169,8 @@ static int read_seeds(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape
             json_t *pv;
             json_object_foreach(params, pn, pv)
                 oclf_params_set(&s->params, pn, json_integer_value(pv));
-            n++;
+            if (slot == n)
+                n++;
         }
     }
     json_decref(root);
