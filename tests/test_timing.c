@@ -168,7 +168,7 @@ START_TEST(long_calls_few_runs)
     ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, two, 2, &plan, s, NULL), 0);
     ck_assert_int_eq(s[0].n, 3);
     ck_assert_int_eq(s[1].n, 3);
-    /* each sample of a call under a second starts with an untimed call */
+    /* each sample under a second follows an untimed batch (one call here) */
     ck_assert_int_eq(sleepy_calls, 2 * (2 + 2 * 3));
     op_env_close(&env);
 }
@@ -186,9 +186,9 @@ static oclf_status cold_run(const op_env *env, void *inst, const oclf_choice *ch
     return OCLF_SUCCESS;
 }
 
-/* Interleaved samples measure each choice's steady state: without a call
- * before each batch, every batch began with the cold call and read
- * (30 + 2 (reps - 1)) / reps ms, about 6.7 ms. */
+/* Interleaved samples measure each choice's steady state: without a
+ * batch before each timed one, every batch began with the cold call and
+ * read (30 + 2 (reps - 1)) / reps ms, about 6.7 ms. */
 START_TEST(interleaved_batches_start_warm)
 {
     op_env env;

@@ -107,7 +107,7 @@ static int calibrate(const op_env *env, const op_desc *op, void *inst, const ocl
     return 0;
 }
 
-/* Interleaved samples at most this long start with an untimed call. */
+/* Interleaved samples shorter than this start after an untimed batch. */
 #define WARM_SPAN_NS 1e9
 
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
@@ -154,16 +154,18 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
     for (int s = first; s < samples; s++) {
         for (c = 0; c < k; c++) {
             tm_series *t = &out[c];
-            /* Interleaved samples start with an untimed call: the choice
-             * before may have left the caches full of its own data (the
-             * GEMM library's temporaries evicted a 64 MB weight from a
-             * 260 MB L3 here), and whichever path came next paid for it:
-             * auto ran 4-8% behind the same kernel as fused at
-             * 1 x 4096 x 4096 and 16 x 4096 x 4096. The refill costs
-             * milliseconds, so samples of a second or more go without. */
+            /* Interleaved samples start after an untimed batch of their
+             * own: whichever path came right after the GEMM library's turn
+             * paid for it (caches full of its temporaries, which it also
+             * frees), and auto, next in each round, ran 4-8% behind the
+             * same kernel as fused at 1 x 4096 x 4096 and 16 x 4096 x 4096
+             * (fused first: the other way round). One untimed call was not
+             * enough (still 1.05 and 1.06); a batch levels them (0.99-1.00
+             * both ways round). That costs milliseconds, so samples of a
+             * second or more go without. */
+            double warm_host, warm_dev;
             if (k > 1 && t->reps * call_ns[c] < WARM_SPAN_NS &&
-                (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS ||
-                 clFinish(env->queue) != CL_SUCCESS))
+                batch(env, op, inst, choices[c], t->reps, &warm_host, &warm_dev) != 0)
                 goto done;
             if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0)
                 goto done;
