@@ -254,8 +254,8 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
     int done = 0, cur = 0;
     double temp = 0.10; /* anneal: accepts a 10% worse point with p = 1/e at first */
     for (int oi = 0; oi < n && !tuner_interrupted && (oi < mandatory || tuner_now() < job_end);) {
-        /* The next batch: in list order, or the annealing walk from the
-         * best point so far once the leading candidates are measured. */
+        /* The next batch: in list order, or the annealing walk once the
+         * leading candidates (default, other paths, seeds) are measured. */
         cand *batch[BATCH];
         const int bmax = t->threads < BATCH ? t->threads : BATCH;
         int nb = 0;
