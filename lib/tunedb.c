@@ -199,7 +199,8 @@ static int device_level(const oclf_device_info *d, const tune_rec *r)
 }
 
 /* Log-distance over dims, so 4096 vs 8192 weighs like 1 vs 2; a record in
- * the same power-of-two bucket on every dim sorts before any other. */
+ * the same power-of-two bucket on every dim sorts before any other (and a
+ * record of another layout after all of them: dim_differs). */
 static double shape_distance(const oclf_shape *a, const uint64_t *b, unsigned ndims, int *same)
 {
     double d = 0;
@@ -213,12 +214,20 @@ static double shape_distance(const oclf_shape *a, const uint64_t *b, unsigned nd
     return d;
 }
 
-/* A dim named "form" identifies (an expression's canonical-form hash); it
- * does not measure: a record matches it exactly or not at all. */
-static int identity_differs(const oclf_op_key *key, const uint64_t *dim, const oclf_shape *s)
+/* Whether the record's dim called `name` differs from the call's (0 when
+ * the op has no such dim). A dim named "form" identifies (an expression's
+ * canonical-form hash); it does not measure: a record matches it exactly
+ * or not at all. A dim named "layout" (linear's weight layout, 0 or 1)
+ * names a kind, not a size: its values are equally near on the log scale,
+ * so a record of the other layout at the call's very shape tied with the
+ * call's own layout, and at a nearer shape beat it. A record of the other
+ * layout is still taken, its parameters being valid for both, but only
+ * after every record of the call's own. */
+static int dim_differs(const oclf_op_key *key, const uint64_t *dim, const oclf_shape *s,
+                       const char *name)
 {
     for (unsigned k = 0; k < key->ndims; k++)
-        if (strcmp(key->dims[k], "form") == 0 && dim[k] != s->dim[k])
+        if (strcmp(key->dims[k], name) == 0 && dim[k] != s->dim[k])
             return 1;
     return 0;
 }
@@ -240,7 +249,7 @@ int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const 
         const int first = n;
         for (size_t i = 0; i < tc->src[s].n; i++) {
             const tune_rec *r = &tc->src[s].recs[i];
-            if (r->op != op || r->dtype != dtype || identity_differs(key, r->dim, shape))
+            if (r->op != op || r->dtype != dtype || dim_differs(key, r->dim, shape, "form"))
                 continue;
             const tune_alt *a = &r->choice;
             if (path != OCLF_PATH_AUTO && a->path != path)
@@ -255,7 +264,8 @@ int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const 
             c.source = s;
             c.record = (int)i;
             c.level = level;
-            c.distance = shape_distance(shape, r->dim, ndims, &same) + (same ? 0 : 1000);
+            c.distance = shape_distance(shape, r->dim, ndims, &same) + (same ? 0 : 1000) +
+                         (dim_differs(key, r->dim, shape, "layout") ? 1e6 : 0);
             /* Insertion into this source's sorted run: level, then shape. */
             int pos = n;
             while (pos > first && (out[pos - 1].level > c.level ||

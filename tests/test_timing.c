@@ -6,6 +6,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "opdesc.h"
 #include "timing.h"
@@ -90,7 +91,7 @@ START_TEST(batched_samples)
     unfused.path = OCLF_PATH_UNFUSED;
     const oclf_choice *chs[2] = {&fused, &unfused};
     tm_series s[2];
-    const tm_plan plan = {2e6, 7, 1, 0};
+    const tm_plan plan = {2e6, 7, 1, 0, 5, 0};
     int failed = -1;
     ck_assert_int_eq(tm_measure(&env, op, inst, chs, 2, &plan, s, &failed), 0);
     for (int c = 0; c < 2; c++) {
@@ -114,6 +115,96 @@ START_TEST(batched_samples)
     ck_assert_int_eq(tm_measure(&env, op, inst, with_bad, 2, &plan, s, &failed), -1);
     ck_assert_int_eq(failed, 1);
     op->destroy(inst);
+    op_env_close(&env);
+}
+END_TEST
+
+/* A stand-in op whose call takes a fixed time on the host and counts its
+ * calls: what a screening measurement costs in calls. */
+static int sleepy_calls;
+static oclf_status sleepy_run(const op_env *env, void *inst, const oclf_choice *ch, cl_event *ev)
+{
+    (void)env, (void)inst, (void)ch, (void)ev;
+    sleepy_calls++;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return OCLF_SUCCESS;
+}
+
+/* A call far longer than a sample: one choice is timed in its samples plus
+ * at most two calls (the calibration's batches count as samples), a budget
+ * too small for 5 samples gives min_samples, and a first call over the
+ * cutoff ends the measurement with that one sample. With two choices,
+ * interleaved, calibration counts for nothing. */
+START_TEST(long_calls_few_runs)
+{
+    op_env env;
+    char err[512];
+    ck_assert_msg(op_env_open(&env, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    op_desc sleepy = {.name = "sleepy", .run = sleepy_run};
+    oclf_choice a = {0}, b = {0};
+    const oclf_choice *one[1] = {&a}, *two[2] = {&a, &b};
+    tm_series s[2];
+    /* 2 ms samples of 20 ms calls, 5 wanted in 40 ms: 3 */
+    tm_plan plan = {2e6, 5, 0, 40e6, 3, 0};
+    sleepy_calls = 0;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, one, 1, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 3);
+    ck_assert_int_eq(s[0].reps, 1);
+    ck_assert_int_eq(sleepy_calls, 3);
+    for (int i = 0; i < s[0].n; i++)
+        ck_assert(s[0].host[i] >= 19e6);
+    plan.cutoff_ns = 10e6;
+    sleepy_calls = 0;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, one, 1, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 1);
+    ck_assert_int_eq(sleepy_calls, 1);
+    ck_assert(s[0].host[0] >= 19e6);
+    /* a cutoff above the call: measured in full */
+    plan.cutoff_ns = 1e9;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, one, 1, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 3);
+    sleepy_calls = 0;
+    ck_assert_int_eq(tm_measure(&env, &sleepy, NULL, two, 2, &plan, s, NULL), 0);
+    ck_assert_int_eq(s[0].n, 3);
+    ck_assert_int_eq(s[1].n, 3);
+    /* each sample under a second follows an untimed batch (one call here) */
+    ck_assert_int_eq(sleepy_calls, 2 * (2 + 2 * 3));
+    op_env_close(&env);
+}
+END_TEST
+
+/* A stand-in whose first call after the other choice is slow (caches
+ * refilled after the other choice's data), later ones fast. */
+static const oclf_choice *cold_last;
+static oclf_status cold_run(const op_env *env, void *inst, const oclf_choice *ch, cl_event *ev)
+{
+    (void)env, (void)inst, (void)ev;
+    struct timespec ts = {0, (ch == cold_last ? 2 : 30) * 1000 * 1000};
+    cold_last = ch;
+    nanosleep(&ts, NULL);
+    return OCLF_SUCCESS;
+}
+
+/* Interleaved samples measure each choice's steady state: without a
+ * batch before each timed one, every batch began with the cold call and
+ * read (30 + 2 (reps - 1)) / reps ms, about 6.7 ms. */
+START_TEST(interleaved_batches_start_warm)
+{
+    op_env env;
+    char err[512];
+    ck_assert_msg(op_env_open(&env, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    op_desc cold = {.name = "cold", .run = cold_run};
+    oclf_choice a = {0}, b = {0};
+    const oclf_choice *two[2] = {&a, &b};
+    tm_series s[2];
+    const tm_plan plan = {10e6, 5, 0, 0, 5, 0};
+    ck_assert_int_eq(tm_measure(&env, &cold, NULL, two, 2, &plan, s, NULL), 0);
+    for (int c = 0; c < 2; c++) {
+        ck_assert_int_gt(s[c].reps, 1);
+        ck_assert_msg(tm_median(s[c].host, s[c].n) < 4e6, "choice %d: %.2f ms a call", c,
+                      tm_median(s[c].host, s[c].n) / 1e6);
+    }
     op_env_close(&env);
 }
 END_TEST
@@ -152,14 +243,15 @@ START_TEST(rounds_shuffle_the_order)
     for (int c = 0; c < 3; c++)
         chs[c] = logged_choices[c] = &ch[c];
     tm_series s[3];
-    const tm_plan plan = {2e5, 15, 1, 0};
+    const tm_plan plan = {2e5, 15, 1, 0, 0, 0};
     call_count = 0;
     ck_assert_int_eq(tm_measure(&env, &fake, NULL, chs, 3, &plan, s, NULL), 0);
-    /* The samples are the log's tail: rounds of three batches. */
+    /* The samples are the log's tail: rounds of three choices, each an
+     * untimed batch and then its timed one (calls this short go warm). */
     int tail = 0;
     for (int c = 0; c < 3; c++) {
         ck_assert_int_eq(s[c].n, 15);
-        tail += s[c].n * s[c].reps;
+        tail += 2 * s[c].n * s[c].reps;
     }
     ck_assert_int_le(tail, call_count);
     int at = call_count - tail, first_count[3] = {0}, orders_seen = 0, prev_order = -1;
@@ -167,9 +259,9 @@ START_TEST(rounds_shuffle_the_order)
         int seen[3] = {0}, order = 0;
         for (int b = 0; b < 3; b++) {
             const int c = call_log[at];
-            for (int i = 0; i < s[c].reps; i++)
+            for (int i = 0; i < 2 * s[c].reps; i++)
                 ck_assert_int_eq(call_log[at + i], c);
-            at += s[c].reps;
+            at += 2 * s[c].reps;
             seen[c]++;
             order = order * 3 + c;
             if (b == 0)
@@ -203,6 +295,8 @@ int main(void)
     tcase_add_test(tc, paired_ratio_cancels_drift);
     tcase_add_test(tc, batched_samples);
     tcase_add_test(tc, rounds_shuffle_the_order);
+    tcase_add_test(tc, long_calls_few_runs);
+    tcase_add_test(tc, interleaved_batches_start_warm);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

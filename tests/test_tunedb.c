@@ -53,29 +53,39 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
+/* One record as JSON text: the device, then `members`. */
+static char *dev_rec(char *buf, size_t len, const char *v, const char *n, const char *d,
+                     const char *t, const char *members)
+{
+    const int used = snprintf(buf, len,
+                              "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", "
+                              "\"driver\": \"%s\", \"type\": \"%s\"}, %s}",
+                              v, n, d, t, members);
+    ck_assert_msg(used > 0 && (size_t)used < len, "a test record does not fit its buffer");
+    return buf;
+}
+
 /* One rms_norm f32 record as JSON text. */
 static char *rec(char *buf, size_t len, const char *v, const char *n, const char *d,
                  const char *t, unsigned rows, unsigned cols, const char *path, int layout,
                  int wgs, int stage)
 {
-    snprintf(buf, len,
-             "{\"device\": {\"vendor\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
-             "\"type\": \"%s\"}, \"op\": \"rms_norm\", \"dtype\": \"f32\", "
+    char members[512];
+    snprintf(members, sizeof members,
+             "\"op\": \"rms_norm\", \"dtype\": \"f32\", "
              "\"shape\": {\"rows\": %u, \"cols\": %u}, \"choice\": {\"path\": \"%s\", "
              "\"params\": {\"LAYOUT\": %d, \"WGS\": %d, \"VEC\": 4, \"STAGE\": %d}}, "
-             "\"time_ns\": 1000}",
-             v, n, d, t, rows, cols, path, layout, wgs, stage);
-    return buf;
+             "\"time_ns\": 1000",
+             rows, cols, path, layout, wgs, stage);
+    return dev_rec(buf, len, v, n, d, t, members);
 }
 
 /* A database of one record for this device: `members` follow "device". */
 static void write_own_record(const char *path, const char *members)
 {
-    char doc[4096];
-    snprintf(doc, sizeof doc,
-             "{\"format\": 1, \"records\": [{\"device\": {\"vendor\": \"%s\", \"name\": "
-             "\"%s\", \"driver\": \"%s\", \"type\": \"%s\"}, %s}]}",
-             vendor, name, driver, type, members);
+    char doc[4096], one[3500];
+    snprintf(doc, sizeof doc, "{\"format\": 1, \"records\": [%s]}",
+             dev_rec(one, sizeof one, vendor, name, driver, type, members));
     write_file(path, doc);
 }
 
@@ -243,6 +253,62 @@ START_TEST(nearest_shape)
     explain(ctx, 5, 64, OCLF_PATH_AUTO, text, sizeof text);
     ck_assert_msg(strstr(decision(text), "rows=8 cols=64"), "%s", text);
     run_rms(ctx, 16, 128);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
+/* One linear f32 record for this device: shape m x n x k in `layout`,
+ * fused with the register block MB x NB. */
+static char *lin_rec(char *buf, size_t len, unsigned m, unsigned n, unsigned k, int layout,
+                     int mb, int nb)
+{
+    char members[512];
+    snprintf(members, sizeof members,
+             "\"op\": \"linear\", \"dtype\": \"f32\", "
+             "\"shape\": {\"m\": %u, \"n\": %u, \"k\": %u, \"layout\": %d}, "
+             "\"choice\": {\"path\": \"fused\", \"params\": {\"MB\": %d, \"NB\": %d}}, "
+             "\"time_ns\": 1000",
+             m, n, k, layout, mb, nb);
+    return dev_rec(buf, len, vendor, name, driver, type, members);
+}
+
+static void explain_linear(oclf_context *ctx, unsigned m, unsigned n, unsigned k, int layout,
+                           char *out, size_t len)
+{
+    uint64_t dims[4] = {m, n, k, (uint64_t)layout};
+    ck_assert_int_eq(oclf_tuning_explain(ctx, "linear", OCLF_F32, dims, 4, OCLF_PATH_AUTO, out,
+                                         len),
+                     OCLF_SUCCESS);
+}
+
+/* The weight layout is a kind, not a size: a record of the call's own
+ * layout wins over one of the other layout, even at the call's very shape
+ * (both layouts were the same point on the log scale, so the other one
+ * won when it came first in the file or lay nearer); with no record of its
+ * own layout, a call still takes the other's. */
+START_TEST(linear_layout_first)
+{
+    setup();
+    char r1[1024], r2[1024], db[300], text[4096];
+    snprintf(db, sizeof db, "%s/db.json", dir);
+    write_db(db, lin_rec(r1, sizeof r1, 64, 64, 64, OCLF_WEIGHT_KN, 1, 1),
+             lin_rec(r2, sizeof r2, 256, 256, 256, OCLF_WEIGHT_NK, 2, 4));
+    oclf_context *ctx = make_ctx(db, NULL);
+    explain_linear(ctx, 64, 64, 64, OCLF_WEIGHT_NK, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "m=256") && strstr(decision(text), "NB=4"), "%s", text);
+    explain_linear(ctx, 64, 64, 64, OCLF_WEIGHT_KN, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "m=64") && strstr(decision(text), "NB=1"), "%s", text);
+    explain_linear(ctx, 300, 300, 300, OCLF_WEIGHT_KN, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "m=64") && strstr(decision(text), "layout=1"), "%s",
+                  text);
+    oclf_context_destroy(ctx);
+    /* the same shape in both layouts, the other layout first in the file */
+    write_db(db, lin_rec(r1, sizeof r1, 64, 64, 64, OCLF_WEIGHT_KN, 1, 1),
+             lin_rec(r2, sizeof r2, 64, 64, 64, OCLF_WEIGHT_NK, 2, 4));
+    ctx = make_ctx(db, NULL);
+    explain_linear(ctx, 64, 64, 64, OCLF_WEIGHT_NK, text, sizeof text);
+    ck_assert_msg(strstr(decision(text), "layout=0") && strstr(decision(text), "NB=4"), "%s",
+                  text);
     oclf_context_destroy(ctx);
 }
 END_TEST
@@ -573,6 +639,7 @@ int main(void)
     tcase_add_test(tc, chain_order);
     tcase_add_test(tc, device_fallbacks);
     tcase_add_test(tc, nearest_shape);
+    tcase_add_test(tc, linear_layout_first);
     tcase_add_test(tc, invalid_records_skipped);
     tcase_add_test(tc, explicit_path_alternative);
     tcase_add_test(tc, explain_matches_dispatch);

@@ -348,7 +348,7 @@ int main(int argc, char **argv)
                 row r;
                 memset(&r, 0, sizeof r);
                 int failed = 0;
-                const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9};
+                const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9, 5, 0};
                 if (k > 0 && tm_measure(&env, op, inst, chs, k, &plan, got, &failed) != 0) {
                     fprintf(stderr, "oclfuse-bench: %s %s %s %s failed: %s\n", op->name,
                             oclf_dtype_name(dt), text, path_names[idx[failed]],

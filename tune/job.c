@@ -137,7 +137,7 @@ static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, c
     /* Up to a second per side: all 15 samples for calls under a few ms,
      * at least 5 for slow ones. */
     const tm_plan plan = {fmax(t->min_time * 1e9 / 5, 2e6), CONFIRM_SAMPLES, 1,
-                          fmax(4 * t->min_time * 1e9, 1e9)};
+                          fmax(4 * t->min_time * 1e9, 1e9), 5, 0};
     confirmation cf;
     memset(&cf, 0, sizeof cf);
     if (tm_measure(&t->env, op, inst, chs, 2, &plan, s, NULL) != 0) {
@@ -162,8 +162,9 @@ static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, c
     return cf.replaced ? win : def;
 }
 
-/* Measures one candidate (or takes it from the journal). */
-static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
+/* Measures one candidate (or takes it from the journal). best_ns: the
+ * fastest candidate of the job so far (0: none yet). */
+static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r, double best_ns)
 {
     json_t *e = json_object_get(t->j.done, c->key);
     if (e) {
@@ -176,10 +177,14 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r)
             journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0, msg);
         } else {
             /* Screening: a few batched samples, enough to rank candidates;
-             * the winner is confirmed against the default afterwards. */
+             * the winner is confirmed against the default afterwards. The
+             * verification just ran the candidate on this instance, so no
+             * warm-up; calls too long for 5 samples in 2 x min-time get 3,
+             * and one call over twice the best so far ends it (tm_plan). */
             const oclf_choice *ch = &c->ch;
             tm_series s;
-            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 1, 2 * t->min_time * 1e9};
+            const tm_plan plan = {t->min_time * 1e9 / 5, 5, 0, 2 * t->min_time * 1e9, 3,
+                                  2 * best_ns};
             c->time_ns = tm_measure(&t->env, op, inst, &ch, 1, &plan, &s, NULL) == 0
                              ? tm_median(s.host, s.n)
                              : -1;
@@ -225,6 +230,7 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
             c[n].order = i;
         }
     }
+    n = strategy_seed(t, op, dt, shape, c, n, MAX_CAND);
     for (int i = 0; i < n; i++) {
         char pt[256];
         params_text(&c[i].ch.params, pt, sizeof pt);
@@ -234,9 +240,12 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
     }
 
     /* Order of measurement. The default always goes first: it is the
-     * yardstick, and a timed-out job still records it. */
+     * yardstick. It and each other path's first point are measured
+     * whatever the job's share of the budget, so every record says which
+     * path wins; then the seeds, then the search. */
     int *order = malloc((size_t)n * sizeof *order);
-    strategy_order(t, op, dt, shape, c, n, order);
+    int front = 1;
+    const int mandatory = strategy_order(t, op, dt, shape, c, n, order, &front);
     const int anneal = strcmp(t->strategy, "anneal") == 0;
 
     const int left_jobs = t->jobs_total - t->jobs_done;
@@ -244,12 +253,13 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
         tuner_now() + (t->deadline - tuner_now()) / (left_jobs > 0 ? left_jobs : 1);
     int done = 0, cur = 0;
     double temp = 0.10; /* anneal: accepts a 10% worse point with p = 1/e at first */
-    for (int oi = 0; oi < n && !tuner_interrupted && (oi == 0 || tuner_now() < job_end);) {
-        /* The next batch: in list order, or the annealing walk. */
+    for (int oi = 0; oi < n && !tuner_interrupted && (oi < mandatory || tuner_now() < job_end);) {
+        /* The next batch: in list order, or the annealing walk once the
+         * leading candidates (default, other paths, seeds) are measured. */
         cand *batch[BATCH];
         const int bmax = t->threads < BATCH ? t->threads : BATCH;
         int nb = 0;
-        if (anneal && oi > 0) {
+        if (anneal && oi >= front) {
             const int pickc = anneal_next(c, n, cur);
             if (pickc < 0)
                 break;
@@ -260,8 +270,13 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
                 batch[nb++] = &c[order[oi++]];
         }
         warm(&t->env, op, small, batch, nb, t->threads);
-        for (int b = 0; b < nb && !tuner_interrupted && (done == 0 || tuner_now() < job_end); b++) {
-            measure(t, op, inst, batch[b], r);
+        for (int b = 0; b < nb && !tuner_interrupted && (done < mandatory || tuner_now() < job_end);
+             b++) {
+            double best_ns = 0;
+            for (int i = 0; i < n; i++)
+                if (c[i].state > 0 && (best_ns == 0 || c[i].time_ns < best_ns))
+                    best_ns = c[i].time_ns;
+            measure(t, op, inst, batch[b], r, best_ns);
             done++;
             if (anneal && batch[b]->state > 0)
                 cur = anneal_step(c, cur, (int)(batch[b] - c), &temp);

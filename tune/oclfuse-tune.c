@@ -22,6 +22,10 @@
  *
  * Budget: --budget SECONDS for the whole run, shared evenly by the jobs not
  * yet done, so a job that finishes early leaves its time to the others.
+ * Whatever its share, a job measures the default and each other path's
+ * first point, so every record says which path won at its shape. The
+ * search proper starts from the choices of the database's records at this
+ * and the nearest shapes (the ones this run wrote so far included).
  * Every measurement is appended to a journal beside the database as it is
  * made; --resume takes measurements from it instead of repeating them.
  * Ctrl-C stops after the current candidate and writes what is done.
@@ -168,6 +172,7 @@ int main(int argc, char **argv)
 
     static tuner t;
     t.strategy = strategy;
+    t.db = db;
     t.min_time = min_time;
     t.quiet = quiet;
     t.tty = isatty(2);

@@ -59,7 +59,7 @@ json_t *make_record(const result *r, const op_shape *shape, double copy_gbps)
 
 void closing_table(const result *res, int n, double copy_gbps)
 {
-    printf("\n%-15s %-5s %-12s %-36s %10s %10s %10s %7s %8s %6s\n", "op", "dtype", "shape",
+    printf("\n%-15s %-5s %-16s %-36s %10s %10s %10s %7s %8s %6s\n", "op", "dtype", "shape",
            "choice", "fused ms", "unfused ms", "default ms", "gain", "GB/s", "%copy");
     for (int i = 0; i < n; i++) {
         const result *r = &res[i];
@@ -85,7 +85,7 @@ void closing_table(const result *res, int n, double copy_gbps)
             snprintf(us, sizeof us, "%.3f", r->unfused.time_ns / 1e6);
         if (r->default_ns > 0)
             snprintf(ds, sizeof ds, "%.3f", r->default_ns / 1e6);
-        printf("%-15s %-5s %-12s %-36s %10s %10s %10s %7s %8s %6s\n", r->op->name,
+        printf("%-15s %-5s %-16s %-36s %10s %10s %10s %7s %8s %6s\n", r->op->name,
                oclf_dtype_name(r->dtype), r->shape, ch, fs, us, ds, gs, bw, pc);
     }
 }

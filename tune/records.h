@@ -16,6 +16,7 @@ typedef struct cand {
     oclf_choice ch;
     int is_default;
     int order;      /* position in op->space(): smaller is simpler */
+    int seed;       /* a nearby record's choice, measured early */
     int state;      /* 0 not measured, 1 measured, -1 wrong or failing */
     double time_ns;
     char key[512];

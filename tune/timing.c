@@ -72,15 +72,29 @@ static unsigned draw(uint64_t *s, int n)
     return (unsigned)(*s % (uint64_t)n);
 }
 
-/* Calls per sample so that one sample lasts plan->sample_ns. */
+/* Calls per sample so that one sample lasts plan->sample_ns. The last
+ * batches of the final size (up to 2, the latest last) go to keep_host and
+ * keep_dev, their count to *kept: samples like any other. */
 static int calibrate(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
-                     const tm_plan *plan, int *reps, double *per_call)
+                     const tm_plan *plan, double cutoff_ns, int *reps, double *per_call,
+                     double *keep_host, double *keep_dev, int *kept)
 {
     double host, dev;
     int r = 1, long_enough = 0;
+    *kept = 0;
     for (int round = 0; round < 10; round++) {
         if (batch(env, op, inst, choice, r, &host, &dev) != 0)
             return -1;
+        if (*kept == 2) {
+            keep_host[0] = keep_host[1], keep_dev[0] = keep_dev[1];
+            *kept = 1;
+        }
+        keep_host[*kept] = host, keep_dev[*kept] = dev;
+        ++*kept;
+        /* Plainly slower than the best so far, in a call long enough that
+         * batching would change nothing: one sample says so. */
+        if (cutoff_ns > 0 && round == 0 && host > cutoff_ns && host >= plan->sample_ns)
+            break;
         const double span = host * r;
         /* Two batches in a row must last long enough: one slowed by a
          * passing stall of a shared machine would otherwise fix a batch
@@ -94,11 +108,15 @@ static int calibrate(const op_env *env, const op_desc *op, void *inst, const ocl
          * cost (one wait shared by fewer calls), so the first estimate is low. */
         double want = 1.2 * plan->sample_ns / (host > 1 ? host : 1);
         r = want > MAX_REPS ? MAX_REPS : want < r + 1 ? r + 1 : (int)want;
+        *kept = 0; /* the next batch is of another size */
     }
     *reps = r;
     *per_call = host;
     return 0;
 }
+
+/* Interleaved samples shorter than this start after an untimed batch. */
+#define WARM_SPAN_NS 1e9
 
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
                int k, const tm_plan *plan, tm_series *out, int *failed)
@@ -111,54 +129,83 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
             *failed = 0;
         return -1;
     }
-    for (int c = 0; c < k; c++) {
-        double per_call;
+    const int floor = plan->min_samples > 0 ? plan->min_samples : 5;
+    int first = 0; /* samples already taken (one choice: from calibrating) */
+    int c = 0, rc = -1;
+    double call_ns[TM_MAX_CHOICES] = {0}; /* calibrated */
+    for (; c < k; c++) {
+        double kh[2], kd[2];
+        int kept;
         memset(&out[c], 0, sizeof out[c]);
         for (int w = 0; w < plan->warmups; w++)
             if (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS)
-                goto fail_c;
-        if (clFinish(env->queue) != CL_SUCCESS || calibrate(env, op, inst, choices[c], plan,
-                                                            &out[c].reps, &per_call) != 0)
-            goto fail_c;
-        const double sample = per_call * out[c].reps;
+                goto done;
+        if (clFinish(env->queue) != CL_SUCCESS ||
+            calibrate(env, op, inst, choices[c], plan, k == 1 ? plan->cutoff_ns : 0,
+                      &out[c].reps, &call_ns[c], kh, kd, &kept) != 0)
+            goto done;
+        if (k == 1 && plan->cutoff_ns > 0 && out[c].reps == 1 && kept == 1 &&
+            kh[0] > plan->cutoff_ns && kh[0] >= plan->sample_ns) {
+            out[c].host[0] = kh[0], out[c].dev[0] = kd[0];
+            out[c].n = 1;
+            rc = 0;
+            goto done;
+        }
+        if (k == 1) {
+            for (int i = 0; i < kept && i < samples; i++)
+                out[c].host[i] = kh[i], out[c].dev[i] = kd[i];
+            first = out[c].n = kept < samples ? kept : samples;
+        }
+        const double sample = call_ns[c] * out[c].reps;
         if (plan->budget_ns > 0 && sample * samples > plan->budget_ns) {
             const int fit = (int)(plan->budget_ns / sample);
-            samples = fit > 5 ? fit : samples < 5 ? samples : 5;
+            samples = fit > floor ? fit : samples < floor ? samples : floor;
         }
-        continue;
-    fail_c:
-        if (failed)
-            *failed = c;
-        return -1;
     }
     /* Each round runs the choices in a fresh order. In a fixed order a
      * choice always follows the same other one and pays for what that one
      * left behind (dirty cache lines of its outputs to write back, a cold
      * program), a bias of several percent between two choices that run the
      * same kernel. Shuffled rounds spread it over all of them, and the
-     * per-round paired ratios cancel it in their median. The shuffle is
-     * seeded, so a run is repeatable. */
+     * per-round paired ratios cancel it in their median. The untimed batch
+     * below removes most of it for short calls; samples of a second or
+     * more go without one, and for them the shuffle is what is left. The
+     * shuffle is seeded, so a run is repeatable. */
     uint64_t seed = 0x2545f4914f6cdd1dull;
     int order[TM_MAX_CHOICES];
-    for (int c = 0; c < k; c++)
-        order[c] = c;
-    for (int s = 0; s < samples; s++) {
+    for (int i = 0; i < k; i++)
+        order[i] = i;
+    for (int s = first; s < samples; s++) {
         for (int i = k - 1; i > 0; i--) {
             const int j = (int)draw(&seed, i + 1), tmp = order[i];
             order[i] = order[j], order[j] = tmp;
         }
         for (int i = 0; i < k; i++) {
-            const int c = order[i];
+            c = order[i];
             tm_series *t = &out[c];
-            if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0) {
-                if (failed)
-                    *failed = c;
-                return -1;
-            }
+            /* Interleaved samples start after an untimed batch of their
+             * own: whichever path came right after the GEMM library's turn
+             * paid for it (caches full of its temporaries, which it also
+             * frees), and auto, next in each round, ran 4-8% behind the
+             * same kernel as fused at 1 x 4096 x 4096 and 16 x 4096 x 4096
+             * (fused first: the other way round). One untimed call was not
+             * enough (still 1.05 and 1.06); a batch levels them (0.99-1.00
+             * both ways round). That costs milliseconds, so samples of a
+             * second or more go without. */
+            double warm_host, warm_dev;
+            if (k > 1 && t->reps * call_ns[c] < WARM_SPAN_NS &&
+                batch(env, op, inst, choices[c], t->reps, &warm_host, &warm_dev) != 0)
+                goto done;
+            if (batch(env, op, inst, choices[c], t->reps, &t->host[s], &t->dev[s]) != 0)
+                goto done;
             t->n = s + 1;
         }
     }
-    return 0;
+    rc = 0;
+done:
+    if (rc != 0 && failed)
+        *failed = c < k ? c : 0;
+    return rc;
 }
 
 double tm_median(const double *v, int n)

@@ -31,8 +31,18 @@ typedef struct tm_plan {
     int warmups;      /* untimed calls per choice before the first sample */
     /* Host time per choice the samples may take (0: no limit); calls so slow
      * that `samples` of them would exceed it get fewer samples, never
-     * fewer than 5. */
+     * fewer than min_samples. */
     double budget_ns;
+    /* The floor under budget_ns (0: 5). The tuner's screening takes 3: a
+     * candidate of a call of hundreds of ms then costs a few calls, so a
+     * job's share of the budget reaches more than a handful of them. */
+    int min_samples;
+    /* One choice only (0: none): a first batch slower than this per call
+     * ends the measurement there, with that one sample. The tuner's
+     * screening passes twice the best time so far, so a candidate that is
+     * plainly losing costs one call, not a handful (an unfused
+     * 2048 x 4096 x 4096 linear takes 8 s a call here). */
+    double cutoff_ns;
 } tm_plan;
 
 typedef struct tm_series {
@@ -43,9 +53,13 @@ typedef struct tm_series {
 } tm_series;
 
 /* Measures k choices (1 to TM_MAX_CHOICES) on one instance, interleaved
- * in a shuffled order per round, into out[0..k). Returns -1 when a call
+ * in an order shuffled per round, into out[0..k). Returns -1 when a call
  * fails (index of the failing choice in *failed) or k is out of range,
- * else 0. */
+ * else 0.
+ * With one choice there is nothing to interleave, so the last calibration
+ * batches, already of the final size, count as its first samples: a call
+ * that lasts longer than a sample is then timed in `samples` calls plus
+ * one or two, not plus two more. */
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
                int k, const tm_plan *plan, tm_series *out, int *failed);
 

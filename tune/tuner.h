@@ -15,7 +15,8 @@
 
 /* Candidates within TIE of the fastest compete on simplicity. */
 #define TIE 0.03
-enum { MAX_CAND = 512, BATCH = 8 };
+/* SEEDS: the most records' choices a job measures first (strategy_seed). */
+enum { MAX_CAND = 512, BATCH = 8, SEEDS = 4 };
 
 /* Set by SIGINT/SIGTERM: stop after the current candidate. */
 extern volatile sig_atomic_t tuner_interrupted;
@@ -25,6 +26,7 @@ double tuner_now(void);
 typedef struct tuner {
     op_env env;
     const char *strategy;
+    const char *db; /* the database written, read for seeds */
     double min_time;
     int quiet, tty, threads;
     journal j;
@@ -43,11 +45,21 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
 
 /* "exhaustive", "random" or "anneal". */
 int strategy_known(const char *name);
-/* The order of measurement of c[0..n): the default (c[0]) first, then
- * list order (exhaustive) or a shuffle with the default's neighbours
- * brought forward. */
-void strategy_order(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
-                    const cand *c, int n, int *order);
+/* Drops the points of c[1..n) that are the default (c[0]) itself, then
+ * marks as seeds (cand.seed) the candidates that are the choices of the
+ * records nearest this shape in the database being written (this device,
+ * op and dtype; at most SEEDS), appending those outside c[0..n) that the
+ * library takes here; returns the new count (at most max). */
+int strategy_seed(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, cand *c,
+                  int n, int max);
+/* The order of measurement of c[0..n): the default (c[0]) first, the
+ * first point of each other path, the seeds, then list order
+ * (exhaustive) or a shuffle with the default's neighbours brought
+ * forward. Returns how many leading entries a job measures whatever its
+ * budget (the default and each other path's first point); *front: how
+ * many lead before the search proper (those and the seeds). */
+int strategy_order(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
+                   const cand *c, int n, int *order, int *front);
 /* anneal: the next point to measure, a neighbour of c[cur] (one parameter
  * or the path changed), else any unmeasured point; -1 when none is left. */
 int anneal_next(const cand *c, int n, int cur);
