@@ -44,7 +44,7 @@ static inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
 static inline ushort f32_to_bf16(float f)
 {
     uint u = as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
+    if (f != f)
         return (ushort)((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
@@ -162,16 +162,20 @@ OCLF_HALF_CVT_FN_(16)
 #define NARROW_F16(n, v) OCLF_CAT(oclf_narrow_f16_, n)(v)
 #define WIDEN_BF16(n, h) OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(h) << 16)
 #define NARROW_BF16(n, v) OCLF_CAT(oclf_narrow_bf16_, n)(v)
-/* f32 -> bf16 as f32_to_bf16, lane by lane. */
+/* f32 -> bf16 as f32_to_bf16, lane by lane. Instruction count matters here:
+ * a CPU runs the bf16 kernels at the rate of their integer vector work, and
+ * this narrowing was most of it. The NaN test is one unordered float compare
+ * (f != f; no -cl-finite-math-only in any build) rather than a mask and an
+ * integer compare; the quiet bit is set before the shift shared by both
+ * results, so one select and one shift remain. */
 #define OCLF_BF16_CVT_FN_(n)                                                   \
     static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_bf16_, n)(OCLF_CAT(float, n) f) \
     {                                                                          \
         const OCLF_CAT(uint, n) u = OCLF_CAT(as_uint, n)(f);                   \
         /* comparisons give -1/0 ints */                                       \
-        const OCLF_CAT(int, n) nan = (u & 0x7fffffffu) > 0x7f800000u;          \
-        const OCLF_CAT(uint, n) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;    \
-        const OCLF_CAT(uint, n) q = (u >> 16) | 0x0040u;                       \
-        return OCLF_CAT(convert_ushort, n)(select(r, q, nan));                 \
+        const OCLF_CAT(int, n) nan = f != f;                                   \
+        const OCLF_CAT(uint, n) r = u + 0x7fffu + ((u >> 16) & 1u);            \
+        return OCLF_CAT(convert_ushort, n)(select(r, u | 0x00400000u, nan) >> 16); \
     }
 OCLF_BF16_CVT_FN_(2)
 OCLF_BF16_CVT_FN_(4)
