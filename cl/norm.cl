@@ -28,26 +28,44 @@
     } while (0)
 
 /* y = ((v - mu0) - dm) * rstd * w + b over the row at `src` (or the staged
- * row), for every norm: RMSNorm passes mu0 = dm = 0 and no bias, which the
- * compiler folds away. Needs wp, bp, wst, bst, staged, stage in scope. */
-#define NORM_APPLY(src, dst, mu0, dm, rstd)                                    \
+ * row), for every norm, computed as fma(fma(v - mu0, rstd, -dm * rstd), w, b):
+ * two fused operations where five separate ones were (a CPU runs the 16-bit
+ * norms at the rate of their vector instructions). v - mu0 stays exact for v
+ * near mu0, and -dm * rstd is rounded once per row, so a row far from zero
+ * keeps the accuracy of the shifted statistics. RMSNorm passes shifted = 0
+ * and mu0 = 0: v * rstd * w. The unfused apply serves both norms (shifted =
+ * 1, RMSNorm's zeros at run time): fma(v - 0, rstd, -0.0f) is v * rstd bit
+ * for bit, so it matches the fused RMSNorm. Needs wp, bp, wst, bst, staged, stage in
+ * scope. */
+#define NORM_APPLY(src, dst, shifted, mu0, dm, rstd)                          \
     do {                                                                       \
+        const float rs_ = (rstd), nb_ = -(dm) * rs_;                           \
         FOR_VEC(i, cols) {                                                     \
-            floatv v_ = (((staged ? LDV_F(stage, i) : LDV(src, i)) - (mu0)) - (dm)) * (rstd); \
-            if (wp)                                                            \
-                v_ *= staged ? LDV_F(wst, i) : LDV(wp, i);                     \
-            if (bp)                                                            \
-                v_ += staged ? LDV_F(bst, i) : LDV(bp, i);                     \
+            floatv v_ = (staged ? LDV_F(stage, i) : LDV(src, i)) - (mu0);      \
+            v_ = NORM_SCALE_(shifted, v_, (floatv)rs_, (floatv)nb_);           \
+            NORM_AFFINE_(v_, staged ? LDV_F(wst, i) : LDV(wp, i),              \
+                         staged ? LDV_F(bst, i) : LDV(bp, i));                 \
             STV(dst, i, v_);                                                   \
         }                                                                      \
         FOR_TAIL(i, cols) {                                                    \
-            float v_ = (((staged ? stage[i] : LD(src, i)) - (mu0)) - (dm)) * (rstd); \
-            if (wp)                                                            \
-                v_ *= staged ? wst[i] : LD(wp, i);                             \
-            if (bp)                                                            \
-                v_ += staged ? bst[i] : LD(bp, i);                             \
+            float v_ = (staged ? stage[i] : LD(src, i)) - (mu0);               \
+            v_ = NORM_SCALE_(shifted, v_, rs_, nb_);                         \
+            NORM_AFFINE_(v_, staged ? wst[i] : LD(wp, i), staged ? bst[i] : LD(bp, i)); \
             ST(dst, i, v_);                                                    \
         }                                                                      \
+    } while (0)
+/* v * rstd - dm * rstd, or v * rstd for RMSNorm (`shifted` a constant 0:
+ * fma(v, rstd, 0.0f) would not fold, since it turns -0 into +0). */
+#define NORM_SCALE_(shifted, v, rstd, nb) ((shifted) ? fma((v), (rstd), (nb)) : (v) * (rstd))
+/* v = v * w + b with either vector absent (null pointer). */
+#define NORM_AFFINE_(v, W, B)                                                  \
+    do {                                                                       \
+        if (wp && bp)                                                          \
+            (v) = fma((v), (W), (B));                                          \
+        else if (wp)                                                           \
+            (v) *= (W);                                                        \
+        else if (bp)                                                           \
+            (v) += (B);                                                        \
     } while (0)
 
 /* Common prologue: lanes, staging flag, weight/bias pointers and their
@@ -69,18 +87,26 @@
  * pass as accurate as two: mean = k + S/n and the biased variance
  * Q/n - (S/n)^2 cancel only as much as k is off the mean, not as much as
  * the mean is off zero (E[x^2] - E[x]^2 would lose all of a row near 1e4).
- * `want_s` is a compile-time constant, so RMSNorm has no second reduction. */
+ * `want_s` is a compile-time constant, so RMSNorm has no second reduction.
+ * In LAYOUT 0 the vectors of this work-item's share (FOR_VEC's indices) are
+ * taken two at a time into two sets of sums: one set makes every vector wait
+ * for the previous one's addition, and that latency, not the loads, bounded
+ * the pass on a CPU. LAYOUT 1 (GPUs, where other work-items hide the
+ * latency) keeps one set: the second one's registers made AMD's compiler
+ * spill at VEC 16. */
 #define ROW_MOMENTS(LOADV, LOADS, STORE_V, STORE_S, k, want_s, s_out, q_out)   \
     do {                                                                       \
         floatv s_ = VSPLAT(0.0f), q_ = VSPLAT(0.0f);                           \
+        floatv s2_ = VSPLAT(0.0f), q2_ = VSPLAT(0.0f);                         \
         float ts_ = 0.0f, tq_ = 0.0f;                                          \
-        FOR_VEC(i, cols) {                                                     \
-            const floatv v_ = LOADV(i);                                        \
-            STORE_V(i, v_);                                                    \
-            const floatv d_ = v_ - (k);                                        \
-            s_ += d_;                                                          \
-            q_ += d_ * d_;                                                     \
+        const uint step_ = nlanes * OCLF_VEC;                                  \
+        uint i_ = lane * OCLF_VEC;                                             \
+        for (; ROW_MOMENTS_PAIRS_ && i_ + step_ + OCLF_VEC <= cols; i_ += 2 * step_) { \
+            ROW_MOMENTS_V_(LOADV, STORE_V, k, i_, s_, q_);                     \
+            ROW_MOMENTS_V_(LOADV, STORE_V, k, i_ + step_, s2_, q2_);           \
         }                                                                      \
+        for (; i_ + OCLF_VEC <= cols; i_ += step_)                             \
+            ROW_MOMENTS_V_(LOADV, STORE_V, k, i_, s_, q_);                     \
         FOR_TAIL(i, cols) {                                                    \
             const float v_ = LOADS(i);                                         \
             STORE_S(i, v_);                                                    \
@@ -89,8 +115,18 @@
             tq_ += d_ * d_;                                                    \
         }                                                                      \
         if (want_s)                                                            \
-            (s_out) = ROW_REDUCE(VSUM(s_) + ts_, scratch);                     \
-        (q_out) = ROW_REDUCE(VSUM(q_) + tq_, scratch);                         \
+            (s_out) = ROW_REDUCE(VSUM(s_ + s2_) + ts_, scratch);               \
+        (q_out) = ROW_REDUCE(VSUM(q_ + q2_) + tq_, scratch);                   \
+    } while (0)
+#define ROW_MOMENTS_PAIRS_ (OCLF_LAYOUT == 0)
+/* One vector of ROW_MOMENTS at index i into the sums s, q. */
+#define ROW_MOMENTS_V_(LOADV, STORE_V, k, i, s, q)                             \
+    do {                                                                       \
+        const floatv v_ = LOADV(i);                                            \
+        STORE_V(i, v_);                                                        \
+        const floatv d_ = v_ - (k);                                            \
+        (s) += d_;                                                             \
+        (q) += d_ * d_;                                                        \
     } while (0)
 
 /* Loaders and storers for ROW_MOMENTS: a row `src` read from global memory
@@ -173,7 +209,7 @@ kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
         global const stor_t *src = xr;
         float ss, unused;
         ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, 0.0f, 0, unused, ss);
-        NORM_APPLY(xr, yr, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
+        NORM_APPLY(xr, yr, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
     }
 }
 
@@ -194,7 +230,7 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
         global stor_t *rr = res + ro + row * rs;
         float ss, unused;
         ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, 0.0f, 0, unused, ss);
-        NORM_APPLY(rr, ir, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
+        NORM_APPLY(rr, ir, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
     }
 }
 
@@ -212,7 +248,7 @@ kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
         global const stor_t *src = xr;
         float mu0, dm, rstd;
         LN_STATS(mu0, dm, rstd);
-        NORM_APPLY(xr, yr, mu0, dm, rstd);
+        NORM_APPLY(xr, yr, 1, mu0, dm, rstd);
     }
 }
 
@@ -234,7 +270,7 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
         ROW_SHIFT(MADD_V, MADD_S, k);
         ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, k, 1, sum, sq);
         LN_FINISH(k, sum, sq, mu0, dm, rstd);
-        NORM_APPLY(rr, yr, mu0, dm, rstd);
+        NORM_APPLY(rr, yr, 1, mu0, dm, rstd);
     }
 }
 
@@ -306,6 +342,6 @@ kernel void norm_apply(global const stor_t *x, ulong xo, ulong xs,
         global const stor_t *xr = x + xo + row * xs;
         global stor_t *yr = y + yo + row * ys;
         const float4 st = stats[row];
-        NORM_APPLY(xr, yr, st.x, st.y, st.z);
+        NORM_APPLY(xr, yr, 1, st.x, st.y, st.z);
     }
 }
