@@ -224,6 +224,39 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_BF16(OCLF_VEC, (v)))
 #endif
 
+/* STV_ROUNDED(p, i, v): STV(p, i, v), giving back the stored elements
+ * widened again (ROUNDV(v)) from the one narrowing the store needed. */
+#if OCLF_DTYPE == 0
+#define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
+static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
+{
+    STV(p, 0, v);
+    return v;
+}
+#elif OCLF_VEC == 1
+#define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
+static inline float oclf_stv_rounded(global stor_t *p, float v)
+{
+    ST(p, 0, v);
+    return ROUND_STOR(v);
+}
+#else
+#if OCLF_DTYPE == 1
+#define OCLF_NARROWV_(v) NARROW_F16(OCLF_VEC, v)
+#define OCLF_WIDENV_(h) WIDEN_F16(OCLF_VEC, h)
+#else
+#define OCLF_NARROWV_(v) NARROW_BF16(OCLF_VEC, v)
+#define OCLF_WIDENV_(h) WIDEN_BF16(OCLF_VEC, h)
+#endif
+#define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
+static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
+{
+    const OCLF_CAT(ushort, OCLF_VEC) h = OCLF_NARROWV_(v);
+    ST16V(OCLF_VEC, p, h);
+    return OCLF_WIDENV_(h);
+}
+#endif
+
 /* Vectors of fp32 in local memory (a row staged for its second pass). */
 #if OCLF_VEC == 1
 #define LDV_F(p, i) ((p)[(i)])

@@ -131,7 +131,8 @@
 
 /* Loaders and storers for ROW_MOMENTS: a row `src` read from global memory
  * and staged on the way; or z = round(input + residual) written back to the
- * residual and staged. `ir`, `rr`, `src` must be in scope. */
+ * residual and staged (MADD_STORE_V with MSTAGE_V, MADD_S with MRES_S).
+ * `ir`, `rr`, `src` must be in scope. */
 #define MLOAD_V(i) LDV(src, i)
 #define MLOAD_S(i) LD(src, i)
 #define MSTAGE_V(i, v)                                                         \
@@ -146,11 +147,9 @@
     } while (0)
 #define MADD_V(i) ROUNDV(LDV(ir, i) + LDV(rr, i))
 #define MADD_S(i) ROUND_STOR(LD(ir, i) + LD(rr, i))
-#define MRES_V(i, v)                                                           \
-    do {                                                                       \
-        STV(rr, i, v);                                                         \
-        MSTAGE_V(i, v);                                                        \
-    } while (0)
+/* MADD_V that also stores z to the residual, narrowing once (ROUNDV and a
+ * separate store each narrowed: for bf16 the larger part of the pass). */
+#define MADD_STORE_V(i) STV_ROUNDED(rr, i, LDV(ir, i) + LDV(rr, i))
 #define MRES_S(i, v)                                                           \
     do {                                                                       \
         ST(rr, i, v);                                                          \
@@ -229,7 +228,7 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
         global stor_t *ir = in + io + row * is;
         global stor_t *rr = res + ro + row * rs;
         float ss, unused;
-        ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, 0.0f, 0, unused, ss);
+        ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, 0.0f, 0, unused, ss);
         NORM_APPLY(rr, ir, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
     }
 }
@@ -268,7 +267,7 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
         global stor_t *yr = y + yo + row * ys;
         float k, sum, sq, mu0, dm, rstd;
         ROW_SHIFT(MADD_V, MADD_S, k);
-        ROW_MOMENTS(MADD_V, MADD_S, MRES_V, MRES_S, k, 1, sum, sq);
+        ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, k, 1, sum, sq);
         LN_FINISH(k, sum, sq, mu0, dm, rstd);
         NORM_APPLY(rr, yr, 1, mu0, dm, rstd);
     }
