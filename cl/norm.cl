@@ -9,19 +9,25 @@
  * with 64-bit offsets, so row * stride never wraps, then (rows, rpg, cols):
  * rpg is the number of rows each work-group handles in LAYOUT 1.
  *
- * Staging (`stage_flag`, LAYOUT 1): the local buffer holds the fp32 row,
- * then the weight and the bias vectors. The row is read from global memory
- * once and later passes read it from local memory; weight and bias are read
- * once per work-group. Each work-item only ever reads back the elements it
- * wrote itself (FOR_VEC/FOR_TAIL visit the same indices every time), so no
- * barrier is needed around the staged data. Without staging, later passes
- * re-read the row, which a CPU serves from its caches.
+ * Staging (`stage_flag`): LAYOUT 1: the local buffer holds the row, then
+ * the weight and the bias vectors in fp32. The row is read from global
+ * memory once and later passes read it from local memory; weight and bias
+ * are read once per work-group. LAYOUT 0: each work-item keeps its own row
+ * in its part of the buffer (cols floats at local id * cols), weight and
+ * bias stay in global memory. The staged row holds v - mu0, fp32, as the
+ * statistics pass computed it, so the apply pass neither widens nor shifts
+ * again: the fused kernel does less per element than statistics and apply
+ * as two kernels (on a CPU, where the 16-bit norms are bound by vector
+ * instructions, that is what fusing gains). Each work-item only ever reads
+ * back the elements it wrote itself (FOR_VEC/FOR_TAIL visit the same indices
+ * every time), so no barrier is needed around the staged data. Without
+ * staging, later passes re-read the row, which a CPU serves from its caches.
  */
 
 /* Copies this work-item's share of a vector into local memory. */
 #define STAGE_VECTOR(src, dst)                                                 \
     do {                                                                       \
-        if (staged && (src)) {                                                 \
+        if (staged_wb && (src)) {                                              \
             FOR_VEC(i, cols) STV_F(dst, i, LDV(src, i));                       \
             FOR_TAIL(i, cols) (dst)[i] = LD(src, i);                           \
         }                                                                      \
@@ -40,48 +46,84 @@
 #define NORM_APPLY(src, dst, shifted, mu0, dm, rstd)                          \
     do {                                                                       \
         const float rs_ = (rstd), nb_ = -(dm) * rs_;                           \
+        if (wp && bp)                                                          \
+            NORM_APPLY_LOOPS_(src, dst, shifted, mu0, NORM_WB_);               \
+        else if (wp)                                                           \
+            NORM_APPLY_LOOPS_(src, dst, shifted, mu0, NORM_W_);                \
+        else if (bp)                                                           \
+            NORM_APPLY_LOOPS_(src, dst, shifted, mu0, NORM_B_);                \
+        else                                                                   \
+            NORM_APPLY_LOOPS_(src, dst, shifted, mu0, NORM_NONE_);             \
+    } while (0)
+/* The loops of NORM_APPLY for one case of weight and bias (AFFINE), so that
+ * no loop tests for them per vector: the compiler did not take the tests out
+ * of the fused kernels' loops by itself. */
+#define NORM_APPLY_LOOPS_(src, dst, shifted, mu0, AFFINE)                      \
+    do {                                                                       \
         FOR_VEC(i, cols) {                                                     \
-            floatv v_ = (staged ? LDV_F(stage, i) : LDV(src, i)) - (mu0);      \
+            floatv v_ = staged ? LDV_F(stage, i) : LDV(src, i) - (mu0);        \
             v_ = NORM_SCALE_(shifted, v_, (floatv)rs_, (floatv)nb_);           \
-            NORM_AFFINE_(v_, staged ? LDV_F(wst, i) : LDV(wp, i),              \
-                         staged ? LDV_F(bst, i) : LDV(bp, i));                 \
+            v_ = AFFINE(v_, staged_wb ? LDV_F(wst, i) : LDV(wp, i),            \
+                        staged_wb ? LDV_F(bst, i) : LDV(bp, i));               \
             STV(dst, i, v_);                                                   \
         }                                                                      \
         FOR_TAIL(i, cols) {                                                    \
-            float v_ = (staged ? stage[i] : LD(src, i)) - (mu0);               \
-            v_ = NORM_SCALE_(shifted, v_, rs_, nb_);                         \
-            NORM_AFFINE_(v_, staged ? wst[i] : LD(wp, i), staged ? bst[i] : LD(bp, i)); \
+            float v_ = staged ? stage[i] : LD(src, i) - (mu0);                 \
+            v_ = NORM_SCALE_(shifted, v_, rs_, nb_);                           \
+            v_ = AFFINE(v_, staged_wb ? wst[i] : LD(wp, i), staged_wb ? bst[i] : LD(bp, i)); \
             ST(dst, i, v_);                                                    \
         }                                                                      \
     } while (0)
 /* v * rstd - dm * rstd, or v * rstd for RMSNorm (`shifted` a constant 0:
  * fma(v, rstd, 0.0f) would not fold, since it turns -0 into +0). */
 #define NORM_SCALE_(shifted, v, rstd, nb) ((shifted) ? fma((v), (rstd), (nb)) : (v) * (rstd))
-/* v = v * w + b with either vector absent (null pointer). */
-#define NORM_AFFINE_(v, W, B)                                                  \
-    do {                                                                       \
-        if (wp && bp)                                                          \
-            (v) = fma((v), (W), (B));                                          \
-        else if (wp)                                                           \
-            (v) *= (W);                                                        \
-        else if (bp)                                                           \
-            (v) += (B);                                                        \
-    } while (0)
+/* v * w + b with either vector absent (null pointer: its operand is never
+ * evaluated). */
+#define NORM_WB_(v, W, B) fma((v), (W), (B))
+#define NORM_W_(v, W, B) ((v) * (W))
+#define NORM_B_(v, W, B) ((v) + (B))
+#define NORM_NONE_(v, W, B) (v)
 
-/* Common prologue: lanes, staging flag, weight/bias pointers and their
- * staged copies. */
+/* Common prologue: lanes, the staged row, weight/bias pointers and their
+ * staged copies. `staged_wb` (weight and bias in local memory) needs a
+ * work-group per row and folds away in LAYOUT 0. */
 #define NORM_PROLOGUE(w, wo, b, bo)                                            \
     local float scratch[OCLF_WGS];                                             \
     ROW_LANES;                                                                 \
-    const uint staged = STAGED(stage_flag);                                    \
+    const uint staged_wb = STAGED(stage_flag);                                 \
+    local float *stage = stage_mem + NORM_STAGE_OFFSET_ * cols;                \
     global const stor_t *wp = (w) ? (w) + (wo) : 0;                            \
     global const stor_t *bp = (b) ? (b) + (bo) : 0;                            \
-    local float *wst = stage + cols, *bst = wst + (wp ? cols : 0);             \
+    local float *wst = stage_mem + cols, *bst = wst + (wp ? cols : 0);         \
     STAGE_VECTOR(wp, wst);                                                     \
     STAGE_VECTOR(bp, bst)
+/* NORM_ROWS(BODY): BODY (the row loop) with `staged` in scope. In LAYOUT 0
+ * it is a constant in each of two copies of the loop, so the unstaged one
+ * has no staging code at all; LAYOUT 1 keeps one copy (barriers under a
+ * branch are legal when it is uniform, but see STATS_KERNEL). */
+#if OCLF_LAYOUT == 0
+#define NORM_STAGE_OFFSET_ get_local_id(0)
+#define NORM_ROWS(BODY)                                                        \
+    do {                                                                       \
+        if (stage_flag) {                                                      \
+            const uint staged = 1;                                             \
+            BODY;                                                              \
+        } else {                                                               \
+            const uint staged = 0;                                             \
+            BODY;                                                              \
+        }                                                                      \
+    } while (0)
+#else
+#define NORM_STAGE_OFFSET_ 0
+#define NORM_ROWS(BODY)                                                        \
+    do {                                                                       \
+        const uint staged = stage_flag;                                        \
+        BODY;                                                                  \
+    } while (0)
+#endif
 
 /* One pass over a row's values v (LOADV/LOADS at an index, with STORE_V and
- * STORE_S run on each value first): the shifted sums S = sum(v - k) and
+ * STORE_S run on each value v and its shifted d = v - k): the shifted sums S = sum(v - k) and
  * Q = sum((v - k)^2), reduced over the row. RMSNorm takes k = 0 and only Q;
  * LayerNorm takes k near the row's mean (ROW_SHIFT), which makes the one
  * pass as accurate as two: mean = k + S/n and the biased variance
@@ -109,8 +151,8 @@
             ROW_MOMENTS_V_(LOADV, STORE_V, k, i_, s_, q_);                     \
         FOR_TAIL(i, cols) {                                                    \
             const float v_ = LOADS(i);                                         \
-            STORE_S(i, v_);                                                    \
             const float d_ = v_ - (k);                                         \
+            STORE_S(i, v_, d_);                                                \
             ts_ += d_;                                                         \
             tq_ += d_ * d_;                                                    \
         }                                                                      \
@@ -123,8 +165,8 @@
 #define ROW_MOMENTS_V_(LOADV, STORE_V, k, i, s, q)                             \
     do {                                                                       \
         const floatv v_ = LOADV(i);                                            \
-        STORE_V(i, v_);                                                        \
         const floatv d_ = v_ - (k);                                            \
+        STORE_V(i, v_, d_);                                                    \
         (s) += d_;                                                             \
         (q) += d_ * d_;                                                        \
     } while (0)
@@ -135,25 +177,25 @@
  * `ir`, `rr`, `src` must be in scope. */
 #define MLOAD_V(i) LDV(src, i)
 #define MLOAD_S(i) LD(src, i)
-#define MSTAGE_V(i, v)                                                         \
+#define MSTAGE_V(i, v, d)                                                      \
     do {                                                                       \
         if (staged)                                                            \
-            STV_F(stage, i, v);                                                \
+            STV_F(stage, i, d);                                                \
     } while (0)
-#define MSTAGE_S(i, v)                                                         \
+#define MSTAGE_S(i, v, d)                                                      \
     do {                                                                       \
         if (staged)                                                            \
-            stage[i] = (v);                                                    \
+            stage[i] = (d);                                                    \
     } while (0)
 #define MADD_V(i) ROUNDV(LDV(ir, i) + LDV(rr, i))
 #define MADD_S(i) ROUND_STOR(LD(ir, i) + LD(rr, i))
 /* MADD_V that also stores z to the residual, narrowing once (ROUNDV and a
  * separate store each narrowed: for bf16 the larger part of the pass). */
 #define MADD_STORE_V(i) STV_ROUNDED(rr, i, LDV(ir, i) + LDV(rr, i))
-#define MRES_S(i, v)                                                           \
+#define MRES_S(i, v, d)                                                        \
     do {                                                                       \
         ST(rr, i, v);                                                          \
-        MSTAGE_S(i, v);                                                        \
+        MSTAGE_S(i, v, d);                                                     \
     } while (0)
 
 /* The shift for ROW_MOMENTS: the mean of the row's first vector (or its
@@ -194,83 +236,91 @@
     } while (0)
 
 /* y = x * rsqrt(mean(x^2) + eps) * w */
+#define RMS_NORM_ROWS_                                                         \
+    FOR_ROWS(row, rows, rpg) {                                                 \
+        global const stor_t *xr = x + xo + row * xs;                           \
+        global stor_t *yr = y + yo + row * ys;                                 \
+        global const stor_t *src = xr;                                         \
+        float ss, unused;                                                      \
+        ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, 0.0f, 0, unused, ss);\
+        NORM_APPLY(xr, yr, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));      \
+    }
 kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
                      global stor_t *y, ulong yo, ulong ys,
                      global const stor_t *w, ulong wo,
                      ulong rows, uint rpg, uint cols, float eps,
-                     local float *stage, uint stage_flag)
+                     local float *stage_mem, uint stage_flag)
 {
     global const stor_t *b = 0;
     NORM_PROLOGUE(w, wo, b, 0);
-    FOR_ROWS(row, rows, rpg) {
-        global const stor_t *xr = x + xo + row * xs;
-        global stor_t *yr = y + yo + row * ys;
-        global const stor_t *src = xr;
-        float ss, unused;
-        ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, 0.0f, 0, unused, ss);
-        NORM_APPLY(xr, yr, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
-    }
+    NORM_ROWS(RMS_NORM_ROWS_);
 }
 
 /* z = round(input + residual); residual <- z; input <- rms_norm(z) * w.
  * The norm is taken over the rounded z, exactly what the unfused pair sees.
  * Without staging, z comes back from `residual`: this work-item wrote
  * exactly those elements, so program order makes them visible. */
+#define ADD_RMS_NORM_ROWS_                                                     \
+    FOR_ROWS(row, rows, rpg) {                                                 \
+        global stor_t *ir = in + io + row * is;                                \
+        global stor_t *rr = res + ro + row * rs;                               \
+        float ss, unused;                                                      \
+        ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, 0.0f, 0, unused, ss);\
+        NORM_APPLY(rr, ir, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));      \
+    }
 kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
                          global stor_t *res, ulong ro, ulong rs,
                          global const stor_t *w, ulong wo,
                          ulong rows, uint rpg, uint cols, float eps,
-                         local float *stage, uint stage_flag)
+                         local float *stage_mem, uint stage_flag)
 {
     global const stor_t *b = 0;
     NORM_PROLOGUE(w, wo, b, 0);
-    FOR_ROWS(row, rows, rpg) {
-        global stor_t *ir = in + io + row * is;
-        global stor_t *rr = res + ro + row * rs;
-        float ss, unused;
-        ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, 0.0f, 0, unused, ss);
-        NORM_APPLY(rr, ir, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));
-    }
+    NORM_ROWS(ADD_RMS_NORM_ROWS_);
 }
 
+#define LAYER_NORM_ROWS_                                                       \
+    FOR_ROWS(row, rows, rpg) {                                                 \
+        global const stor_t *xr = x + xo + row * xs;                           \
+        global stor_t *yr = y + yo + row * ys;                                 \
+        global const stor_t *src = xr;                                         \
+        float mu0, dm, rstd;                                                   \
+        LN_STATS(mu0, dm, rstd);                                               \
+        NORM_APPLY(xr, yr, 1, mu0, dm, rstd);                                  \
+    }
 kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
                        global stor_t *y, ulong yo, ulong ys,
                        global const stor_t *w, ulong wo,
                        global const stor_t *b, ulong bo,
                        ulong rows, uint rpg, uint cols, float eps,
-                       local float *stage, uint stage_flag)
+                       local float *stage_mem, uint stage_flag)
 {
     NORM_PROLOGUE(w, wo, b, bo);
-    FOR_ROWS(row, rows, rpg) {
-        global const stor_t *xr = x + xo + row * xs;
-        global stor_t *yr = y + yo + row * ys;
-        global const stor_t *src = xr;
-        float mu0, dm, rstd;
-        LN_STATS(mu0, dm, rstd);
-        NORM_APPLY(xr, yr, 1, mu0, dm, rstd);
-    }
+    NORM_ROWS(LAYER_NORM_ROWS_);
 }
 
 /* residual <- round(input + residual); out <- layer_norm(residual) */
+#define ADD_LAYER_NORM_ROWS_                                                   \
+    FOR_ROWS(row, rows, rpg) {                                                 \
+        global const stor_t *ir = in + io + row * is;                          \
+        global stor_t *rr = res + ro + row * rs;                               \
+        global stor_t *yr = y + yo + row * ys;                                 \
+        float k, sum, sq, mu0, dm, rstd;                                       \
+        ROW_SHIFT(MADD_V, MADD_S, k);                                          \
+        ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, k, 1, sum, sq);    \
+        LN_FINISH(k, sum, sq, mu0, dm, rstd);                                  \
+        NORM_APPLY(rr, yr, 1, mu0, dm, rstd);                                  \
+    }
 kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
                            global stor_t *res, ulong ro, ulong rs,
                            global stor_t *y, ulong yo, ulong ys,
                            global const stor_t *w, ulong wo,
                            global const stor_t *b, ulong bo,
                            ulong rows, uint rpg, uint cols, float eps,
-                           local float *stage, uint stage_flag)
+                           local float *stage_mem, uint stage_flag)
 {
     NORM_PROLOGUE(w, wo, b, bo);
-    FOR_ROWS(row, rows, rpg) {
-        global const stor_t *ir = in + io + row * is;
-        global stor_t *rr = res + ro + row * rs;
-        global stor_t *yr = y + yo + row * ys;
-        float k, sum, sq, mu0, dm, rstd;
-        ROW_SHIFT(MADD_V, MADD_S, k);
-        ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, k, 1, sum, sq);
-        LN_FINISH(k, sum, sq, mu0, dm, rstd);
-        NORM_APPLY(rr, yr, 1, mu0, dm, rstd);
-    }
+    NORM_ROWS(ADD_LAYER_NORM_ROWS_);
 }
 
 /* ---- unfused building blocks ------------------------------------------- */
@@ -333,7 +383,7 @@ kernel void norm_apply(global const stor_t *x, ulong xo, ulong xs,
                        ulong rows, uint rpg, uint cols)
 {
     ROW_LANES;
-    const uint staged = 0;
+    const uint staged = 0, staged_wb = 0;
     local float *stage = 0, *wst = 0, *bst = 0;
     global const stor_t *wp = w ? w + wo : 0;
     global const stor_t *bp = b ? b + bo : 0;

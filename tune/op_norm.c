@@ -184,7 +184,8 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
  * once per work-group. */
 static const op_kernel_check norm_check = {
     "5x77,2x8",
-    "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=1,WGS=16,VEC=2,STAGE=0;LAYOUT=1,WGS=16,VEC=4,STAGE=1",
+    "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=0,WGS=2,VEC=4,STAGE=1;LAYOUT=1,WGS=16,VEC=2,STAGE=0;"
+    "LAYOUT=1,WGS=16,VEC=4,STAGE=1",
     "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4", "4x200", 0, 1};
 
 #define NORM_DESC(sym, KIND, NAME)                                                           \
