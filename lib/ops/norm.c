@@ -9,9 +9,11 @@
  *
  * Parameters: LAYOUT (0 row per work-item, 1 work-group per row), WGS
  * (work-group size, a power of two), VEC (vector width 1..16), STAGE (1:
- * keep the row, weight and bias in local memory between passes; LAYOUT 1
- * only), ROWS (rows per work-group in LAYOUT 1: staged weights are loaded
- * once per group, so more rows per group read them less often).
+ * keep the row in local memory between passes, as fp32 shifted by the
+ * statistics' shift; LAYOUT 1: the group's row, weight and bias; LAYOUT 0:
+ * each work-item's own row), ROWS (rows per work-group in LAYOUT 1: staged
+ * weights are loaded once per group, so more rows per group read them less
+ * often).
  */
 #include "../internal.h"
 
