@@ -215,7 +215,7 @@ START_TEST(test_structures)
     const int configs[][5] = {
         /* LAYOUT, WGS, VEC, STAGE, ROWS (runtime: no extra program) */
         {1, 64, vec1[d], 0, 1}, {1, 64, vec1[d], 1, 3}, {0, 8, vec0[d], 0, 1},
-        {0, 8, vec0[d], 1, 1}, /* each work-item's row staged (the CPU default, 16-bit) */
+        {0, 8, vec0[d], 1, 1}, /* each work-item's row staged */
     };
     const int op = _i % NOPS;
     const oclf_dtype dt = dtypes[d];

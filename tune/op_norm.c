@@ -162,7 +162,7 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
     /* LAYOUT 0 with no more rows per group than there are rows */
     const op_stage_space sp = {.width = cols, .rows = rows, .l0_min = 1,
                                .l0_max = rows < 64 ? (size_t)rows : 64, .l1_min = 16,
-                               .rows_need_stage = 0};
+                               .rows_need_stage = 0, .l0_stage = 1};
     const int n = op_staged_row_space(&c, &sp, out, max);
     if (!op_is_gpu(env))
         return n;

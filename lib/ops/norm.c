@@ -41,16 +41,14 @@ static void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const
     /* CPUs: a few rows per group keep both cores busy down to small batches. */
     const size_t wgs = oclf_row_heuristic(ctx, dtype, cols, 4, 64, out);
     /* GPUs stage row + weight + bias when that leaves room for other groups.
-     * CPUs (LAYOUT 0) stage each work-item's 16-bit row where it fits: the
-     * apply pass then reads fp32 values already shifted, neither widened nor
-     * shifted again (LayerNorm bf16 here: 11.8 -> 10.9 cycles per 16
-     * elements by llvm-mca over the hot loops, f16 8.3 -> 7.3, against 11.5
-     * and 8.4 for statistics + apply unfused). An f32 row is re-read from
-     * L1 at no widening cost, and storing the copy made the statistics pass
-     * dearer (5.6 -> 6.3 cycles), so f32 stays unstaged. */
-    const int cpu = (d->type & CL_DEVICE_TYPE_CPU) != 0;
-    const int stage = cpu ? dtype != OCLF_F32 && (wgs * cols + wgs) * 4 <= d->local_mem / 2
-                          : !d->local_is_global && (3 * cols + wgs) * 4 <= d->local_mem / 2;
+     * CPUs do not stage: LAYOUT 0 staging (each work-item's row) cuts the
+     * 16-bit apply pass's instructions (LayerNorm bf16 11.8 -> 10.9 cycles
+     * per 16 elements by llvm-mca over the hot loops, f16 8.3 -> 7.3), but
+     * timed on the CPU device here it helped layer_norm f16 by 3-10%, left
+     * bf16 level and slowed rms_norm by 5-10% (the staged fp32 row doubles
+     * what the apply pass reads back from cache): the tuner searches it. */
+    const int stage = !(d->type & CL_DEVICE_TYPE_CPU) && !d->local_is_global &&
+                      (3 * cols + wgs) * 4 <= d->local_mem / 2;
     oclf_params_set(out, "STAGE", stage);
     oclf_params_set(out, "ROWS", 1);
 }
