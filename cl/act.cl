@@ -48,21 +48,60 @@
 
 /* erf_float / erf_floatv: cl/common.h. */
 
+/* exp for the sigmoid-shaped activations (exp_float / exp_floatv): 2^k
+ * times a degree-7 polynomial in r = x - k ln2 (|r| <= ln2/2; Cephes'
+ * expf coefficients, ln2 split in two so r is exact), about 1 ulp. The
+ * library exp of the CPU device here added range checks and a split
+ * scaling that made SiLU's exp half again as many vector instructions,
+ * which the 16-bit kernels (instruction-bound) paid in full. x is clamped
+ * to [-88, 89] first, so 2^k is built from exponent bits alone: below, the
+ * result is 0 as exp's would be (the scale's exponent field is 0); above
+ * 88.38 it is +inf (k = 128 makes the field 255) where exp gives +inf from
+ * 88.72 on, which no activation here can tell apart (a / (1 + e) is -0 or
+ * NaN alike). A NaN becomes -88, and the activation stays NaN through its
+ * numerator. */
+#define ACT_EXP_BODY(T, IT, AS)                                                \
+    {                                                                          \
+        const T xc = fmin(fmax(x, -88.0f), 89.0f);                             \
+        /* k = rint(x / ln2) by adding 1.5 * 2^23 (rint itself was a long    \
+         * software sequence here); t's low bits hold k as an integer */      \
+        const T t = fma(xc, (T)(1.44269504088896341f), (T)(12582912.0f));      \
+        const T k = t - 12582912.0f;                                           \
+        T r = fma(k, (T)(-0.693359375f), xc);                                  \
+        r = fma(k, (T)(2.12194440e-4f), r);                                    \
+        T p = (T)(1.9875691500e-4f);                                           \
+        p = fma(p, r, (T)(1.3981999507e-3f));                                  \
+        p = fma(p, r, (T)(8.3334519073e-3f));                                  \
+        p = fma(p, r, (T)(4.1665795894e-2f));                                  \
+        p = fma(p, r, (T)(1.6666665459e-1f));                                  \
+        p = fma(p, r, (T)(5.0000001201e-1f));                                  \
+        p = fma(p, r * r, r) + 1.0f;                                           \
+        /* 2^k: k + 127 in the exponent field (as_int(t) is 0x4b400000 + k) */ \
+        return p * AS((OCLF_CAT(as_, IT)(t) + (127 - 0x4b400000)) << 23);      \
+    }
+static inline float exp_float(float x) ACT_EXP_BODY(float, int, as_float)
+#if OCLF_VEC > 1
+static inline floatv exp_floatv(floatv x)
+    ACT_EXP_BODY(floatv, OCLF_CAT(int, OCLF_VEC), OCLF_CAT(as_float, OCLF_VEC))
+#else
+#define exp_floatv exp_float
+#endif
+
 /* Activations, each written once for float and floatv operands: `a` must be
  * a plain variable (it is evaluated more than once) and T its type. p0 is
  * the FATRELU threshold. */
-#define F_SILU(T, a) ((a) / (1.0f + exp(-(a))))
+#define F_SILU(T, a) ((a) / (1.0f + OCLF_CAT(exp_, T)(-(a))))
 #define F_GELU(T, a) (0.5f * (a) * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)))
 /* 0.5 a (1 + tanh z) == a sigmoid(2z); the sigmoid form has no 1 + tanh to
  * cancel where tanh saturates short of -1 far below zero. */
 #define F_GELU_TANH(T, a)                                                      \
-    ((a) / (1.0f + exp(-1.5957691216057308f * ((a) + 0.044715f * (a) * (a) * (a)))))
+    ((a) / (1.0f + OCLF_CAT(exp_, T)(-1.5957691216057308f * ((a) + 0.044715f * (a) * (a) * (a)))))
 #define F_FATRELU(T, a) ((a) > p0 ? (a) : (T)(0.0f))
 
 /* SWIGLU_OAI halves, p0 = alpha, p1 = limit. Comparisons rather than
  * fmin/clamp, so a NaN passes through as in vLLM's kernel. The glu term is
  * g * sigmoid(alpha g) written as g / (1 + exp(-(g alpha))). */
-#define OAI_GLU(T, g) ((g) / (1.0f + exp(-((g) * p0))))
+#define OAI_GLU(T, g) ((g) / (1.0f + OCLF_CAT(exp_, T)(-((g) * p0))))
 #define OAI_GATE(T, g) ((g) > p1 ? (T)(p1) : (g))
 #define OAI_UP(T, u) ((u) > p1 ? (T)(p1) : (u) < -p1 ? (T)(-p1) : (u))
 

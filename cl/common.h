@@ -44,7 +44,7 @@ static inline float bf16_to_f32(ushort h) { return as_float(((uint)h) << 16); }
 static inline ushort f32_to_bf16(float f)
 {
     uint u = as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
+    if (f != f)
         return (ushort)((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
@@ -162,16 +162,20 @@ OCLF_HALF_CVT_FN_(16)
 #define NARROW_F16(n, v) OCLF_CAT(oclf_narrow_f16_, n)(v)
 #define WIDEN_BF16(n, h) OCLF_CAT(as_float, n)(OCLF_CAT(convert_uint, n)(h) << 16)
 #define NARROW_BF16(n, v) OCLF_CAT(oclf_narrow_bf16_, n)(v)
-/* f32 -> bf16 as f32_to_bf16, lane by lane. */
+/* f32 -> bf16 as f32_to_bf16, lane by lane. Instruction count matters here:
+ * a CPU runs the bf16 kernels at the rate of their integer vector work, and
+ * this narrowing was most of it. The NaN test is one unordered float compare
+ * (f != f; no -cl-finite-math-only in any build) rather than a mask and an
+ * integer compare; the quiet bit is set before the shift shared by both
+ * results, so one select and one shift remain. */
 #define OCLF_BF16_CVT_FN_(n)                                                   \
     static inline OCLF_CAT(ushort, n) OCLF_CAT(oclf_narrow_bf16_, n)(OCLF_CAT(float, n) f) \
     {                                                                          \
         const OCLF_CAT(uint, n) u = OCLF_CAT(as_uint, n)(f);                   \
         /* comparisons give -1/0 ints */                                       \
-        const OCLF_CAT(int, n) nan = (u & 0x7fffffffu) > 0x7f800000u;          \
-        const OCLF_CAT(uint, n) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;    \
-        const OCLF_CAT(uint, n) q = (u >> 16) | 0x0040u;                       \
-        return OCLF_CAT(convert_ushort, n)(select(r, q, nan));                 \
+        const OCLF_CAT(int, n) nan = f != f;                                   \
+        const OCLF_CAT(uint, n) r = u + 0x7fffu + ((u >> 16) & 1u);            \
+        return OCLF_CAT(convert_ushort, n)(select(r, u | 0x00400000u, nan) >> 16); \
     }
 OCLF_BF16_CVT_FN_(2)
 OCLF_BF16_CVT_FN_(4)
@@ -218,6 +222,39 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #else
 #define LDV(p, i) WIDEN_BF16(OCLF_VEC, LD16V(OCLF_VEC, (p) + (i)))
 #define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_BF16(OCLF_VEC, (v)))
+#endif
+
+/* STV_ROUNDED(p, i, v): STV(p, i, v), giving back the stored elements
+ * widened again (ROUNDV(v)) from the one narrowing the store needed. */
+#if OCLF_DTYPE == 0
+#define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
+static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
+{
+    STV(p, 0, v);
+    return v;
+}
+#elif OCLF_VEC == 1
+#define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
+static inline float oclf_stv_rounded(global stor_t *p, float v)
+{
+    ST(p, 0, v);
+    return ROUND_STOR(v);
+}
+#else
+#if OCLF_DTYPE == 1
+#define OCLF_NARROWV_(v) NARROW_F16(OCLF_VEC, v)
+#define OCLF_WIDENV_(h) WIDEN_F16(OCLF_VEC, h)
+#else
+#define OCLF_NARROWV_(v) NARROW_BF16(OCLF_VEC, v)
+#define OCLF_WIDENV_(h) WIDEN_BF16(OCLF_VEC, h)
+#endif
+#define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
+static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
+{
+    const OCLF_CAT(ushort, OCLF_VEC) h = OCLF_NARROWV_(v);
+    ST16V(OCLF_VEC, p, h);
+    return OCLF_WIDENV_(h);
+}
 #endif
 
 /* Vectors of fp32 in local memory (a row staged for its second pass). */

@@ -215,6 +215,7 @@ START_TEST(test_structures)
     const int configs[][5] = {
         /* LAYOUT, WGS, VEC, STAGE, ROWS (runtime: no extra program) */
         {1, 64, vec1[d], 0, 1}, {1, 64, vec1[d], 1, 3}, {0, 8, vec0[d], 0, 1},
+        {0, 8, vec0[d], 1, 1}, /* each work-item's row staged */
     };
     const int op = _i % NOPS;
     const oclf_dtype dt = dtypes[d];
@@ -428,11 +429,26 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "VEC", 3);
     EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
+    /* LAYOUT 0 stages a row per work-item: refused where WGS rows of cols
+     * floats exceed the device's local memory, taken where they fit */
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "LAYOUT", 0);
+    oclf_params_set(&ch.params, "WGS", 4);
     oclf_params_set(&ch.params, "STAGE", 1);
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
-           OCLF_INVALID_ARGUMENT, "STAGE");
+    {
+        cl_ulong local_mem = 0;
+        ck_assert_int_eq(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
+                                         &local_mem, NULL),
+                         CL_SUCCESS);
+        const uint64_t fits[2] = {R, C}, too_wide[2] = {R, local_mem / 16 + 1};
+        ck_assert_msg(oclf_tuning_params_valid(e->ctx, "rms_norm", OCLF_F32, fits, 2,
+                                               OCLF_PATH_FUSED, &ch.params),
+                      "%s", oclf_last_error(e->ctx));
+        ck_assert(!oclf_tuning_params_valid(e->ctx, "layer_norm", OCLF_BF16, too_wide, 2,
+                                            OCLF_PATH_FUSED, &ch.params));
+        ck_assert_msg(strstr(oclf_last_error(e->ctx), "LAYOUT 0 stages a row per work-item"),
+                      "%s", oclf_last_error(e->ctx));
+    }
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "LAYOUT", 0);
     oclf_params_set(&ch.params, "STAGE", 0); /* a GPU's default stages */

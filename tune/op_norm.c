@@ -162,8 +162,21 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
     /* LAYOUT 0 with no more rows per group than there are rows */
     const op_stage_space sp = {.width = cols, .rows = rows, .l0_min = 1,
                                .l0_max = rows < 64 ? (size_t)rows : 64, .l1_min = 16,
-                               .rows_need_stage = 0};
-    return op_staged_row_space(&c, &sp, out, max);
+                               .rows_need_stage = 0, .l0_stage = 1};
+    const int n = op_staged_row_space(&c, &sp, out, max);
+    if (!op_is_gpu(env))
+        return n;
+    /* LAYOUT 0 keeps two sets of row sums per work-item (cl/norm.cl); with
+     * vectors wider than 16 bytes AMD's compiler spilled them. */
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t layout = 0, vec = 1;
+        oclf_params_get(&out[i], "LAYOUT", &layout);
+        oclf_params_get(&out[i], "VEC", &vec);
+        if (layout != 0 || (size_t)vec * oclf_dtype_size(dt) <= OP_GPU_MAX_VEC_BYTES)
+            out[kept++] = out[i];
+    }
+    return kept;
 }
 
 /* LAYOUT 0 and 1, staged and not; traffic with the row staged in local
@@ -171,7 +184,8 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
  * once per work-group. */
 static const op_kernel_check norm_check = {
     "5x77,2x8",
-    "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=1,WGS=16,VEC=2,STAGE=0;LAYOUT=1,WGS=16,VEC=4,STAGE=1",
+    "LAYOUT=0,WGS=2,VEC=4,STAGE=0;LAYOUT=0,WGS=2,VEC=4,STAGE=1;LAYOUT=1,WGS=16,VEC=2,STAGE=0;"
+    "LAYOUT=1,WGS=16,VEC=4,STAGE=1",
     "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4", "4x200", 0, 1};
 
 #define NORM_DESC(sym, KIND, NAME)                                                           \

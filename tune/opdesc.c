@@ -467,7 +467,7 @@ int op_staged_row_space(const op_point_check *c, const op_stage_space *s, oclf_p
     for (int i = 0; i < nb; i++) {
         int64_t layout = 0;
         oclf_params_get(&base[i], "LAYOUT", &layout);
-        for (int stage = 0; stage <= layout; stage++) {
+        for (int stage = 0; stage <= (layout || s->l0_stage); stage++) {
             const int many = layout && s->rows >= 64 && (stage || !s->rows_need_stage);
             for (int rpg = 1; rpg <= (many ? 4 : 1); rpg *= 4) {
                 oclf_params p = base[i];

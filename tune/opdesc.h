@@ -194,6 +194,7 @@ typedef struct op_stage_space {
     uint64_t width, rows;
     size_t l0_min, l0_max, l1_min; /* as op_row_space */
     int rows_need_stage;
+    int l0_stage; /* LAYOUT 0 points staged as well (a row per work-item) */
 } op_stage_space;
 int op_staged_row_space(const op_point_check *c, const op_stage_space *s, oclf_params *out,
                         int max);

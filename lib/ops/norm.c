@@ -9,9 +9,11 @@
  *
  * Parameters: LAYOUT (0 row per work-item, 1 work-group per row), WGS
  * (work-group size, a power of two), VEC (vector width 1..16), STAGE (1:
- * keep the row, weight and bias in local memory between passes; LAYOUT 1
- * only), ROWS (rows per work-group in LAYOUT 1: staged weights are loaded
- * once per group, so more rows per group read them less often).
+ * keep the row in local memory between passes, as fp32 shifted by the
+ * statistics' shift; LAYOUT 1: the group's row, weight and bias; LAYOUT 0:
+ * each work-item's own row), ROWS (rows per work-group in LAYOUT 1: staged
+ * weights are loaded once per group, so more rows per group read them less
+ * often).
  */
 #include "../internal.h"
 
@@ -38,15 +40,25 @@ static void oclf_norm_heuristic(const oclf_context *ctx, oclf_dtype dtype, const
     const uint64_t cols = shape->dim[1];
     /* CPUs: a few rows per group keep both cores busy down to small batches. */
     const size_t wgs = oclf_row_heuristic(ctx, dtype, cols, 4, 64, out);
-    /* GPUs stage row + weight + bias when that leaves room for other groups. */
+    /* GPUs stage row + weight + bias when that leaves room for other groups.
+     * CPUs do not stage: LAYOUT 0 staging (each work-item's row) cuts the
+     * 16-bit apply pass's instructions (LayerNorm bf16 11.8 -> 10.9 cycles
+     * per 16 elements by llvm-mca over the hot loops, f16 8.3 -> 7.3), but
+     * timed on the CPU device here it helped layer_norm f16 by 3-10%, left
+     * bf16 level and slowed rms_norm by 5-10% (the staged fp32 row doubles
+     * what the apply pass reads back from cache): the tuner searches it. */
     const int stage = !(d->type & CL_DEVICE_TYPE_CPU) && !d->local_is_global &&
                       (3 * cols + wgs) * 4 <= d->local_mem / 2;
     oclf_params_set(out, "STAGE", stage);
     oclf_params_set(out, "ROWS", 1);
 }
 
-/* Local memory a staged launch needs: the row, then weight and bias. */
-static size_t stage_bytes(size_t cols, int nvectors) { return cols * (1 + (size_t)nvectors) * sizeof(float); }
+/* Local memory a staged launch needs: LAYOUT 1 the group's row, then weight
+ * and bias; LAYOUT 0 a row per work-item (weight and bias stay global). */
+static size_t stage_bytes(int layout, size_t wgs, size_t cols, int nvectors)
+{
+    return (layout == 0 ? wgs : 1 + (size_t)nvectors) * cols * sizeof(float);
+}
 
 static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, size_t cols,
                                int nvectors, norm_cfg *cfg)
@@ -57,15 +69,20 @@ static oclf_status norm_config(const oclf_context *ctx, const oclf_params *p, si
         return st;
     const int64_t layout = v[OCLF_P_LAYOUT], wgs = v[OCLF_P_WGS];
     const int64_t stage = v[OCLF_P_STAGE], rpg = v[OCLF_P_ROWS];
-    if (stage && layout != 1)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
     if (rpg > 1 && layout != 1)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter ROWS > 1 needs LAYOUT = 1");
-    if (stage && stage_bytes(cols, nvectors) + (uint64_t)wgs * 4 > ctx->info.local_mem)
+    const uint64_t room = ctx->info.local_mem;
+    if (stage && stage_bytes((int)layout, (size_t)wgs, cols, nvectors) + (uint64_t)wgs * 4 > room) {
+        if (layout == 0)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "STAGE = 1: %lld rows of %zu floats (LAYOUT 0 stages a row per "
+                             "work-item) do not fit %llu bytes of local memory",
+                             (long long)wgs, cols, (unsigned long long)room);
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "STAGE = 1: a row of %zu floats and its weights do not fit %llu bytes of "
                          "local memory",
-                         cols, (unsigned long long)ctx->info.local_mem);
+                         cols, (unsigned long long)room);
+    }
     cfg->layout = (int)layout;
     cfg->wgs = (int)wgs;
     cfg->vec = (int)v[OCLF_P_VEC];
@@ -260,7 +277,11 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
     cl_mem wm = c->w ? c->w->mem : NULL, bm = c->b ? c->b->mem : NULL;
     cl_ulong wo = c->w ? c->w->offset : 0, bo = c->b ? c->b->offset : 0;
     float eps = c->eps;
-    const size_t stage_size = cfg.stage ? stage_bytes(c->cols, nvectors) : sizeof(float);
+    const size_t stage_size =
+        cfg.stage ? stage_bytes(cfg.layout, local, c->cols, nvectors) : sizeof(float);
+    /* the statistics kernels stage nothing (one pass) */
+    const size_t no_stage = sizeof(float);
+    const cl_uint unstaged = 0;
 
     if (r.path == OCLF_PATH_FUSED) {
         oclf_arg a[20];
@@ -323,7 +344,7 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
         const char *stats_kernel = c->kind == K_RMS ? "rms_stats" : "ln_stats";
         oclf_arg a[] = {OCLF_ARG(sm),   OCLF_ARG(so),   OCLF_ARG(ss),  OCLF_ARG(stats),
                         OCLF_ARG(rows), OCLF_ARG(rpg), OCLF_ARG(cols), OCLF_ARG(eps),
-                        OCLF_ARG_LOCAL(stage_size), OCLF_ARG(staged)};
+                        OCLF_ARG_LOCAL(no_stage), OCLF_ARG(unstaged)};
         if ((st = oclf_chain_launch(&ch, prog, stats_kernel, a, OCLF_NARGS(a), global, local)))
             goto done;
     }
