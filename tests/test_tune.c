@@ -271,8 +271,8 @@ static json_int_t param_of(json_t *line, const char *name)
     return json_integer_value(json_object_get(json_object_get(line, "params"), name));
 }
 
-/* A job measures the default and the other path's first point whatever
- * its share of the budget (with none, those two alone), so its record
+/* A job measures the default and the other path's heuristic default
+ * whatever its share of the budget (with none, those two alone), so its record
  * says which path won; a later job measures the choice of the nearest
  * record in the database right after those two, even a point outside its
  * pruned space (a 1 x 1 block of VEC = 4 is in no device's linear space). */
@@ -290,6 +290,21 @@ START_TEST(both_paths_then_seeds)
     ck_assert_str_eq(json_string_value(json_object_get(lines[1], "path")), "unfused");
     for (int i = 0; i < n; i++)
         json_decref(lines[i]);
+    /* The unfused point measured whatever the budget is that path's
+     * heuristic default, not the first point of its space (rms_norm's
+     * unfused space has many). */
+    unlink(db);
+    unlink(journal);
+    ck_assert_int_eq(tune_op("rms_norm", "3x64", "--budget 0.001"), 0);
+    n = journal_candidates(lines, 64);
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(json_string_value(json_object_get(lines[1], "path")), "unfused");
+    ck_assert_int_eq(json_object_size(json_object_get(lines[1], "params")), 0);
+    for (int i = 0; i < n; i++)
+        json_decref(lines[i]);
+    unlink(db);
+    unlink(journal);
+    ck_assert_int_eq(tune_op("linear", "4x16x16", "--budget 0.001"), 0);
     json_error_t err;
     json_t *root = json_load_file(db, 0, &err);
     ck_assert_ptr_nonnull(root);
