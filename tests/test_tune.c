@@ -276,35 +276,36 @@ static json_int_t param_of(json_t *line, const char *name)
  * says which path won; a later job measures the choice of the nearest
  * record in the database right after those two, even a point outside its
  * pruned space (a 1 x 1 block of VEC = 4 is in no device's linear space). */
+/* Tunes op at shape into a fresh database with no budget: the journal
+ * holds the fused default, then an unfused point, and nothing else; that
+ * unfused point into *unfused (the caller releases it). */
+static void tune_defaults_only(const char *op, const char *shape, json_t **unfused)
+{
+    unlink(db);
+    unlink(journal);
+    ck_assert_int_eq(tune_op(op, shape, "--budget 0.001"), 0);
+    json_t *lines[64];
+    const int n = journal_candidates(lines, 64);
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(json_string_value(json_object_get(lines[0], "path")), "fused");
+    ck_assert_str_eq(json_string_value(json_object_get(lines[1], "path")), "unfused");
+    json_decref(lines[0]);
+    *unfused = lines[1];
+}
+
 START_TEST(both_paths_then_seeds)
 {
     ck_assert_ptr_nonnull(getenv("OCLF_TUNE_BIN"));
     make_dir();
-    unlink(db);
-    unlink(journal);
-    ck_assert_int_eq(tune_op("linear", "4x16x16", "--budget 0.001"), 0);
-    json_t *lines[64];
-    int n = journal_candidates(lines, 64);
-    ck_assert_int_eq(n, 2);
-    ck_assert_str_eq(json_string_value(json_object_get(lines[0], "path")), "fused");
-    ck_assert_str_eq(json_string_value(json_object_get(lines[1], "path")), "unfused");
-    for (int i = 0; i < n; i++)
-        json_decref(lines[i]);
     /* The unfused point measured whatever the budget is that path's
      * heuristic default, not the first point of its space (rms_norm's
      * unfused space has many). */
-    unlink(db);
-    unlink(journal);
-    ck_assert_int_eq(tune_op("rms_norm", "3x64", "--budget 0.001"), 0);
-    n = journal_candidates(lines, 64);
-    ck_assert_int_eq(n, 2);
-    ck_assert_str_eq(json_string_value(json_object_get(lines[1], "path")), "unfused");
-    ck_assert_int_eq(json_object_size(json_object_get(lines[1], "params")), 0);
-    for (int i = 0; i < n; i++)
-        json_decref(lines[i]);
-    unlink(db);
-    unlink(journal);
-    ck_assert_int_eq(tune_op("linear", "4x16x16", "--budget 0.001"), 0);
+    json_t *unfused;
+    tune_defaults_only("rms_norm", "3x64", &unfused);
+    ck_assert_int_eq(json_object_size(json_object_get(unfused, "params")), 0);
+    json_decref(unfused);
+    tune_defaults_only("linear", "4x16x16", &unfused);
+    json_decref(unfused);
     json_error_t err;
     json_t *root = json_load_file(db, 0, &err);
     ck_assert_ptr_nonnull(root);
@@ -321,7 +322,8 @@ START_TEST(both_paths_then_seeds)
     json_decref(root);
     unlink(journal);
     ck_assert_int_eq(tune_op("linear", "5x16x16", ""), 0);
-    n = journal_candidates(lines, 64);
+    json_t *lines[64];
+    const int n = journal_candidates(lines, 64);
     ck_assert_int_ge(n, 3);
     ck_assert_str_eq(json_string_value(json_object_get(lines[1], "path")), "unfused");
     ck_assert_msg(param_of(lines[2], "MB") == 1 && param_of(lines[2], "NB") == 1 &&

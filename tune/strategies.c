@@ -35,22 +35,24 @@ static int hamming(const cand *a, const cand *b)
 static const oclf_params *heuristic(tuner *t, const op_desc *op, oclf_dtype dt,
                                     const op_shape *shape, oclf_path path)
 {
-    static char cache_key[160];
-    static oclf_params dflt;
+    /* One answer per path: the seeding compares points of both paths in
+     * turn, which would evict a single entry on every call. */
+    static char cache_key[OCLF_PATH_UNFUSED + 1][160];
+    static oclf_params dflt[OCLF_PATH_UNFUSED + 1];
     char key[160], text_shape[96];
     op_format_shape(shape, text_shape, sizeof text_shape);
-    snprintf(key, sizeof key, "%s/%d/%d/%s", op->name, (int)dt, (int)path, text_shape);
-    if (strcmp(key, cache_key) != 0) {
-        snprintf(cache_key, sizeof cache_key, "%s", key);
-        memset(&dflt, 0, sizeof dflt);
+    snprintf(key, sizeof key, "%s/%d/%s", op->name, (int)dt, text_shape);
+    if (strcmp(key, cache_key[path]) != 0) {
+        snprintf(cache_key[path], sizeof cache_key[path], "%s", key);
+        memset(&dflt[path], 0, sizeof dflt[path]);
         uint64_t dims[OP_MAX_DIMS];
         const int nd = op_lib_shape(op, shape, dims, NULL);
         oclf_tuning_decision d;
         if (oclf_tuning_resolve(t->env.ctx, op_lib_op(op), dt, dims, (unsigned)nd, path, &d) ==
             OCLF_SUCCESS)
-            dflt = d.heuristic.params;
+            dflt[path] = d.heuristic.params;
     }
-    return &dflt;
+    return &dflt[path];
 }
 
 /* Within one parameter (or the path) of the heuristic default. */
@@ -181,18 +183,22 @@ static int read_seeds(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape
 int strategy_seed(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, cand *c,
                   int n, int max)
 {
-    /* A point of the space that is the default itself is dropped: the
-     * default is measured anyway (c[0]), and at a second or more a call
-     * a duplicate costs as much as a new point. */
-    const oclf_params dflt = effective(t, op, dt, shape, c[0].ch.path, &c[0].ch.params);
-    int kept = 1;
-    for (int i = 1; i < n; i++) {
-        if (c[i].ch.path == c[0].ch.path) {
-            const oclf_params p = effective(t, op, dt, shape, c[i].ch.path, &c[i].ch.params);
-            if (same_params(&p, &dflt))
-                continue;
-        }
-        c[kept++] = c[i];
+    /* A point of the space that is a path's default itself is dropped: the
+     * defaults lead the list (c[0] fused, then unfused's where the op has
+     * one, both with no params) and are measured anyway, and at a second
+     * or more a call a duplicate costs as much as a new point. */
+    int defaults = 1;
+    while (defaults < n && c[defaults].ch.params.count == 0 && c[defaults].order < 0)
+        defaults++;
+    int kept = defaults;
+    for (int i = defaults; i < n; i++) {
+        const oclf_params p = effective(t, op, dt, shape, c[i].ch.path, &c[i].ch.params);
+        int dup = 0;
+        for (int d = 0; d < defaults && !dup; d++)
+            dup = c[d].ch.path == c[i].ch.path &&
+                  same_params(&p, heuristic(t, op, dt, shape, c[d].ch.path));
+        if (!dup)
+            c[kept++] = c[i];
     }
     n = kept;
     static seed seeds[64];

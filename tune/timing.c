@@ -74,7 +74,9 @@ static unsigned draw(uint64_t *s, int n)
 
 /* Calls per sample so that one sample lasts plan->sample_ns. The last
  * batches of the final size (up to 2, the latest last) go to keep_host and
- * keep_dev, their count to *kept: samples like any other. */
+ * keep_dev, their count to *kept: samples like any other. Returns -1 when
+ * a call fails, 1 when the first call was over cutoff_ns (that one call
+ * is then the only sample), else 0. */
 static int calibrate(const op_env *env, const op_desc *op, void *inst, const oclf_choice *choice,
                      const tm_plan *plan, double cutoff_ns, int *reps, double *per_call,
                      double *keep_host, double *keep_dev, int *kept)
@@ -93,8 +95,11 @@ static int calibrate(const op_env *env, const op_desc *op, void *inst, const ocl
         ++*kept;
         /* Plainly slower than the best so far, in a call long enough that
          * batching would change nothing: one sample says so. */
-        if (cutoff_ns > 0 && round == 0 && host > cutoff_ns && host >= plan->sample_ns)
-            break;
+        if (cutoff_ns > 0 && round == 0 && host > cutoff_ns && host >= plan->sample_ns) {
+            *reps = 1;
+            *per_call = host;
+            return 1;
+        }
         const double span = host * r;
         /* Two batches in a row must last long enough: one slowed by a
          * passing stall of a shared machine would otherwise fix a batch
@@ -140,12 +145,13 @@ int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choi
         for (int w = 0; w < plan->warmups; w++)
             if (op->run(env, inst, choices[c], NULL) != OCLF_SUCCESS)
                 goto done;
-        if (clFinish(env->queue) != CL_SUCCESS ||
-            calibrate(env, op, inst, choices[c], plan, k == 1 ? plan->cutoff_ns : 0,
-                      &out[c].reps, &call_ns[c], kh, kd, &kept) != 0)
+        if (clFinish(env->queue) != CL_SUCCESS)
             goto done;
-        if (k == 1 && plan->cutoff_ns > 0 && out[c].reps == 1 && kept == 1 &&
-            kh[0] > plan->cutoff_ns && kh[0] >= plan->sample_ns) {
+        const int cal = calibrate(env, op, inst, choices[c], plan, k == 1 ? plan->cutoff_ns : 0,
+                                  &out[c].reps, &call_ns[c], kh, kd, &kept);
+        if (cal < 0)
+            goto done;
+        if (cal == 1) {
             out[c].host[0] = kh[0], out[c].dev[0] = kd[0];
             out[c].n = 1;
             rc = 0;
