@@ -5,14 +5,14 @@
  * public op) and head_rms_norm (the unfused norm half).
  *
  * Two kernel structures, chosen at build time:
- *   item (OCLF_STAGE 0): (token, head) items; OCLF_LAYOUT 0 gives one item
- *     to each work-item (no barriers: what a CPU wants), OCLF_LAYOUT 1 a
- *     work-group per item with the head's vectors spread over its
- *     work-items and the sum of squares reduced through local memory
- *     (ROW_LANES, FOR_VEC_IN and ROW_REDUCE of common.h, with the item in
- *     the place of the row). Each item is straight-line code whose early
- *     returns are uniform within a work-group, so no barrier sits inside a
- *     loop or behind a divergent branch.
+ *   item (OCLF_STAGE 0): OCLF_LAYOUT 0 gives each work-item one token and
+ *     all its heads in turn (no barriers: what a CPU wants), OCLF_LAYOUT 1
+ *     a work-group per (token, head) item with the head's vectors spread
+ *     over its work-items and the sum of squares reduced through local
+ *     memory (ROW_LANES, FOR_VEC_IN and ROW_REDUCE of common.h, with the
+ *     item in the place of the row). Each item is straight-line code whose
+ *     early returns are uniform within a work-group, so no barrier sits
+ *     inside a loop or behind a divergent branch.
  *   staged (OCLF_STAGE 1, LAYOUT 1): a work-group per `rpg` tokens that
  *     visits all their heads and reads weights, cos/sin rows and heads from
  *     global memory once each (see the comment at that section).
@@ -157,10 +157,11 @@ typedef float8 hfloatv;
 #define LOADF_8(p, i) vload8(0, (p) + (i))
 #define LOADF_16(p, i) vload16(0, (p) + (i))
 
-/* 1 / sqrt(mean(h^2) + eps) over the first n of the hd elements of head
- * `hp` (n is hd, or 0 for a skipped token in the staged kernels); with
- * `keep` (local memory) the values are staged there on the way. */
-#define HEAD_RSTD(hp, n, keep, out)                                            \
+/* The sum of squares of the first n of the hd elements of head `hp`, this
+ * work-item's share (n is hd, or 0 for a skipped token in the staged
+ * kernels); with `keep` (local memory) the values are staged there on the
+ * way. */
+#define HEAD_SUMSQ(hp, n, keep, out)                                           \
     do {                                                                       \
         floatv q_ = VSPLAT(0.0f);                                              \
         float tq_ = 0.0f;                                                      \
@@ -176,7 +177,15 @@ typedef float8 hfloatv;
                 (keep)[i] = v_;                                                \
             tq_ += v_ * v_;                                                    \
         }                                                                      \
-        (out) = rsqrt(ROW_REDUCE(VSUM(q_) + tq_, scratch) / (float)hd + eps); \
+        (out) = VSUM(q_) + tq_;                                                \
+    } while (0)
+
+/* 1 / sqrt(mean(h^2) + eps) of head `hp` (HEAD_SUMSQ's arguments). */
+#define HEAD_RSTD(hp, n, keep, out)                                            \
+    do {                                                                       \
+        float ss_;                                                             \
+        HEAD_SUMSQ(hp, n, keep, ss_);                                          \
+        (out) = rsqrt(ROW_REDUCE(ss_, scratch) / (float)hd + eps);            \
     } while (0)
 
 /* Position of token t; the int64 view is taken only when pos64 is set. */
@@ -214,28 +223,67 @@ typedef float8 hfloatv;
  *   FOR_HEADS(nh) { ... } END_HEADS: the body once per (token t, head h)
  *     item of this work-item or work-group, with `trot` and `thd` the
  *     rotary and head dims its loops run over and CACHE_V / CACHE_S
- *     reading the token's cos/sin row.
+ *     reading the token's cos/sin row; FOR_NORMED_HEADS the same for the
+ *     kernels that normalize heads (it may find their 1 / rms ahead).
  *   QK_HEAD(): in that body, head h of token t of a packed qkv as `hp`,
  *     its 1/rms as `r`, its values as `hv` and its norm weight as `wv`
  *     (read with VLD / SLD; `has_w` 0: no weight, and `wv` is the head). */
 
 #if !OCLF_STAGE
-/* ---- item structure: one (token, head) per work-item or work-group -------
- * Items past the end and tokens whose position is outside the cache return
- * early: uniform within a work-group (LAYOUT 1 gives the group one item). */
-#if OCLF_LAYOUT == 0
-#define ITEM_ID get_global_id(0)
-#else
-#define ITEM_ID get_group_id(0)
-#endif
-
+/* ---- item structure ------------------------------------------------------
+ * LAYOUT 0: one token per work-item, which visits its heads in turn. A
+ * head is a few vectors, so a work-item per (token, head) spent as much on
+ * finding its item (a 64-bit division), its position and its cache row as
+ * on the head itself; per token those are paid once and the cos/sin row
+ * stays in cache for every head.
+ * LAYOUT 1: one (token, head) item per work-group. Items past the end and
+ * tokens whose position is outside the cache return early, which is
+ * uniform within the group. */
 #define HEADS_PROLOGUE(wq, wk)                                                 \
     local float scratch[OCLF_WGS];                                             \
     ROW_LANES
 
+#if OCLF_LAYOUT == 0
+#define FOR_TOKEN_HEADS_(nh, BATCH_START)                                      \
+    {                                                                          \
+        const ulong t = get_global_id(0);                                      \
+        if (t >= tokens)                                                       \
+            return;                                                            \
+        const long p = TOKEN_POSITION(t);                                      \
+        if (p < 0 || (ulong)p >= max_pos)                                      \
+            return;                                                            \
+        const uint trot = rot, thd = hd;                                       \
+        global const cstor_t *cr = cache + co + (ulong)p * cs;                 \
+        for (uint h0_ = 0; h0_ < (nh); h0_ += RSTD_BATCH) {                    \
+            const uint hend_ = min((uint)(nh), h0_ + RSTD_BATCH);              \
+            BATCH_START;                                                       \
+            for (uint h = h0_; h < hend_; h++) {
+#define END_HEADS                                                              \
+    }                                                                          \
+    }                                                                          \
+    }
+#define FOR_HEADS(nh) FOR_TOKEN_HEADS_(nh, (void)0)
+/* The heads' 1 / rms, RSTD_BATCH at a time: one head's sum, division and
+ * square root form a chain of some 50 cycles of latency, which a head's
+ * few vectors of work could not hide (a third of qk_norm_rope's time on a
+ * CPU). Summed first and finished as one vector, a batch's chains overlap.
+ * The arithmetic is HEAD_RSTD's, lane by lane. */
+#define RSTD_BATCH 16
+#define FOR_NORMED_HEADS(nh)                                                   \
+    FOR_TOKEN_HEADS_(nh, float rstd_[RSTD_BATCH]; do {                         \
+        float ss_[RSTD_BATCH];                                                 \
+        for (uint k_ = 0; k_ < RSTD_BATCH; k_++)                               \
+            ss_[k_] = 0.0f;                                                    \
+        for (uint h_ = h0_; h_ < hend_; h_++)                                  \
+            HEAD_SUMSQ(x + xo + t * ts + (ulong)h_ * hd, hd, (local float *)0, \
+                       ss_[h_ - h0_]);                                         \
+        vstore16(rsqrt(vload16(0, ss_) / (float)hd + eps), 0, rstd_);         \
+    } while (0))
+#define HEAD_R() (rstd_[h - h0_])
+#else
 #define FOR_HEADS(nh)                                                          \
     {                                                                          \
-        const ulong item_ = ITEM_ID;                                           \
+        const ulong item_ = get_group_id(0);                                   \
         if (item_ >= tokens * (nh))                                            \
             return;                                                            \
         const ulong t = item_ / (nh);                                          \
@@ -246,15 +294,24 @@ typedef float8 hfloatv;
         const uint trot = rot, thd = hd;                                       \
         global const cstor_t *cr = cache + co + (ulong)p * cs;
 #define END_HEADS }
+#define FOR_NORMED_HEADS FOR_HEADS
+#endif
 #define CACHE_V CACHE_GV
 #define CACHE_S CACHE_GS
 
-/* Values and weights come from global memory. */
+/* Values and weights come from global memory; 1 / rms from the batch
+ * (LAYOUT 0) or the group's reduction. */
+#if OCLF_LAYOUT == 0
+#define ITEM_RSTD(hp, r) const float r = HEAD_R()
+#else
+#define ITEM_RSTD(hp, r)                                                       \
+    float r;                                                                   \
+    HEAD_RSTD(hp, hd, (local float *)0, r)
+#endif
 #define QK_HEAD()                                                              \
     global stor_t *hp = x + xo + t * ts + (ulong)h * hd;                       \
     global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0); \
-    float r;                                                                   \
-    HEAD_RSTD(hp, hd, (local float *)0, r);                                    \
+    ITEM_RSTD(hp, r);                                                          \
     global const stor_t *const hv = hp, *const wv = wp ? wp : hp;              \
     const int has_w = wp != 0
 #define VLD(p, i) LDV(p, (i))
@@ -328,6 +385,7 @@ typedef float8 hfloatv;
 #define END_HEADS                                                              \
     }                                                                          \
     }
+#define FOR_NORMED_HEADS FOR_HEADS
 #define CACHE_V CACHE_LV
 #define CACHE_S CACHE_LS
 
@@ -374,7 +432,7 @@ kernel void head_rms_norm(HEAD_NORM_ARGS)
     global const cstor_t *const cache = 0;
     const ulong co = 0, cs = 0;
     HEADS_PROLOGUE(qw ? qw + qwo : 0, kw ? kw + kwo : 0);
-    FOR_HEADS(nq + nk) {
+    FOR_NORMED_HEADS(nq + nk) {
         QK_HEAD();
         FOR_VEC_IN(i, 0, thd) {
             floatv v = VLD(hv, i) * r;
@@ -398,7 +456,7 @@ kernel void head_rms_norm(HEAD_NORM_ARGS)
 kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
 {
     HEADS_PROLOGUE(qw ? qw + qwo : 0, kw ? kw + kwo : 0);
-    FOR_HEADS(nq + nk) {
+    FOR_NORMED_HEADS(nq + nk) {
         QK_HEAD();
 #if OCLF_LAYOUT == 1
         /* The rotation writes elements other work-items read for the sum

@@ -177,10 +177,10 @@ static int rope_space(const op_env *env, const op_desc *op, const op_shape *s, o
 {
     op_point_check c;
     op_point_check_init(&c, env, op, s, dt, path);
-    /* LAYOUT 0: many heads per group (a head is small); staged (positions,
-     * weights, cache rows and heads in local memory), 4 tokens per group
-     * where there are tokens to spare */
-    const op_stage_space sp = {.width = s->d[4], .rows = s->d[0], .l0_min = 4, .l0_max = 256,
+    /* LAYOUT 0: a token (all its heads) per work-item, up to 64 tokens a
+     * group; staged (positions, weights, cache rows and heads in local
+     * memory), 4 tokens per group where there are tokens to spare */
+    const op_stage_space sp = {.width = s->d[4], .rows = s->d[0], .l0_min = 1, .l0_max = 64,
                                .l1_min = 8, .rows_need_stage = 1};
     /* The staged qk_norm_rope keeps a head's vectors and its cos/sin in
      * flight: wider vectors spill on a GPU. */

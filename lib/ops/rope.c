@@ -49,10 +49,11 @@ static void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const
                          oclf_path path, oclf_params *out)
 {
     (void)path;
-    /* A head per work-item (CPU) or per work-group (GPU). A head is small
-     * (hd <= 512), so a CPU work-group gathers many of them: a CPU pays a
-     * fixed cost per work-group that 4 heads of 512 bytes would not cover. */
-    oclf_row_heuristic(ctx, dtype, shape->dim[2], 64, 32, out);
+    /* A token per work-item (CPU) or a head per work-group (GPU). A CPU
+     * work-item then has all the token's heads (tens of KiB): 8 of them a
+     * group cover a group's fixed cost and still leave hundreds of groups
+     * to share out at prefill sizes. */
+    oclf_row_heuristic(ctx, dtype, shape->dim[2], 8, 32, out);
     int64_t layout = 0, vec = 1;
     oclf_params_get(out, "LAYOUT", &layout);
     oclf_params_get(out, "VEC", &vec);
@@ -297,7 +298,7 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
     if (cfg.stage)
         l->global = (tokens + (size_t)cfg.rpg - 1) / (size_t)cfg.rpg * l->local;
     else if (cfg.row.layout == 0)
-        l->global = oclf_round_up(tokens * heads, l->local);
+        l->global = oclf_round_up(tokens, l->local); /* a token per work-item */
     else
         l->global = tokens * heads * l->local;
     l->rpg = (cl_uint)cfg.rpg;
