@@ -267,7 +267,8 @@ typedef float8 hfloatv;
  * square root form a chain of some 50 cycles of latency, which a head's
  * few vectors of work could not hide (a third of qk_norm_rope's time on a
  * CPU). Summed first and finished as one vector, a batch's chains overlap.
- * The arithmetic is HEAD_RSTD's, lane by lane. */
+ * The arithmetic is HEAD_RSTD's, lane by lane. The batch is one float16
+ * (the vload16/vstore16 below). */
 #define RSTD_BATCH 16
 #define FOR_NORMED_HEADS(nh)                                                   \
     FOR_TOKEN_HEADS_(nh, float rstd_[RSTD_BATCH]; do {                         \
