@@ -121,15 +121,16 @@ typedef ushort8 oclf_ushort8_e __attribute__((aligned(2)));
 typedef ushort16 oclf_ushort16_e __attribute__((aligned(2)));
 #define LD16V(n, p) (*(global const OCLF_CAT(OCLF_CAT(oclf_ushort, n), _e) *)(p))
 #define ST16V(n, p, h) (*(global OCLF_CAT(OCLF_CAT(oclf_ushort, n), _e) *)(p) = (h))
-/* The same for fp32 vectors in address space `as`: the CPU device here
+/* LDFV(n, p) / STFV(n, p, v): the same for n floats in global memory (the
+ * f32 rows here and the generated expression kernels): the CPU device here
  * splits vstore16 of floats into four 16-byte stores, and a following
  * vload16 of the same row into 8-byte pieces, where this is one move. */
 typedef float2 oclf_float2_e __attribute__((aligned(4)));
 typedef float4 oclf_float4_e __attribute__((aligned(4)));
 typedef float8 oclf_float8_e __attribute__((aligned(4)));
 typedef float16 oclf_float16_e __attribute__((aligned(4)));
-#define LDFV(as, n, p) (*(as const OCLF_CAT(OCLF_CAT(oclf_float, n), _e) *)(p))
-#define STFV(as, n, p, v) (*(as OCLF_CAT(OCLF_CAT(oclf_float, n), _e) *)(p) = (v))
+#define LDFV(n, p) (*(global const OCLF_CAT(OCLF_CAT(oclf_float, n), _e) *)(p))
+#define STFV(n, p, v) (*(global OCLF_CAT(OCLF_CAT(oclf_float, n), _e) *)(p) = (v))
 
 /* WIDEN_F16(n, h) / NARROW_F16(n, v): ushortn of f16 bits <-> floatn;
  * WIDEN_BF16(n, h) / NARROW_BF16(n, v) the same for bf16 bits. */
@@ -223,8 +224,8 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #define LDV(p, i) LD(p, i)
 #define STV(p, i, v) ST(p, i, v)
 #elif OCLF_DTYPE == 0
-#define LDV(p, i) LDFV(global, OCLF_VEC, (p) + (i))
-#define STV(p, i, v) STFV(global, OCLF_VEC, (p) + (i), (v))
+#define LDV(p, i) LDFV(OCLF_VEC, (p) + (i))
+#define STV(p, i, v) STFV(OCLF_VEC, (p) + (i), (v))
 #elif OCLF_DTYPE == 1
 #define LDV(p, i) WIDEN_F16(OCLF_VEC, LD16V(OCLF_VEC, (p) + (i)))
 #define STV(p, i, v) ST16V(OCLF_VEC, (p) + (i), NARROW_F16(OCLF_VEC, (v)))
