@@ -593,6 +593,88 @@ START_TEST(test_special_values)
 }
 END_TEST
 
+/* erf against the header's promise: within 1e-7 relative for normal
+ * |x| < 1, 1e-7 absolute beyond, through the vector code (VEC 16 and 4:
+ * whole chunks), the scalar code (VEC 1) and the unfused kernel. Every
+ * 31st float from 2^-12 to 1, every 4099th below it, every 61st from 1 to
+ * 8, each with both signs, and every float within 4096 of two points where
+ * an earlier vector polynomial reached 1.3e-7 and 1.4e-7. */
+static size_t erf_points(float *x, size_t cap)
+{
+    const uint32_t one = 0x3f800000u, eight = 0x41000000u, small = 0x39800000u, tiny = 0x00800000u;
+    size_t n = 0;
+#define PUT(b)                                                     \
+    do {                                                           \
+        uint32_t b_ = (b);                                         \
+        float v_;                                                  \
+        memcpy(&v_, &b_, sizeof v_);                               \
+        if (n + 2 <= cap)                                          \
+            x[n++] = v_, x[n++] = -v_;                             \
+    } while (0)
+    for (uint32_t b = tiny; b < small; b += 4099)
+        PUT(b);
+    for (uint32_t b = small; b < one; b += 31)
+        PUT(b);
+    for (uint32_t b = one; b < eight; b += 61)
+        PUT(b);
+    static const float worst[] = {0.5572461486f, 0.505f};
+    for (size_t w = 0; w < 2; w++) {
+        uint32_t c;
+        memcpy(&c, &worst[w], sizeof c);
+        for (uint32_t b = c - 4096; b < c + 4096; b++)
+            PUT(b);
+    }
+#undef PUT
+    return n;
+}
+
+START_TEST(test_erf_bound)
+{
+    th_env *env = th_get();
+    const size_t cols = 4096, cap = 8u << 20;
+    float *hx = malloc(cap * sizeof *hx);
+    ck_assert_ptr_nonnull(hx);
+    size_t n = erf_points(hx, cap);
+    ck_assert_uint_lt(n, cap);
+    const size_t rows = (n + cols - 1) / cols;
+    for (size_t i = n; i < rows * cols; i++)
+        hx[i] = 0.5f;
+    float *got = malloc(rows * cols * sizeof *got);
+    double *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++)
+        want[i] = erf((double)hx[i]);
+    cl_mem x = th_upload(hx, rows * cols * sizeof *hx), y = th_alloc(rows * cols * sizeof *got);
+    const oclf_expr_decl in = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e = NULL;
+    TH_OK(oclf_expr_compile(env->ctx, "y = erf(x);", &in, 1, &out, 1, &e));
+    const oclf_expr_arg a = {{x, 0, 0}, 0};
+    const oclf_buf ob = {y, 0, 0};
+    static const struct {
+        oclf_path path;
+        int vec;
+    } forms[] = {{OCLF_PATH_FUSED, 16}, {OCLF_PATH_FUSED, 4}, {OCLF_PATH_FUSED, 1}, {OCLF_PATH_UNFUSED, 16}};
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        oclf_choice ch = th_choice(forms[f].path);
+        oclf_params_set(&ch.params, "VEC", forms[f].vec);
+        TH_OK(oclf_expr_run(e, env->queue, rows, cols, &a, &ob, 0, 0, &ch, 0, NULL, NULL));
+        th_download(y, got, rows * cols * sizeof *got);
+        double worst = 0, worst_x = 0;
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double err = fabs(got[i] - want[i]) / (fabs(hx[i]) < 1 ? fabs(want[i]) : 1.0);
+            if (err > worst)
+                worst = err, worst_x = hx[i];
+            bad += !(err <= 1e-7);
+        }
+        ck_assert_msg(bad == 0, "erf, path %d VEC %d: %zu of %zu beyond 1e-7, worst %.3g at x = %.10g",
+                      (int)forms[f].path, forms[f].vec, bad, n, worst, worst_x);
+    }
+    oclf_expr_release(e);
+    clReleaseMemObject(x), clReleaseMemObject(y);
+    free(hx), free(got), free(want);
+}
+END_TEST
+
 /* Runs softplus-like `src` on 8 x 64 under `ctx`, checks it against
  * log(exp(x) + add) and returns how many kernels it enqueued. */
 static uint64_t run_counting(oclf_context *ctx, const char *src, double add, const oclf_choice *ch)
@@ -758,6 +840,10 @@ static Suite *expr_suite(void)
     tcase_add_test(t, test_dropout_statistics);
     tcase_add_test(t, test_reuse_and_canonical);
     suite_add_tcase(s, t);
+    TCase *acc = tcase_create("accuracy");
+    tcase_set_timeout(acc, 0);
+    tcase_add_test(acc, test_erf_bound);
+    suite_add_tcase(s, acc);
     TCase *r = tcase_create("reuse");
     tcase_set_timeout(r, 0);
     tcase_add_test(r, test_tuning_record);
