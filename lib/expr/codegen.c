@@ -701,15 +701,20 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
         oclf_xbuf_printf(b, "kernel void expr_leaves(");
         emit_params(b, g, inputs, n_inputs, outputs, 1);
         oclf_xbuf_printf(b, ")\n%s", loop_head);
+        /* Every load before any store: an output may be in place on an
+         * input that another output copies. */
         char done[OCLF_EXPR_MAX_NODES] = {0};
+        for (int j = 0; j < g->n_outputs; j++) {
+            int k = g->output[j];
+            if (g->node[k].op <= XOP_CONST && !done[k])
+                emit_value(b, g, inputs, k, 0);
+            done[k] = 1;
+        }
         for (int j = 0; j < g->n_outputs; j++) {
             int k = g->output[j];
             if (g->node[k].op > XOP_CONST)
                 continue;
             char v[16];
-            if (!done[k])
-                emit_value(b, g, inputs, k, 0);
-            done[k] = 1;
             snprintf(v, sizeof v, "v%d", k);
             emit_store(b, outputs[j].dtype, j, v);
         }

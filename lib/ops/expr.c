@@ -276,6 +276,66 @@ static oclf_status check_input(oclf_context *ctx, const oclf_expr_decl *d, unsig
     }
 }
 
+/* 1 when, on the unfused path, a kernel reads `input` after a kernel has
+ * written one of the outputs in `outs` (in place on it). Node kernels run
+ * in node order, each reading its operands before writing; the leaves
+ * kernel runs last and loads everything before it stores. */
+static int read_after_write(const oclf_xgraph *g, int input, unsigned outs)
+{
+    const int leaves = g->n_nodes;
+    int last_read = -1;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const oclf_xnode *n = &g->node[k];
+        for (int a = 0; n->op > XOP_CONST && a < oclf_xop_arity(n->op); a++) {
+            const oclf_xnode *o = &g->node[n->a[a]];
+            if (o->op == XOP_INPUT && o->input == input)
+                last_read = k;
+        }
+    }
+    for (int j = 0; j < g->n_outputs; j++) {
+        const oclf_xnode *o = &g->node[g->output[j]];
+        if (o->op == XOP_INPUT && o->input == input)
+            last_read = leaves;
+    }
+    for (int j = 0; j < g->n_outputs; j++) {
+        const int w = g->node[g->output[j]].op > XOP_CONST ? g->output[j] : leaves;
+        if ((outs >> j & 1u) && w < last_read)
+            return 1;
+    }
+    return 0;
+}
+
+/* Copies the rows of *op (after the caller's wait list) into a new buffer
+ * and points *op at the copy: same stride, offset 0. */
+static oclf_status copy_aside(oclf_context *ctx, cl_command_queue queue, oclf_operand *op,
+                              size_t rows, size_t cols, size_t elem, cl_uint num_events,
+                              const cl_event *wait_list, cl_mem *copy, cl_event *done)
+{
+    const size_t bytes = ((rows - 1) * op->stride + cols) * elem;
+    oclf_status st = oclf_temp_buffer(ctx, bytes, copy);
+    if (st)
+        return st;
+    cl_int err = clEnqueueCopyBuffer(queue, op->mem, *copy, op->offset * elem, 0, bytes, num_events,
+                                     wait_list, done);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(*copy);
+        *copy = NULL;
+        return oclf_fail_cl(ctx, err, "clEnqueueCopyBuffer");
+    }
+    op->mem = *copy;
+    op->offset = 0;
+    return OCLF_SUCCESS;
+}
+
+static void release_copies(cl_mem *copy, cl_event *done, unsigned n_done)
+{
+    for (unsigned i = 0; i < OCLF_EXPR_MAX_INPUTS; i++)
+        if (copy[i])
+            clReleaseMemObject(copy[i]); /* freed once the launches finish */
+    for (unsigned i = 0; i < n_done; i++)
+        clReleaseEvent(done[i]);
+}
+
 oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t rows, size_t cols,
                           const oclf_expr_arg *inputs, const oclf_buf *outputs, uint64_t seed,
                           uint64_t offset, const oclf_choice *choice, cl_uint num_events,
@@ -301,6 +361,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     const int vec = cfg.vec, wgs = cfg.wgs, rpb = cfg.rows;
 
     oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
+    unsigned in_place[OCLF_EXPR_MAX_INPUTS] = {0}; /* outputs in place on input i */
     for (unsigned i = 0; i < e->n_inputs; i++)
         if ((st = check_input(ctx, &e->inputs[i], i, &inputs[i], rows, cols, &in[i])))
             return st;
@@ -316,13 +377,16 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
                                  OP_RUN, j, k);
         /* In place is safe only element for element: the same elements of
          * a matrix input of the same dtype, read before written by the one
-         * work-item that owns them. */
+         * work-item that owns them (the unfused path copies the input aside
+         * when a later kernel still reads it). */
         for (unsigned i = 0; i < e->n_inputs; i++) {
             if (e->inputs[i].kind == OCLF_EXPR_SCALAR || !oclf_overlap(&out[j], &in[i]))
                 continue;
             if (e->inputs[i].kind == OCLF_EXPR_MATRIX && e->inputs[i].dtype == e->outputs[j].dtype &&
-                oclf_same_range(&out[j], &in[i]) && path == OCLF_PATH_FUSED)
+                oclf_same_range(&out[j], &in[i])) {
+                in_place[i] |= 1u << j;
                 continue;
+            }
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: output %u overlaps input %u",
                              OP_RUN, j, i);
         }
@@ -355,6 +419,24 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    /* Unfused, an input that a later kernel reads after an output in place
+     * on it was written is read from a copy of its rows instead. */
+    cl_mem copy[OCLF_EXPR_MAX_INPUTS] = {0};
+    cl_event copied[OCLF_EXPR_MAX_INPUTS];
+    unsigned n_copied = 0;
+    for (unsigned i = 0; i < e->n_inputs && path == OCLF_PATH_UNFUSED; i++) {
+        if (!in_place[i] || !read_after_write(&e->graph, (int)i, in_place[i]))
+            continue;
+        if ((st = copy_aside(ctx, queue, &in[i], rows, cols, oclf_dtype_size(e->inputs[i].dtype),
+                             num_events, wait_list, &copy[i], &copied[n_copied])))
+            break;
+        n_copied++;
+    }
+    if (st) {
+        release_copies(copy, copied, n_copied);
+        return st;
+    }
 
     /* Arguments in the generated order: inputs, outputs, shape, seed,
      * offset, then (unfused) a temporary per operation. */
@@ -408,7 +490,10 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         args[na++] = OCLF_ARG(temps[k]);
     }
     oclf_chain ch;
-    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    if (n_copied)
+        oclf_chain_begin(&ch, ctx, queue, n_copied, copied);
+    else
+        oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
     int leaves = 0;
     for (int k = 0; k < g->n_nodes && st == OCLF_SUCCESS; k++) {
         if (g->node[k].op <= XOP_CONST)
@@ -424,6 +509,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     for (int k = 0; k < g->n_nodes; k++)
         if (temps[k])
             clReleaseMemObject(temps[k]); /* freed once the launches finish */
+    release_copies(copy, copied, n_copied);
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;
 }
