@@ -714,7 +714,10 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
 /* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (see README "Elementwise expressions").
  *
- * Source: statements `name = expr;` over declared names. Operators + - * /,
+ * Source: statements `name = expr;` over declared names; `#` starts a
+ * comment that runs to the end of its line (a `#define` or `#pragma` line
+ * is a comment too: nothing of the source is handed to the OpenCL
+ * compiler). Operators + - * /,
  * unary -, comparisons < <= > >= == != (1 or 0), c ? a : b; functions exp
  * log log1p expm1 sqrt rsqrt abs tanh erf sigmoid relu gelu gelu_tanh silu
  * (one argument), min max pow (two), clamp(x, lo, hi), dropout(e, p) with p

@@ -366,6 +366,9 @@ START_TEST(test_source_errors)
         {"out x;", "1:5: expected '='"},
         {"exp = x;", "1:1: 'exp' is a function"},
         {"out = (x;", "1:9: expected ')'"},
+        /* '#' to the end of a line is a comment, whatever follows it */
+        {"# out = x;\nout = z; # z", "2:7: unknown name 'z'"},
+        {"#define z x\nout = z;", "2:7: unknown name 'z'"},
     };
     oclf_expr_decl out = {"out", OCLF_EXPR_MATRIX, OCLF_F32};
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
@@ -417,6 +420,36 @@ START_TEST(test_source_errors)
                    OCLF_INVALID_ARGUMENT, "no outputs", ck_assert_ptr_null(e));
     TH_EXPECT_FAIL(oclf_expr_compile(env->ctx, NULL, decl, NIN, &out, 1, &e),
                    OCLF_INVALID_ARGUMENT, "source is NULL", ck_assert_ptr_null(e));
+}
+END_TEST
+
+/* '#' starts a comment to the end of its line: preprocessor-looking lines
+ * are comments too, and nothing of them reaches the program (the same
+ * canonical form, hence the same program, as the source without them). */
+START_TEST(test_comments)
+{
+    th_env *env = th_get();
+    const oclf_expr_decl in = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    oclf_expr *e = NULL, *plain = NULL;
+    TH_OK(oclf_expr_compile(env->ctx,
+                            "#define x 1\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+                            "y = x * 2; # not 1 * 2\n  # y = 0;\n#",
+                            &in, 1, &out, 1, &e));
+    TH_OK(oclf_expr_compile(env->ctx, "y = x * 2;", &in, 1, &out, 1, &plain));
+    ck_assert_str_eq(oclf_expr_canonical(e), oclf_expr_canonical(plain));
+    const size_t rows = 3, cols = 21, n = rows * cols;
+    float *hx = th_random(OCLF_F32, n, -2, 2), *got = malloc(n * sizeof *got);
+    cl_mem x = th_upload(hx, n * sizeof *hx), y = th_alloc(n * sizeof *got);
+    const oclf_expr_arg a = {{x, 0, 0}, 0};
+    const oclf_buf ob = {y, 0, 0};
+    TH_OK(oclf_expr_run(e, env->queue, rows, cols, &a, &ob, 0, 0, NULL, 0, NULL, NULL));
+    th_download(y, got, n * sizeof *got);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_float_eq(got[i], hx[i] * 2);
+    clReleaseMemObject(x), clReleaseMemObject(y);
+    free(hx), free(got);
+    oclf_expr_release(e);
+    oclf_expr_release(plain);
 }
 END_TEST
 
@@ -939,6 +972,7 @@ static Suite *expr_suite(void)
     suite_add_tcase(s, r);
     TCase *b = tcase_create("errors");
     tcase_add_test(b, test_source_errors);
+    tcase_add_test(b, test_comments);
     tcase_add_test(b, test_run_errors);
     tcase_add_test(b, test_declaration_limits);
     suite_add_tcase(s, b);

@@ -12,6 +12,9 @@
  *   product := unary { ('*' | '/') unary }
  *   unary   := ('-' | '+') unary | primary
  *   primary := number | name | name '(' expr { ',' expr } ')' | '(' expr ')'
+ * Spaces, tabs and line ends separate tokens; '#' starts a comment that
+ * runs to the end of its line (so "#define" and "#pragma" lines are
+ * comments: no text of the caller reaches the kernel).
  */
 #include "expr.h"
 
