@@ -173,11 +173,17 @@ OCLF_API void oclf_context_destroy(oclf_context *ctx);
  * variable makes oclf_context_create fail with OCLF_INVALID_ARGUMENT. */
 OCLF_API cl_device_type oclf_context_device_type(const oclf_context *ctx);
 
-/* The detail of the last failed call on this thread for this context (pass
- * NULL after a failed oclf_context_create, and for the calls without a
- * context), starting with the failing function's name ("oclf_l2_topk: k is
- * 0"). Empty string when none. The pointer stays valid until the next call
- * on this thread. */
+/* The detail of the last failed call on this thread for this context,
+ * starting with the failing function's name ("oclf_l2_topk: k is 0"). A
+ * call reports under the context it works with: its ctx argument, or, for
+ * oclf_expr_run, the context that compiled the expression. Pass NULL after
+ * a failed oclf_context_create, after a call given a NULL context (or a
+ * NULL expression), and for the calls that take no context or several
+ * (oclf_params_set, oclf_tuning_db_default_path, oclf_tuning_db_check,
+ * oclf_expr_form_id, oclf_l2_topk_sharded, oclf_l2_topk_merge). Empty
+ * string when none, or when the last failure on this thread was reported
+ * under another context. The pointer stays valid until the next call on
+ * this thread. */
 OCLF_API const char *oclf_last_error(const oclf_context *ctx);
 
 /* Device fingerprint: "vendor|name|driver|type". Owned by the context. */
@@ -788,7 +794,9 @@ typedef struct oclf_expr_arg {
  * per work-item), WGS (work-group size) and ROWS (fused: rows per
  * work-item, 1 to 65536; row vectors are loaded once for them). Without a choice, a tuning
  * record for the expression's form and shape decides (see
- * oclf_expr_form_id), else fused with the device's defaults. */
+ * oclf_expr_form_id), else fused with the device's defaults. A failure is
+ * reported under the expression's context (oclf_last_error of the ctx
+ * given to oclf_expr_compile); with a NULL expr, under NULL. */
 OCLF_API oclf_status oclf_expr_run(const oclf_expr *expr, cl_command_queue queue, size_t rows,
                                    size_t cols, const oclf_expr_arg *inputs,
                                    const oclf_buf *outputs, uint64_t seed, uint64_t offset,

@@ -497,9 +497,14 @@ START_TEST(test_run_errors)
                    OCLF_INVALID_ARGUMENT, "cols is 0", UNTOUCHED);
     TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, NULL, 0, 0, NULL, 0, NULL, NULL),
                    OCLF_INVALID_ARGUMENT, "outputs is NULL", UNTOUCHED);
+    /* A run reports under the context that compiled the expression, as
+     * the header says; a NULL expression, having none, under NULL. */
+    ck_assert_str_eq(oclf_last_error(NULL), "");
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(env->ctx), "oclf_expr_run: outputs is NULL"));
     ck_assert_int_eq(oclf_expr_run(NULL, env->queue, rows, cols, a, &ob, 0, 0, NULL, 0, NULL, NULL),
                      OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "expr is NULL"));
+    ck_assert_str_eq(oclf_last_error(env->ctx), "");
     /* Zero rows: nothing written, an event still produced. */
     cl_event ev = NULL;
     TH_OK(oclf_expr_run(e, env->queue, 0, cols, a, &ob, 0, 0, NULL, 0, NULL, &ev));
