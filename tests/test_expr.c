@@ -525,6 +525,95 @@ START_TEST(test_run_errors)
 }
 END_TEST
 
+/* ulps between a float and the exact value: the distance over the spacing
+ * of floats at the exact value's magnitude. */
+static double ulps(float got, double exact)
+{
+    int e;
+    frexp(exact, &e);
+    const double ulp = ldexp(1.0, (e - 24 < -149 ? -149 : e - 24));
+    return fabs((double)got - exact) / ulp;
+}
+
+/* exp, log and softplus against the header's promises (exp and log within
+ * 3 ulp, softplus within 4 in the fused kernel) through the vector code
+ * (VEC 16), the scalar code (VEC 1) and, for exp and log, the unfused
+ * kernel: exp at every 751st float from -87.3 to 88.7 (normal results),
+ * log at every 997th positive normal float, softplus at every 751st float
+ * from -80 to 100. */
+START_TEST(test_exp_log_bound)
+{
+    static const struct {
+        const char *src;
+        int fn; /* 0 exp, 1 log, 2 softplus */
+        float lo, hi;
+        uint32_t step;
+        double bound;
+        int unfused;
+    } fns[] = {{"y = exp(x);", 0, -87.3f, 88.7f, 751, 3, 1},
+               {"y = log(x);", 1, 0x1.0p-126f, 0x1.fffffep127f, 997, 3, 1},
+               {"y = log(exp(x) + 1);", 2, -80.0f, 100.0f, 751, 4, 0}};
+    th_env *env = th_get();
+    const size_t cols = 4096, cap = 8u << 20;
+    float *hx = malloc(cap * sizeof *hx), *got = malloc(cap * sizeof *got);
+    const oclf_expr_decl in = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        /* Every step-th float from lo up to hi. */
+        size_t n = 0;
+        for (float v = fns[f].lo; v < fns[f].hi && n < cap;) {
+            hx[n++] = v;
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            /* toward +infinity: up for positive, down in magnitude for negative */
+            if (v >= 0)
+                bits += fns[f].step;
+            else if ((bits & 0x7fffffffu) > fns[f].step)
+                bits -= fns[f].step;
+            else
+                bits = 0;
+            memcpy(&v, &bits, sizeof v);
+        }
+        ck_assert_uint_lt(n, cap);
+        const size_t rows = (n + cols - 1) / cols;
+        for (size_t i = n; i < rows * cols; i++)
+            hx[i] = 1.0f;
+        cl_mem x = th_upload(hx, rows * cols * sizeof *hx), y = th_alloc(rows * cols * sizeof *got);
+        oclf_expr *e = NULL;
+        TH_OK(oclf_expr_compile(env->ctx, fns[f].src, &in, 1, &out, 1, &e));
+        const oclf_expr_arg a = {{x, 0, 0}, 0};
+        const oclf_buf ob = {y, 0, 0};
+        for (int v = 0; v < 3; v++) {
+            if (v == 2 && !fns[f].unfused)
+                continue;
+            oclf_choice ch = th_choice(v == 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+            oclf_params_set(&ch.params, "VEC", v == 0 ? 16 : 1);
+            TH_OK(oclf_expr_run(e, env->queue, rows, cols, &a, &ob, 0, 0, &ch, 0, NULL, NULL));
+            th_download(y, got, rows * cols * sizeof *got);
+            double worst = 0, worst_x = 0;
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) {
+                const double xv = hx[i];
+                const double want = fns[f].fn == 0 ? exp(xv)
+                                    : fns[f].fn == 1 ? log(xv)
+                                                     : (xv > 0 ? xv + log1p(exp(-xv)) : log1p(exp(xv)));
+                if (fabs(want) < 0x1.0p-126 && fns[f].fn != 1)
+                    continue; /* not a normal result */
+                const double u = want == 0 ? fabs(got[i]) : ulps(got[i], want);
+                if (u > worst)
+                    worst = u, worst_x = xv;
+                bad += !(u <= fns[f].bound);
+            }
+            ck_assert_msg(bad == 0, "%s VEC %d path %d: %zu of %zu beyond %g ulp, worst %.3g at x = %.9g",
+                          fns[f].src, v == 0 ? 16 : 1, v == 2 ? 2 : 1, bad, n, fns[f].bound, worst,
+                          worst_x);
+        }
+        oclf_expr_release(e);
+        clReleaseMemObject(x), clReleaseMemObject(y);
+    }
+    free(hx), free(got);
+}
+END_TEST
+
 /* Outputs in place on an input (the same elements, the same dtype) on both
  * paths and at VEC 1 and 16, where a later unfused kernel still reads the
  * input (a second output of it, an output that copies it) and where one
@@ -969,6 +1058,7 @@ static Suite *expr_suite(void)
     tcase_set_timeout(acc, 0);
     tcase_add_test(acc, test_erf_bound);
     tcase_add_test(acc, test_in_place);
+    tcase_add_test(acc, test_exp_log_bound);
     suite_add_tcase(s, acc);
     TCase *r = tcase_create("reuse");
     tcase_set_timeout(r, 0);
