@@ -217,7 +217,10 @@ typedef enum oclf_path {
 /* Named integer kernel parameters, the same names the tuning database uses
  * (WGS: work-group size, VEC: vector width, ROWS: rows per work-group,
  * LAYOUT: 0 row per work-item, 1 work-group per row, ...). A parameter that
- * is absent takes the database's or the heuristic's value. */
+ * is absent takes the database's or the heuristic's value; one outside its
+ * range fails the call with OCLF_INVALID_ARGUMENT. Names are matched
+ * exactly, and a name the operation does not use is ignored: a misspelt
+ * one ("vec") leaves that parameter to the database or the heuristic. */
 typedef struct oclf_params {
     unsigned count;
     struct {
@@ -791,7 +794,8 @@ typedef struct oclf_expr_arg {
  * elements of a matrix input of its dtype (in place) on either path; any
  * other overlap is rejected. choice: path FUSED (one kernel) or UNFUSED (a kernel per
  * operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16: elements
- * per work-item), WGS (work-group size) and ROWS (fused: rows per
+ * per work-item), WGS (work-group size, a power of two up to the device's
+ * limit) and ROWS (fused: rows per
  * work-item, 1 to 65536; row vectors are loaded once for them). Without a choice, a tuning
  * record for the expression's form and shape decides (see
  * oclf_expr_form_id), else fused with the device's defaults. A failure is

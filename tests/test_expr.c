@@ -481,6 +481,11 @@ START_TEST(test_run_errors)
     oclf_params_set(&ch.params, "VEC", 3);
     TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 0, 0, &ch, 0, NULL, NULL),
                    OCLF_INVALID_ARGUMENT, "VEC = 3", UNTOUCHED);
+    ch = th_choice(OCLF_PATH_UNFUSED);
+    oclf_params_set(&ch.params, "WGS", 48);
+    TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 0, 0, &ch, 0, NULL, NULL),
+                   OCLF_INVALID_ARGUMENT, "WGS = 48 is not a power of two", UNTOUCHED);
+    ch = th_choice(OCLF_PATH_FUSED);
     oclf_buf sb = {small, 0, 0};
     TH_EXPECT_FAIL(oclf_expr_run(e, env->queue, rows, cols, a, &sb, 0, 0, NULL, 0, NULL, NULL),
                    OCLF_INVALID_ARGUMENT, "output 0", UNTOUCHED);
@@ -518,6 +523,14 @@ START_TEST(test_run_errors)
     th_download(y, got, bytes);
     for (size_t i = 0; i < rows * cols; i++)
         ck_assert_float_eq(got[i], 84.0f);
+    /* A name the operation does not use is ignored, as the header says:
+     * "vec" is not VEC, so 3 is no error. */
+    oclf_choice odd = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&odd.params, "vec", 3);
+    TH_OK(oclf_expr_run(e, env->queue, rows, cols, a3, &ob, 0, 0, &odd, 0, NULL, NULL));
+    th_download(y, got, bytes);
+    for (size_t i = 0; i < rows * cols; i++)
+        ck_assert_float_eq(got[i], 168.0f);
 #undef UNTOUCHED
     clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(small);
     free(hx), free(sentinel), free(got);
