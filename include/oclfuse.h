@@ -792,11 +792,11 @@ typedef struct oclf_expr_arg {
 /* Computes every output over rows x cols. inputs[i] matches the i-th
  * declared input, outputs[j] the j-th output. An output may be exactly the
  * elements of a matrix input of its dtype (in place) on either path; any
- * other overlap is rejected. choice: path FUSED (one kernel) or UNFUSED (a kernel per
- * operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16: elements
- * per work-item), WGS (work-group size, a power of two up to the device's
- * limit) and ROWS (fused: rows per
- * work-item, 1 to 65536; row vectors are loaded once for them). Without a choice, a tuning
+ * other overlap is rejected. choice: path FUSED (one kernel) or UNFUSED (a
+ * kernel per operation, fp32 temporaries); parameters VEC (1, 2, 4, 8, 16:
+ * elements per work-item), WGS (work-group size, a power of two up to the
+ * device's limit) and ROWS (fused: rows per work-item, 1 to 65536; row
+ * vectors are loaded once for them). Without a choice, a tuning
  * record for the expression's form and shape decides (see
  * oclf_expr_form_id), else fused with the device's defaults. A failure is
  * reported under the expression's context (oclf_last_error of the ctx
