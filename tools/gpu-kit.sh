@@ -4,7 +4,7 @@
 #
 #   tools/gpu-kit.sh fetch DIR          here, online: the Debian packages and the source into DIR
 #   tools/gpu-kit.sh run DIR OUT [...]  there: unpack into DIR/prefix, build, test, tune, bench
-#   tools/gpu-kit.sh exec DIR -- CMD    CMD with the kit's environment (PATH, libraries, ICDs)
+#   tools/gpu-kit.sh exec [--isolate] DIR -- CMD   CMD in the kit's environment (PATH, libraries, ICDs)
 #   tools/gpu-kit.sh import TUNING_JSON [DB]   back here: merge the records into DB
 #                                       (default tune/db/builtin.json, compiled into the library)
 #
@@ -44,6 +44,9 @@ kit_roots=(
 
 die() { echo "gpu-kit: $*" >&2; exit 1; }
 say() { echo "gpu-kit: $*" >&2; }
+# A download that failed (no network, no mirror) exits 75, so a caller can
+# tell it from a fault of the kit.
+die_net() { echo "gpu-kit: $* (no network?)" >&2; exit 75; }
 
 usage() {
   sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
@@ -81,7 +84,7 @@ cmd_fetch() {
   # Package lists are needed to resolve anything; fetch them once if absent.
   if [ -z "$(apt-cache policy meson 2>/dev/null | sed -n 's/^ *Candidate: *//p' | grep -v none)" ]; then
     say "no package lists: apt-get update"
-    apt-get update -qq || die "apt-get update failed (no network?)"
+    apt-get update -qq || die_net "apt-get update failed"
   fi
   local base wanted
   base=$(closure $(apt-cache dumpavail | awk '/^Package:/{p=$2} /^Priority: required$/{print p}' | sort -u))
@@ -107,7 +110,7 @@ cmd_fetch() {
     say "downloading ${#missing[@]} packages into $dir/debs"
     # apt-get download drops privileges to _apt where it can write there
     (cd "$dir/debs" && apt-get download -q "${missing[@]}" >&2) ||
-      die "apt-get download failed (no network?)"
+      die_net "apt-get download failed"
   fi
   while read -r p file; do
     [ -s "$dir/debs/$file" ] || die "$p: $file was not downloaded"
@@ -425,9 +428,11 @@ cmd_run() {
 }
 
 cmd_exec() {
-  [ $# -ge 3 ] && [ "$2" = -- ] || die "usage: $prog exec DIR -- CMD [ARGS]"
+  isolate=0
+  [ "${1:-}" = --isolate ] && { isolate=1; shift; }
+  [ $# -ge 3 ] && [ "$2" = -- ] || die "usage: $prog exec [--isolate] DIR -- CMD [ARGS]"
   dir=$(abspath "$1"); shift 2
-  prefix="$dir/prefix" build="$dir/build" triplet=x86_64-linux-gnu isolate=0
+  prefix="$dir/prefix" build="$dir/build" triplet=x86_64-linux-gnu
   [ -f "$prefix/.kit-packages" ] || die "$prefix is not unpacked: run '$prog run DIR OUT --stage unpack'"
   write_icds
   kit_env
