@@ -44,7 +44,7 @@ done <<<"$found"
 # The build ran the kit's compiler and Meson, and Meson regenerates with them.
 python3=$prefix/usr/bin/python3
 for rule in c_COMPILER c_LINKER; do
-  grep -A1 "^rule $rule\$" "$kit/build/build.ninja" | grep -q " command = $prefix/usr/bin/gcc " ||
+  grep -A1 "^rule $rule\$" "$kit/build/build.ninja" | grep -q " command = $prefix/cc/usr/bin/gcc " ||
     fail "build.ninja's $rule runs another compiler"
 done
 grep -A1 '^rule REGENERATE_BUILD' "$kit/build/build.ninja" | grep -q " command = $prefix/usr/bin/meson " ||

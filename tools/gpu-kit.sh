@@ -33,14 +33,17 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 prog=tools/gpu-kit.sh
 
-# What the build, the tests, the tuner and the bench need (meson.build),
-# beyond a minimal system.
+# What the build, the tests, the tuner and the bench need (meson.build;
+# binutils for the lib-deps test's nm), beyond a minimal system; and the
+# compiler, unpacked apart (DIR/prefix/cc) and put on the paths only when the
+# machine has no working one, so that a machine's own compiler never sees
+# the kit's C library headers.
 kit_roots=(
   ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers
   libclblast-dev libjansson-dev check libsubunit-dev
-  meson ninja-build pkgconf python3
-  gcc libc6-dev binutils
+  meson ninja-build pkgconf python3 binutils
 )
+cc_roots=(gcc libc6-dev)
 
 die() { echo "gpu-kit: $*" >&2; exit 1; }
 say() { echo "gpu-kit: $*" >&2; }
@@ -86,24 +89,25 @@ cmd_fetch() {
     say "no package lists: apt-get update"
     apt-get update -qq || die_net "apt-get update failed"
   fi
-  local base wanted
+  local base main cc
   base=$(closure $(apt-cache dumpavail | awk '/^Package:/{p=$2} /^Priority: required$/{print p}' | sort -u))
-  wanted=$(closure "${kit_roots[@]}")
-  local pkgs
-  pkgs=$(comm -23 <(echo "$wanted") <(echo "$base"))
-  [ -n "$pkgs" ] || die "empty package list (apt-cache found nothing)"
+  main=$(comm -23 <(closure "${kit_roots[@]}") <(echo "$base"))
+  cc=$(comm -23 <(closure "${kit_roots[@]}" "${cc_roots[@]}") <(echo "$base") | comm -23 - <(echo "$main"))
+  [ -n "$main" ] && [ -n "$cc" ] || die "empty package list (apt-cache found nothing)"
 
   mkdir -p "$dir/debs"
   : >"$dir/packages.txt.new"
   # The file name apt-get download gives each candidate (":" of an epoch
   # as "%3a"); a purely virtual name has no record and drops out.
-  apt-cache show --no-all-versions $pkgs 2>/dev/null |
-    awk '/^Package:/{p=$2} /^Version:/{v=$2} /^Architecture:/{a=$2}
-         /^$/{if (p != "") {gsub(":", "%3a", v); print p, p "_" v "_" a ".deb"}; p=""}
-         END{if (p != "") {gsub(":", "%3a", v); print p, p "_" v "_" a ".deb"}}' |
+  # Each line: package, file, and where it goes (main or cc).
+  apt-cache show --no-all-versions $main $cc 2>/dev/null |
+    awk -v cc=" $(echo $cc) " '
+      function row() { if (p != "") { gsub(":", "%3a", v)
+        print p, p "_" v "_" a ".deb", (index(cc, " " p " ") ? "cc" : "main") }; p="" }
+      /^Package:/{p=$2} /^Version:/{v=$2} /^Architecture:/{a=$2} /^$/{row()} END{row()}' |
     sort -u >"$dir/packages.txt.new"
-  local p file missing=()
-  while read -r p file; do
+  local p file part missing=()
+  while read -r p file part; do
     [ -s "$dir/debs/$file" ] || missing+=("$p")
   done <"$dir/packages.txt.new"
   if [ ${#missing[@]} -gt 0 ]; then
@@ -112,7 +116,7 @@ cmd_fetch() {
     (cd "$dir/debs" && apt-get download -q "${missing[@]}" >&2) ||
       die_net "apt-get download failed"
   fi
-  while read -r p file; do
+  while read -r p file part; do
     [ -s "$dir/debs/$file" ] || die "$p: $file was not downloaded"
   done <"$dir/packages.txt.new"
   mv "$dir/packages.txt.new" "$dir/packages.txt"
@@ -163,16 +167,18 @@ stage_unpack() {
   fi
   say "unpacking $(wc -l <"$dir/packages.txt") packages into $prefix"
   rm -rf "$prefix" && mkdir -p "$prefix"
-  local p file
-  while read -r p file; do
-    deb_extract "$dir/debs/$file" "$prefix"
+  local p file part
+  while read -r p file part; do
+    if [ "$part" = cc ]; then
+      deb_extract "$dir/debs/$file" "$ccprefix"
+    else
+      deb_extract "$dir/debs/$file" "$prefix"
+    fi
   done <"$dir/packages.txt"
   # The C library's link script names the non-shared part by its absolute
   # path, which a machine without libc6-dev lacks: point it into the prefix.
-  local script
-  for script in "$prefix/usr/lib/$triplet/libc.so"; do
-    [ -f "$script" ] && sed -i "s# /usr/lib/$triplet/# $prefix/usr/lib/$triplet/#g" "$script"
-  done
+  local script="$ccprefix/usr/lib/$triplet/libc.so"
+  [ -f "$script" ] && sed -i "s# /usr/lib/$triplet/# $ccprefix/usr/lib/$triplet/#g" "$script"
   # Meson runs under the kit's Python, and so does the build's own
   # regeneration, which calls the script by its path.
   sed -i "1s|^#! */usr/bin/python3.*|#!$prefix/usr/bin/python3|" "$prefix/usr/bin/meson"
@@ -185,6 +191,7 @@ write_icds() {
   local vendors="$dir/vendors"
   rm -rf "$vendors" && mkdir -p "$vendors"
   local found=() f name
+  vendor_dirs=""
   while IFS= read -r f; do
     found+=("$f")
   done < <(find /usr/lib /usr/lib64 /usr/lib32 /usr/local /opt -maxdepth 6 \
@@ -197,6 +204,8 @@ write_icds() {
     seen="$seen$real "
     name=$(basename "$f"); name=${name%%.so*}
     echo "$f" >"$vendors/$name.icd"
+    # the driver's own libraries (NVIDIA's libcuda.so.1) lie beside it
+    vendor_dirs="$vendor_dirs:$(dirname "$f")"
   done
   if [ -d /etc/OpenCL/vendors ]; then
     for f in /etc/OpenCL/vendors/*.icd; do
@@ -237,7 +246,7 @@ kit_env() {
     path="$path:$PATH"
   fi
   export PATH="$path"
-  export LD_LIBRARY_PATH="$lib:$prefix/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$lib:$prefix/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$vendor_dirs"
   export LIBRARY_PATH="$lib:$prefix/usr/lib"
   export CPATH="$prefix/usr/include:$prefix/usr/include/$triplet"
   export PKG_CONFIG="$prefix/usr/bin/pkgconf"
@@ -252,6 +261,18 @@ kit_env() {
   # OUT/tuning.json alone.
   export XDG_DATA_HOME="$dir/data"
   export OCLF_CACHE_DIR="$dir/program-cache"
+  [ "$(cat "$dir/cc-choice" 2>/dev/null)" = kit ] && cc_env
+  return 0
+}
+
+# The kit's compiler on the paths, after the prefix: gcc and binutils, the
+# C library's headers and start files.
+cc_env() {
+  local lib="$ccprefix/usr/lib/$triplet"
+  export PATH="$prefix/usr/bin:$ccprefix/usr/bin:${PATH#"$prefix/usr/bin:"}"
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$lib"
+  export CPATH="$CPATH:$ccprefix/usr/include:$ccprefix/usr/include/$triplet"
+  export LIBRARY_PATH="$LIBRARY_PATH:$lib:$ccprefix/usr/lib"
 }
 
 pick_cc() {
@@ -264,13 +285,16 @@ pick_cc() {
       if command -v "$c" >/dev/null && [ "$(command -v "$c")" != "$prefix/usr/bin/$c" ] &&
          "$c" "$t/c.c" -o "$t/c" -lm -pthread 2>/dev/null && "$t/c" >/dev/null; then
         export CC="$(command -v "$c")"
+        echo system >"$dir/cc-choice"
         return 0
       fi
     done
     [ "$cc_choice" = system ] && die "no working C compiler on this machine (try --cc kit)"
   fi
-  export CC="$prefix/usr/bin/gcc"
+  grep -q "$ccprefix" <<<"$PATH" || cc_env
+  export CC="$ccprefix/usr/bin/gcc"
   "$CC" "$t/c.c" -o "$t/c" -lm -pthread && "$t/c" >/dev/null || die "the kit's gcc does not work here"
+  echo kit >"$dir/cc-choice"
 }
 
 stage_build() {
@@ -279,6 +303,11 @@ stage_build() {
   # The Python package's interpreter too: a newer system python3 may lack
   # the distutils that Meson 1.0 asks it for.
   local meson=(meson) opts=(-Dpython3="$prefix/usr/bin/python3")
+  # Meson keeps a build folder's compiler across reconfigurations.
+  if [ -f "$build/build.ninja" ] && [ "$(cat "$build/.kit-cc" 2>/dev/null)" != "$CC" ]; then
+    rm -rf "$build"
+  fi
+  mkdir -p "$build" && echo "$CC" >"$build/.kit-cc"
   {
     echo "C compiler: $CC"
     if [ -f "$build/build.ninja" ]; then
@@ -406,7 +435,7 @@ cmd_run() {
     esac
   done
   [ "$stages" = all ] && stages=unpack,build,info,test,tune,bench
-  prefix="$dir/prefix" build="$dir/build" triplet=x86_64-linux-gnu
+  prefix="$dir/prefix" ccprefix="$dir/prefix/cc" build="$dir/build" triplet=x86_64-linux-gnu
   orig_path=$PATH orig_ld=${LD_LIBRARY_PATH:-} orig_python=$(command -v python3 || true)
   local st
   IFS=, read -r -a st <<<"$stages"
@@ -432,7 +461,7 @@ cmd_exec() {
   [ "${1:-}" = --isolate ] && { isolate=1; shift; }
   [ $# -ge 3 ] && [ "$2" = -- ] || die "usage: $prog exec [--isolate] DIR -- CMD [ARGS]"
   dir=$(abspath "$1"); shift 2
-  prefix="$dir/prefix" build="$dir/build" triplet=x86_64-linux-gnu
+  prefix="$dir/prefix" ccprefix="$dir/prefix/cc" build="$dir/build" triplet=x86_64-linux-gnu
   [ -f "$prefix/.kit-packages" ] || die "$prefix is not unpacked: run '$prog run DIR OUT --stage unpack'"
   write_icds
   kit_env
