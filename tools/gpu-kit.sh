@@ -34,14 +34,15 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 prog=tools/gpu-kit.sh
 
 # What the build, the tests, the tuner and the bench need (meson.build;
-# binutils for the lib-deps test's nm), beyond a minimal system; and the
+# binutils for the lib-deps test's nm; clinfo for the device's facts),
+# beyond a minimal system; and the
 # compiler, unpacked apart (DIR/prefix/cc) and put on the paths only when the
 # machine has no working one, so that a machine's own compiler never sees
 # the kit's C library headers.
 kit_roots=(
   ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers
   libclblast-dev libjansson-dev check libsubunit-dev
-  meson ninja-build pkgconf python3 binutils
+  meson ninja-build pkgconf python3 binutils clinfo
 )
 cc_roots=(gcc libc6-dev)
 
@@ -61,7 +62,7 @@ run options:
   --tune-budget S    seconds for oclfuse-tune (default 120)
   --tune-args "..."  more oclfuse-tune arguments (default: --dtypes f32,f16,bf16 --shapes bench)
   --bench-args "..." more oclfuse-bench arguments (default: none, every op, dtype and shape)
-  --stage-seconds S  the test stage, and the bench stage in all, stop after S seconds (default 540)
+  --stage-seconds S  the test, tune and bench stages stop after S seconds (default 540)
   --cc auto|system|kit   C compiler: the machine's when it works (auto), or the kit's gcc
   --isolate          PATH holds only the prefix and a few base commands (rehearsal: a
                      machine without the packages, whatever this one has installed)
@@ -124,7 +125,7 @@ cmd_fetch() {
   # The source travels inside the kit, so DIR alone is what to copy.
   rm -rf "$dir/src" && mkdir -p "$dir/src"
   if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-    (cd "$src" && git ls-files -z | tar --null -T - -cf -) | tar -xf - -C "$dir/src"
+    (cd "$src" && git ls-files -z | tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$dir/src"
   else
     tar -C "$src" --exclude='./build*' -cf - . | tar -xf - -C "$dir/src"
   fi
@@ -303,11 +304,12 @@ stage_build() {
   # The Python package's interpreter too: a newer system python3 may lack
   # the distutils that Meson 1.0 asks it for.
   local meson=(meson) opts=(-Dpython3="$prefix/usr/bin/python3")
-  # Meson keeps a build folder's compiler across reconfigurations.
-  if [ -f "$build/build.ninja" ] && [ "$(cat "$build/.kit-cc" 2>/dev/null)" != "$CC" ]; then
+  # Meson keeps a build folder's compiler and source across
+  # reconfigurations: a folder made for others is made anew.
+  if [ -f "$build/build.ninja" ] && [ "$(cat "$build/.kit-for" 2>/dev/null)" != "$CC $src" ]; then
     rm -rf "$build"
   fi
-  mkdir -p "$build" && echo "$CC" >"$build/.kit-cc"
+  mkdir -p "$build" && echo "$CC $src" >"$build/.kit-for"
   {
     echo "C compiler: $CC"
     if [ -f "$build/build.ninja" ]; then
@@ -329,6 +331,11 @@ stage_info() {
     "$build/tools/oclfuse-info"
     echo
     "$build/tune/oclfuse-tune" --list
+    echo
+    # where each op's parameters come from on the first device, at one shape
+    "$build/tools/oclfuse-info" --shape 4096x4096
+    echo
+    clinfo
   } >"$out/info.txt" 2>&1 || { cat "$out/info.txt" >&2; die "oclfuse-info failed: $out/info.txt"; }
   cat "$out/info.txt"
 }
@@ -348,10 +355,18 @@ stage_test() {
 }
 
 stage_tune() {
+  # Past --stage-seconds the tuner gets SIGINT, on which it finishes the
+  # candidate in hand and writes what is done.
+  local status=0
   # shellcheck disable=SC2086 # the argument strings are split on purpose
-  "$build/tune/oclfuse-tune" --db "$out/tuning.json" --budget "$tune_budget" --resume \
-    ${tune_args:---dtypes f32,f16,bf16 --shapes bench} >"$out/tune.log" 2>&1 ||
-    { tail -20 "$out/tune.log" >&2; die "tuning failed: $out/tune.log"; }
+  timeout -s INT -k 120 "$stage_seconds" \
+    "$build/tune/oclfuse-tune" --db "$out/tuning.json" --budget "$tune_budget" --resume \
+    ${tune_args:---dtypes f32,f16,bf16 --shapes bench} >"$out/tune.log" 2>&1 || status=$?
+  if [ $status = 124 ]; then
+    say "tuning stopped after $stage_seconds s (--stage-seconds); --stage tune again resumes it"
+  elif [ $status != 0 ]; then
+    tail -20 "$out/tune.log" >&2; die "tuning failed: $out/tune.log"
+  fi
   say "tuning records in $out/tuning.json (log: $out/tune.log)"
 }
 
