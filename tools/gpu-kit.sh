@@ -151,7 +151,9 @@ while off < len(data):
     size = int(data[off + 48:off + 58])
     body = data[off + 60:off + 60 + size]
     if name.startswith('data.tar'):
-        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
+        # as dpkg-deb does: links, absolute ones too, kept as they are
+        trusted = {'filter': 'fully_trusted'} if hasattr(tarfile, 'fully_trusted_filter') else {}
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2], **trusted)
         break
     off += 60 + size + (size & 1)
 else:
@@ -180,6 +182,10 @@ stage_unpack() {
   # path, which a machine without libc6-dev lacks: point it into the prefix.
   local script="$ccprefix/usr/lib/$triplet/libc.so"
   [ -f "$script" ] && sed -i "s# /usr/lib/$triplet/# $ccprefix/usr/lib/$triplet/#g" "$script"
+  # A few links name files of the system by absolute path (the C library's
+  # .so links, Python's sitecustomize.py in /etc): where the file is
+  # missing the link goes (Python warned at every start of the missing one).
+  find "$prefix" -type l -lname '/*' ! -exec test -e {} \; -delete
   # Meson runs under the kit's Python, and so does the build's own
   # regeneration, which calls the script by its path.
   sed -i "1s|^#! */usr/bin/python3.*|#!$prefix/usr/bin/python3|" "$prefix/usr/bin/meson"
