@@ -98,7 +98,7 @@ PY
 # device, op, dtype and shape however often they are merged.
 db="$kit/imported.json"
 rm -f "$db"
-for i in 1 2; do
+for _ in 1 2; do
   OCLF_BUILD_DIR="$mainbuild" "$kitsh" import "$out/tuning.json" "$db"
 done
 [ ! -e "$db.lock" ] || fail "import left $db.lock"
