@@ -61,10 +61,12 @@ outside=$(echo "$deps" | grep -v -e "^$prefix/" -e "^$kit/src/" -e "^$kit/build/
 [ -z "$outside" ] || fail "headers from outside the kit: $(echo "$outside" | head -5 | tr '\n' ' ')"
 echo "$n headers, all from the prefix or the tree"
 
-# The library's dependencies load from the prefix.
-libs=$("$kitsh" exec "$kit" -- ldd "$kit/build/liboclfuse.so")
-for l in libOpenCL.so.1 libjansson.so.4 libclblast.so.1; do
-  echo "$libs" | grep -q "$l => $prefix/" || fail "$l not from the prefix: $(echo "$libs" | grep "$l" || echo missing)"
+# The kit's programs load the kit's library, and its dependencies load from
+# the prefix (meson test's LD_LIBRARY_PATH holds the tree's own build).
+libs=$("$kitsh" exec "$kit" -- ldd "$kit/build/tools/oclfuse-bench")
+for l in liboclfuse.so.0 libOpenCL.so.1 libjansson.so.4 libclblast.so.1; do
+  want=$prefix/; [ $l = liboclfuse.so.0 ] && want=$kit/build/
+  echo "$libs" | grep -q "$l => $want" || fail "$l not from $want: $(echo "$libs" | grep "$l" || echo missing)"
 done
 
 # What the stages left in OUT.
@@ -109,4 +111,21 @@ want = json.load(open(sys.argv[2]))['records']
 assert len(got) == len(want) == 1, (len(got), len(want))
 assert got[0]['choice'] == want[0]['choice'] and got[0]['device'] == want[0]['device']
 PY
+# Imported into the kit's copy of tune/db/builtin.json and built, the
+# record is what dispatch takes on this device, with no other database in
+# reach (the kit's environment has no OCLF_TUNING_DB and an empty
+# XDG_DATA_HOME). The copy is restored and built again after.
+builtin="$kit/src/tune/db/builtin.json"
+cp "$builtin" "$kit/builtin.json.orig"
+restore() { cp "$kit/builtin.json.orig" "$builtin" && touch "$builtin"; }
+trap restore EXIT
+OCLF_BUILD_DIR="$mainbuild" "$kitsh" import "$out/tuning.json" "$builtin"
+explain=$("$kitsh" exec "$kit" -- sh -c \
+  'ninja -C "$0/build" >/dev/null && "$0/build/tools/oclfuse-info" --ops rms_norm --shape 64x256' "$kit")
+echo "$explain" | tail -2
+echo "$explain" | grep -q '^  uses: built-in database builtin.json record 0 (exact device match; tuned shape rows=64 cols=256)' ||
+  fail "dispatch does not take the imported record from the built-in database"
+restore
+trap - EXIT
+"$kitsh" exec "$kit" -- ninja -C "$kit/build" >/dev/null
 echo "gpu-kit rehearsal passed"

@@ -123,13 +123,27 @@ cmd_fetch() {
   done <"$dir/packages.txt.new"
   mv "$dir/packages.txt.new" "$dir/packages.txt"
 
-  # The source travels inside the kit, so DIR alone is what to copy.
-  rm -rf "$dir/src" && mkdir -p "$dir/src"
+  # The source travels inside the kit, so DIR alone is what to copy. Only
+  # files whose content changed are replaced: a build folder made from an
+  # earlier copy then rebuilds what changed, as it would in the tree (a
+  # file put back as it was, with its old time, would rebuild nothing).
+  local new="$dir/src.new" f
+  rm -rf "$new" && mkdir -p "$new" "$dir/src"
   if git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-    (cd "$src" && git ls-files -z | tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$dir/src"
+    (cd "$src" && git ls-files -z | tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$new"
   else
-    tar -C "$src" --exclude='./build*' -cf - . | tar -xf - -C "$dir/src"
+    tar -C "$src" --exclude='./build*' -cf - . | tar -xf - -C "$new"
   fi
+  while IFS= read -r -d '' f; do
+    if ! cmp -s "$new/$f" "$dir/src/$f"; then
+      mkdir -p "$(dirname "$dir/src/$f")"
+      cp -P --remove-destination "$new/$f" "$dir/src/$f"
+    fi
+  done < <(cd "$new" && find . \( -type f -o -type l \) -print0)
+  while IFS= read -r -d '' f; do
+    [ -e "$new/$f" ] || [ -L "$new/$f" ] || rm -f "$dir/src/$f"
+  done < <(cd "$dir/src" && find . \( -type f -o -type l \) -print0)
+  rm -rf "$new"
   say "$(wc -l <"$dir/packages.txt") packages, $(du -sh "$dir/debs" | cut -f1), in $dir/debs; source in $dir/src"
   say "on the other machine: $dir/src/tools/gpu-kit.sh run DIR OUT"
 }
@@ -249,12 +263,15 @@ kit_env() {
       case "$p" in /*) ln -s "$p" "$shim/$c" ;; esac
     done
     path="$path:$shim"
-    unset CC CFLAGS LDFLAGS PYTHONHOME PKG_CONFIG
+    unset CC CFLAGS LDFLAGS PYTHONHOME PKG_CONFIG LD_LIBRARY_PATH
   else
     path="$path:$PATH"
   fi
   export PATH="$path"
-  export LD_LIBRARY_PATH="$lib:$prefix/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$vendor_dirs"
+  # The kit's build folder first: its programs find liboclfuse through
+  # their run path, which any LD_LIBRARY_PATH entry holding another
+  # liboclfuse.so would override (meson test puts the tree's build there).
+  export LD_LIBRARY_PATH="$build:$lib:$prefix/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$vendor_dirs"
   export LIBRARY_PATH="$lib:$prefix/usr/lib"
   export CPATH="$prefix/usr/include:$prefix/usr/include/$triplet"
   export PKG_CONFIG="$prefix/usr/bin/pkgconf"
