@@ -286,6 +286,8 @@ kit_env() {
   # OUT/tuning.json alone.
   export XDG_DATA_HOME="$dir/data"
   export OCLF_CACHE_DIR="$dir/program-cache"
+  # the environment without the kit's compiler, for pick_cc to go back to
+  no_cc_env=("PATH=$PATH" "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" "CPATH=$CPATH" "LIBRARY_PATH=$LIBRARY_PATH")
   [ "$(cat "$dir/cc-choice" 2>/dev/null)" = kit ] && cc_env
   return 0
 }
@@ -305,11 +307,13 @@ pick_cc() {
   mkdir -p "$t"
   printf '#include <math.h>\n#include <pthread.h>\n#include <stdio.h>\nint main(void){printf("%%g\\n", sqrt(2.0));return 0;}\n' >"$t/c.c"
   if [ "$cc_choice" != kit ]; then
-    local c
+    local c p
+    export "${no_cc_env[@]}"
     for c in cc gcc; do
-      if command -v "$c" >/dev/null && [ "$(command -v "$c")" != "$prefix/usr/bin/$c" ] &&
-         "$c" "$t/c.c" -o "$t/c" -lm -pthread 2>/dev/null && "$t/c" >/dev/null; then
-        CC=$(command -v "$c"); export CC
+      p=$(command -v "$c") || continue
+      case "$p" in "$prefix"/*) continue ;; esac # the kit's, from an earlier choice
+      if "$p" "$t/c.c" -o "$t/c" -lm -pthread 2>/dev/null && "$t/c" >/dev/null; then
+        export CC="$p"
         echo system >"$dir/cc-choice"
         return 0
       fi
