@@ -4,11 +4,13 @@
 # tuned and benchmarked with a PATH that holds only the kit's prefix and a
 # few base commands, and with the kit's own gcc: the system's meson, ninja,
 # pkg-config, compiler and python3 are out of reach. The run must then show
-# that every header came from the prefix or the tree, that the library
-# loads OpenCL, jansson and CLBlast from the prefix, and that the reduced
-# stages left their results in OUT. POCL stands in for the vendor driver
-# (found through /etc/OpenCL/vendors). Exits 77 (skipped) when the packages
-# cannot be downloaded.
+# that every header came from the prefix or the tree, that the kit's
+# programs load the kit's liboclfuse and OpenCL, jansson and CLBlast from
+# the prefix, that the reduced stages left their results in OUT, and that
+# the tuning record, imported into the kit's tune/db/builtin.json, is what
+# dispatch takes. POCL stands in for the vendor driver (found through
+# /etc/OpenCL/vendors). Exits 77 (skipped) when the packages cannot be
+# downloaded.
 #   tests/gpu_kit.sh SOURCE_ROOT KIT_DIR MAIN_BUILD_DIR
 set -euo pipefail
 src=$1 kit=$2 mainbuild=$3
