@@ -63,6 +63,12 @@ typedef struct tm_series {
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
                int k, const tm_plan *plan, tm_series *out, int *failed);
 
+/* The clock every measurement reads, in ns (NULL: CLOCK_MONOTONIC again).
+ * Tests put a counter there that a stand-in op advances by a set amount
+ * per call, so what they assert about batch sizes and sample counts holds
+ * however loaded the machine is. Not thread-safe: set it before measuring. */
+void tm_set_clock(double (*fn)(void));
+
 /* Median of v[0..n) (v is left as it was). */
 double tm_median(const double *v, int n);
 /* 95% bootstrap interval of the median of v[0..n). */
