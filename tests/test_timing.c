@@ -74,6 +74,38 @@ START_TEST(paired_ratio_cancels_drift)
 }
 END_TEST
 
+/* The rule that lets a tuned candidate replace the default: every part
+ * of it decides one of these. */
+START_TEST(clear_win_rule)
+{
+    double a[15], b[15];
+    tm_verdict v;
+    /* 20% faster, tight samples: a clear win */
+    for (int i = 0; i < 15; i++)
+        a[i] = 80 + 0.1 * i, b[i] = 100 + 0.1 * i;
+    ck_assert(tm_clear_win(a, 15, b, 15, 0.01, 0.03, &v));
+    ck_assert(v.a_hi < v.b_lo && v.p < 0.01);
+    ck_assert_double_eq_tol(v.a_med, 80.7, 1e-9);
+    /* the same samples: nothing to tell apart */
+    ck_assert(!tm_clear_win(b, 15, b, 15, 0.01, 0.03, &v));
+    ck_assert_str_eq(v.why, "win not significant at the measured noise");
+    /* 1% faster every time: significant, not worth a record */
+    for (int i = 0; i < 15; i++)
+        a[i] = 0.99 * b[i];
+    ck_assert(!tm_clear_win(a, 15, b, 15, 0.01, 0.03, &v));
+    ck_assert_str_eq(v.why, "significant but within the tie margin");
+    /* Most samples far lower, but six above most of the default's: the
+     * test and the medians say win, the medians' intervals overlap (a
+     * median of 15 such samples may well land on the high ones). */
+    for (int i = 0; i < 15; i++)
+        b[i] = 97 + i, a[i] = i < 9 ? 50 : 96 + i;
+    ck_assert(!tm_clear_win(a, 15, b, 15, 0.05, 0.03, &v));
+    ck_assert_msg(v.p < 0.05 && v.a_med < 0.97 * v.b_med, "p %g, medians %g %g", v.p, v.a_med,
+                  v.b_med);
+    ck_assert_str_eq(v.why, "the medians' intervals overlap");
+}
+END_TEST
+
 /* The stand-in ops below take no time: each call advances this clock
  * (tm_set_clock) by what it stands for. */
 static double fake_ns;
@@ -343,6 +375,7 @@ int main(void)
     tcase_add_test(tc, mwu_ties);
     tcase_add_test(tc, ratio_interval);
     tcase_add_test(tc, paired_ratio_cancels_drift);
+    tcase_add_test(tc, clear_win_rule);
     tcase_add_test(tc, samples_sized_to_target);
     tcase_add_test(tc, batched_samples);
     tcase_add_test(tc, rounds_shuffle_the_order);

@@ -330,6 +330,25 @@ double tm_mwu_differ(const double *a, int na, const double *b, int nb)
     return erfc(fabs(mwu_z(a, na, b, nb)) / sqrt(2.0));
 }
 
+int tm_clear_win(const double *a, int na, const double *b, int nb, double p_max, double margin,
+                 tm_verdict *v)
+{
+    v->a_med = tm_median(a, na);
+    v->b_med = tm_median(b, nb);
+    tm_median_ci(a, na, &v->a_lo, &v->a_hi);
+    tm_median_ci(b, nb, &v->b_lo, &v->b_hi);
+    tm_ratio_ci(a, na, b, nb, &v->ratio_lo, &v->ratio_hi);
+    v->p = tm_mwu_less(a, na, b, nb);
+    const int significant = v->p < p_max, beyond = v->a_med < (1 - margin) * v->b_med,
+              apart = v->a_hi < v->b_lo;
+    v->wins = significant && beyond && apart;
+    v->why = v->wins        ? "significant win beyond the tie margin, intervals apart"
+             : !significant ? "win not significant at the measured noise"
+             : !beyond      ? "significant but within the tie margin"
+                            : "the medians' intervals overlap";
+    return v->wins;
+}
+
 /* Holds the queue behind a user event, so that the calls enqueued next wait
  * and none runs while the host is being timed: the enqueue loop then
  * measures the host path alone, not its contention with the device's

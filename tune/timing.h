@@ -86,6 +86,24 @@ double tm_mwu_less(const double *a, int na, const double *b, int nb);
 /* The same, two-sided: "a and b differ". */
 double tm_mwu_differ(const double *a, int na, const double *b, int nb);
 
+/* Does a (a candidate's samples) beat b (the default's), measured side by
+ * side, clearly enough to replace it? All three must hold: a one-sided
+ * Mann-Whitney U test finds a smaller at p < p_max; a's median is more than
+ * `margin` (a fraction) below b's; and the 95% bootstrap intervals of the
+ * two medians do not overlap (a's upper end below b's lower end). The test
+ * alone passes on 15 samples that straddle each other where a's are a
+ * little lower in most rounds; the intervals say the medians themselves
+ * are apart at the noise the samples show. The figures go to *v. */
+typedef struct tm_verdict {
+    double a_med, b_med, a_lo, a_hi, b_lo, b_hi; /* medians and their 95% intervals */
+    double p;                                    /* one-sided U test, a < b */
+    double ratio_lo, ratio_hi;                   /* 95% interval of a_med / b_med */
+    int wins;                                    /* all three held */
+    const char *why;                             /* which failed, or that all held */
+} tm_verdict;
+int tm_clear_win(const double *a, int na, const double *b, int nb, double p_max, double margin,
+                 tm_verdict *v);
+
 /* Host microseconds per call spent issuing `reps`-call batches of `choice`
  * (the enqueue loop alone; the wait is outside the clock): argument checks,
  * dispatch and the enqueues. The queue is held behind a user event while
