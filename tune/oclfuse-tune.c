@@ -79,8 +79,9 @@ static void usage(FILE *f)
             "  --platform P --device D   index or name substring (default: first)\n"
             "  --ops a,b,...        operations (default: all)\n"
             "  --dtypes f32,...     storage dtypes (default: f32,f16,bf16)\n"
-            "  --shapes S           preset (default, bench, llm), a comma list, or a file\n"
-            "                       with one shape per line\n"
+            "  --shapes S           preset (default, bench, llm, short: the bench shapes of\n"
+            "                       a short run, as oclfuse-bench --short), a comma list,\n"
+            "                       or a file with one shape per line\n"
             "  --budget SECONDS     for the whole run (default 600, none with\n"
             "                       --max-candidates alone)\n"
             "  --max-candidates N   per job, the two paths' defaults included (default:\n"
@@ -98,6 +99,8 @@ static void usage(FILE *f)
  * Returned malloc'd as a comma list. */
 static char *shape_list(const op_desc *op, const char *spec)
 {
+    if (spec && strcmp(spec, "short") == 0)
+        return op_short_shapes(op);
     const char *preset = !spec || strcmp(spec, "default") == 0 ? op->tune_shapes
                          : strcmp(spec, "bench") == 0           ? op->bench_shapes
                          : strcmp(spec, "llm") == 0

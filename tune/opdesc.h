@@ -153,6 +153,16 @@ double op_copy_gbps(const op_env *env);
 /* Monotonic clock, seconds. */
 double op_now_s(void);
 
+/* The bench shapes of a short run (tools/run.sh without --full), malloc'd
+ * as a comma list: those whose call an estimate puts under SHORT_CALL_S
+ * in f32 (min_bytes at 10 GB/s, flops at 50 GFLOP/s: two CPU cores), or,
+ * where no shape is, the one estimated cheapest, so every op is still
+ * run. A full run's calls reach tens of seconds (an unfused l2_topk of 100
+ * queries over a million rows), each verified against the CPU reference
+ * and timed several times, dtype by dtype. NULL when out of memory. */
+#define SHORT_CALL_S 0.1
+char *op_short_shapes(const op_desc *op);
+
 /* Is `name` in the comma-separated list (NULL: everything)? */
 int op_listed(const char *list, const char *name);
 
