@@ -31,7 +31,10 @@ static void usage(FILE *f)
             "  --shapes S,S,...    shapes, read per op as below (default: each op's list)\n"
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
-            "  --min-time SECONDS  time per path and shape, split over the samples (default 1)\n"
+            "  --min-time SECONDS  time per path and shape, split over the samples (default 1,\n"
+            "                      0.5 with --short)\n"
+            "  --short             each op's shapes of a short run: those whose call is\n"
+            "                      estimated under 0.1 s, else its cheapest one\n"
             "  --samples N         samples per path, interleaved between paths (default 15)\n"
             "  --json              JSON array instead of the table\n"
             "  --json-file FILE    the JSON array into FILE, the table still on stdout\n"
@@ -181,9 +184,9 @@ int main(int argc, char **argv)
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL,
                *paths = "fused,unfused";
     const char *platform = NULL, *device = NULL, *json_file = NULL;
-    double min_time = 1.0;
+    double min_time = -1; /* not given: 1 s, or 0.5 with --short */
     int samples = 15;
-    int json = 0, verify = 1;
+    int json = 0, verify = 1, short_run = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -215,6 +218,8 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--min-time") == 0 && v) {
             min_time = atof(v);
             i++;
+        } else if (strcmp(a, "--short") == 0) {
+            short_run = 1;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
@@ -228,6 +233,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (min_time < 0)
+        min_time = short_run ? 0.5 : 1.0;
     if (ops) {
         for (const char *p = ops; *p;) {
             const char *end = strchr(p, ',');
@@ -286,11 +293,12 @@ int main(int argc, char **argv)
         const op_desc *op = op_table[oi];
         if (!op_listed(ops, op->name))
             continue;
+        char *short_list = short_run && !shapes ? op_short_shapes(op) : NULL;
         for (int d = 0; d < OCLF_DTYPE_COUNT_; d++) {
             const oclf_dtype dt = (oclf_dtype)d;
             if (!op_listed(dtypes, oclf_dtype_name(dt)))
                 continue;
-            const char *list = shapes ? shapes : op->bench_shapes;
+            const char *list = shapes ? shapes : short_list ? short_list : op->bench_shapes;
             for (const char *p = list; *p;) {
                 const char *end = strchr(p, ',');
                 size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -371,6 +379,7 @@ int main(int argc, char **argv)
                 op->destroy(inst);
             }
         }
+        free(short_list);
     }
     if (jf) {
         fprintf(jf, "\n]\n");
