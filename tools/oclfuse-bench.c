@@ -254,6 +254,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "oclfuse-bench: cannot write %s\n", json_file);
         return 1;
     }
+    const double run_start = op_now_s();
     op_env env;
     char err[512];
     if (op_env_open(&env, platform, device, err, sizeof err) != 0) {
@@ -288,12 +289,21 @@ int main(int argc, char **argv)
         printf("\n%-20s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s\n",
                "op", "dtype", "shape", "fused ms", "unfused ms", "ratio",
                "GB/s", "%copy", "auto ms", "auto/best", "call us", "notes");
-    int first = 1, failures = 0;
+    int first = 1, failures = 0, ops_done = 0, ops_total = 0;
+    for (int oi = 0; op_table[oi]; oi++)
+        ops_total += op_listed(ops, op_table[oi]->name);
     for (int oi = 0; op_table[oi]; oi++) {
         const op_desc *op = op_table[oi];
         if (!op_listed(ops, op->name))
             continue;
         char *short_list = short_run && !shapes ? op_short_shapes(op) : NULL;
+        /* Progress on stderr, an op at a time: a run takes minutes (a full
+         * one, hours on some machines), and the table says nothing until
+         * an op's first row is measured. */
+        const double op_start = op_now_s();
+        ops_done++;
+        fprintf(stderr, "oclfuse-bench: %s (op %d of %d): %s\n", op->name, ops_done, ops_total,
+                shapes ? shapes : short_list ? short_list : op->bench_shapes);
         for (int d = 0; d < OCLF_DTYPE_COUNT_; d++) {
             const oclf_dtype dt = (oclf_dtype)d;
             if (!op_listed(dtypes, oclf_dtype_name(dt)))
@@ -380,6 +390,8 @@ int main(int argc, char **argv)
             }
         }
         free(short_list);
+        fprintf(stderr, "oclfuse-bench: %s done in %.0f s; %.0f s since the start\n", op->name,
+                op_now_s() - op_start, op_now_s() - run_start);
     }
     if (jf) {
         fprintf(jf, "\n]\n");
