@@ -331,6 +331,7 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
      * default. */
     if (best && !best->is_default && c[0].state > 0)
         best = tuner_interrupted ? &c[0] : confirm(t, op, inst, &c[best - c], &c[0]);
+    r->default_ns = c[0].state > 0 ? c[0].time_ns : -1; /* as confirmed, where it was */
     op->destroy(inst);
     if (small)
         op->destroy(small);

@@ -21,8 +21,9 @@
  * records the test either way.
  *
  * Two passes. The first measures every job's defaults (the heuristic's
- * fused choice and the unfused path's heuristic default), so a short
- * budget has seen every shape before it spends time searching any. The
+ * fused choice and the unfused path's heuristic default) within half the
+ * budget, so a short budget sees as many shapes as it can before it
+ * spends time searching any. The
  * second runs the jobs again in the order where a measurement is likeliest
  * to change a decision: by the ratio unfused/fused of those defaults,
  * smallest first (the shapes where the unfused path looked faster, which
@@ -277,16 +278,19 @@ int main(int argc, char **argv)
     }
     result *res = calloc((size_t)(nj > 0 ? nj : 1), sizeof *res);
     static cand c[MAX_CAND];
-    /* First pass: every job's defaults. The budget is for the whole run:
-     * once it is spent the remaining jobs keep what dispatch already does
-     * for them (the heuristic). */
+    /* First pass: every job's defaults, within half the budget: what it
+     * measures becomes a record only in the second pass, so a first pass
+     * that spent it all would leave nothing written. The budget is for the
+     * whole run: once it is spent the remaining jobs keep what dispatch
+     * already does for them (the heuristic). */
+    const double first_end = t.start + (t.deadline - t.start) / 2;
     double *lean = calloc((size_t)(nj > 0 ? nj : 1), sizeof *lean);
     int *order = calloc((size_t)(nj > 0 ? nj : 1), sizeof *order);
     int reached = 0;
     t.first_pass = 1;
     t.jobs_total = nj;
     for (int i = 0; i < nj && !tuner_interrupted; i++) {
-        if (i > 0 && tuner_now() >= t.deadline)
+        if (i > 0 && tuner_now() >= first_end)
             break;
         result scratch;
         memset(&scratch, 0, sizeof scratch);
