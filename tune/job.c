@@ -286,6 +286,10 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
         cand *batch[BATCH];
         const int bmax = t->threads < BATCH ? t->threads : BATCH;
         int nb = 0;
+        /* The defaults make a batch of their own: the search past them is
+         * what the share of the budget decides on. */
+        if (oi >= mandatory && t->warms > 0 && tuner_now() + t->warm_s > job_end)
+            break;
         if (anneal && oi >= front) {
             const int pickc = anneal_next(c, n, cur);
             if (pickc < 0)
@@ -293,10 +297,18 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
             batch[nb++] = &c[pickc];
             oi++;
         } else {
-            while (nb < bmax && oi < cap)
+            while (nb < bmax && oi < cap && !(oi == mandatory && nb > 0))
                 batch[nb++] = &c[order[oi++]];
         }
+        const double warm_start = tuner_now();
         warm(&t->env, op, small, batch, nb, t->threads);
+        int fresh = 0; /* a batch all from the journal compiled nothing new */
+        for (int b = 0; b < nb; b++)
+            fresh |= !json_object_get(t->j.done, batch[b]->key);
+        if (fresh) {
+            t->warm_s = (t->warm_s * t->warms + (tuner_now() - warm_start)) / (t->warms + 1);
+            t->warms++;
+        }
         for (int b = 0; b < nb && done < cap && !tuner_interrupted &&
                         (done < mandatory || tuner_now() < job_end);
              b++) {

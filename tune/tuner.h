@@ -33,6 +33,12 @@ typedef struct tuner {
     int quiet, tty, threads;
     journal j;
     double deadline, start, copy_gbps;
+    /* Mean seconds a batch took to compile ahead (warm), over the run: a
+     * job starts a batch past its defaults only when its share of the
+     * budget still holds one, since a cold compile takes seconds and a
+     * brief run's share per job can be less. */
+    double warm_s;
+    int warms;
     int jobs_total, jobs_done;
 } tuner;
 
