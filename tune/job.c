@@ -288,7 +288,8 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
         int nb = 0;
         /* The defaults make a batch of their own: the search past them is
          * what the share of the budget decides on. */
-        if (oi >= mandatory && t->warms > 0 && tuner_now() + t->warm_s > job_end)
+        const int kind = oi >= mandatory;
+        if (kind && tuner_now() + t->warm_s[t->warms[1] ? 1 : 0] > job_end)
             break;
         if (anneal && oi >= front) {
             const int pickc = anneal_next(c, n, cur);
@@ -306,12 +307,14 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
         for (int b = 0; b < nb; b++)
             fresh |= !json_object_get(t->j.done, batch[b]->key);
         if (fresh) {
-            t->warm_s = (t->warm_s * t->warms + (tuner_now() - warm_start)) / (t->warms + 1);
-            t->warms++;
+            t->warm_s[kind] = (t->warm_s[kind] * t->warms[kind] + (tuner_now() - warm_start)) /
+                              (t->warms[kind] + 1);
+            t->warms[kind]++;
         }
-        for (int b = 0; b < nb && done < cap && !tuner_interrupted &&
-                        (done < mandatory || tuner_now() < job_end);
-             b++) {
+        /* A compiled batch is measured in full even past the job's share:
+         * the compile, the dear part, is spent, and a screening costs a
+         * few calls. */
+        for (int b = 0; b < nb && done < cap && !tuner_interrupted; b++) {
             double best_ns = 0;
             for (int i = 0; i < n; i++)
                 if (c[i].state > 0 && (best_ns == 0 || c[i].time_ns < best_ns))

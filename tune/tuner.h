@@ -33,12 +33,14 @@ typedef struct tuner {
     int quiet, tty, threads;
     journal j;
     double deadline, start, copy_gbps;
-    /* Mean seconds a batch took to compile ahead (warm), over the run: a
-     * job starts a batch past its defaults only when its share of the
-     * budget still holds one, since a cold compile takes seconds and a
-     * brief run's share per job can be less. */
-    double warm_s;
-    int warms;
+    /* Mean seconds a batch took to compile ahead (warm), over the run, of
+     * the defaults' batches [0] and of the search's [1]: a job starts a
+     * batch past its defaults only when its share of the budget still
+     * holds one (the search's mean once there is one: the defaults often
+     * come from the disk cache, the search's points seldom), since a cold
+     * compile takes seconds and a brief run's share per job can be less. */
+    double warm_s[2];
+    int warms[2];
     int jobs_total, jobs_done;
 } tuner;
 
