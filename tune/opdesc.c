@@ -52,10 +52,10 @@ char *op_short_shapes(const op_desc *op)
         op_shape shape;
         if (!op_parse_shape(op, text, &shape))
             continue;
-        const double est = fmax(op->min_bytes(&shape, OCLF_F32) / 10e9,
-                                op->flops ? op->flops(&shape) / 50e9 : 0);
-        if (est < least) {
-            least = est;
+        const double bytes = op->min_bytes(&shape, OCLF_F32);
+        const double est = fmax(bytes / 10e9, op->flops ? op->flops(&shape) / 50e9 : 0);
+        if (bytes < least) {
+            least = bytes;
             snprintf(cheapest, sizeof cheapest, "%s", text);
         }
         if (est <= SHORT_CALL_S)
