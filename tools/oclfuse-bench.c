@@ -31,7 +31,10 @@ static void usage(FILE *f)
             "  --shapes S,S,...    shapes, read per op as below (default: each op's list)\n"
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
-            "  --min-time SECONDS  time per path and shape, split over the samples (default 1)\n"
+            "  --min-time SECONDS  time per path and shape, split over the samples (default 1,\n"
+            "                      0.5 with --short)\n"
+            "  --short             each op's shapes of a short run: those whose call is\n"
+            "                      estimated under 0.1 s, else its cheapest one\n"
             "  --samples N         samples per path, interleaved between paths (default 15)\n"
             "  --json              JSON array instead of the table\n"
             "  --json-file FILE    the JSON array into FILE, the table still on stdout\n"
@@ -181,9 +184,9 @@ int main(int argc, char **argv)
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL,
                *paths = "fused,unfused";
     const char *platform = NULL, *device = NULL, *json_file = NULL;
-    double min_time = 1.0;
+    double min_time = -1; /* not given: 1 s, or 0.5 with --short */
     int samples = 15;
-    int json = 0, verify = 1;
+    int json = 0, verify = 1, short_run = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -215,6 +218,8 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--min-time") == 0 && v) {
             min_time = atof(v);
             i++;
+        } else if (strcmp(a, "--short") == 0) {
+            short_run = 1;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
@@ -228,6 +233,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (min_time < 0)
+        min_time = short_run ? 0.5 : 1.0;
     if (ops) {
         for (const char *p = ops; *p;) {
             const char *end = strchr(p, ',');
@@ -247,6 +254,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "oclfuse-bench: cannot write %s\n", json_file);
         return 1;
     }
+    const double run_start = op_now_s();
     op_env env;
     char err[512];
     if (op_env_open(&env, platform, device, err, sizeof err) != 0) {
@@ -281,16 +289,26 @@ int main(int argc, char **argv)
         printf("\n%-20s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s\n",
                "op", "dtype", "shape", "fused ms", "unfused ms", "ratio",
                "GB/s", "%copy", "auto ms", "auto/best", "call us", "notes");
-    int first = 1, failures = 0;
+    int first = 1, failures = 0, ops_done = 0, ops_total = 0;
+    for (int oi = 0; op_table[oi]; oi++)
+        ops_total += op_listed(ops, op_table[oi]->name);
     for (int oi = 0; op_table[oi]; oi++) {
         const op_desc *op = op_table[oi];
         if (!op_listed(ops, op->name))
             continue;
+        char *short_list = short_run && !shapes ? op_short_shapes(op) : NULL;
+        /* Progress on stderr, an op at a time: a run takes minutes (a full
+         * one, hours on some machines), and the table says nothing until
+         * an op's first row is measured. */
+        const double op_start = op_now_s();
+        ops_done++;
+        fprintf(stderr, "oclfuse-bench: %s (op %d of %d): %s\n", op->name, ops_done, ops_total,
+                shapes ? shapes : short_list ? short_list : op->bench_shapes);
         for (int d = 0; d < OCLF_DTYPE_COUNT_; d++) {
             const oclf_dtype dt = (oclf_dtype)d;
             if (!op_listed(dtypes, oclf_dtype_name(dt)))
                 continue;
-            const char *list = shapes ? shapes : op->bench_shapes;
+            const char *list = shapes ? shapes : short_list ? short_list : op->bench_shapes;
             for (const char *p = list; *p;) {
                 const char *end = strchr(p, ',');
                 size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -371,6 +389,9 @@ int main(int argc, char **argv)
                 op->destroy(inst);
             }
         }
+        free(short_list);
+        fprintf(stderr, "oclfuse-bench: %s done in %.0f s; %.0f s since the start\n", op->name,
+                op_now_s() - op_start, op_now_s() - run_start);
     }
     if (jf) {
         fprintf(jf, "\n]\n");

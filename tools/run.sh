@@ -5,23 +5,49 @@
 # copy bandwidth measured in the same run; writes the results as JSON and a
 # bar chart of them (build/bench.json, build/bench.png).
 #
-# Every storage dtype (f32, f16, bf16) by default, for the tuner and the
-# benchmark (--dtypes f32 narrows the benchmark); arguments go to the
-# benchmark. OCLF_TUNE_BUDGET (seconds, default 120; 0 skips tuning) bounds
-# the tuner (it may overrun by the job in hand);
-# it tunes the benchmark's own shapes into the per-machine database
-# (resuming from its journal, so a second run spends its budget on new
-# candidates).
+# Two sizes. By default a short run: each op's bench shapes whose call is
+# estimated under 0.1 s (else its cheapest one), 0.5 s per path and shape,
+# and 120 s of tuning over those same shapes: about 10 minutes on two CPU
+# cores. `--full` (or OCLF_RUN_FULL=1) runs every bench shape, 1 s per path
+# and shape, after 600 s of tuning: hours on a CPU, where an unfused l2_topk
+# of 100 queries over a million rows takes tens of seconds a call.
+#
+# Every storage dtype (f32, f16, bf16), for the tuner and the benchmark
+# (--dtypes f32 narrows the benchmark); other arguments go to the
+# benchmark. OCLF_TUNE_BUDGET (seconds; 0 skips tuning) overrides the
+# tuning time (the tuner may overrun by the job in hand); it tunes the
+# benchmark's own shapes into the per-machine database (resuming from its
+# journal, so a second run spends its budget on new candidates).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+full=${OCLF_RUN_FULL:-0}
+args=()
+for a in "$@"; do
+  if [ "$a" = --full ]; then full=1; else args+=("$a"); fi
+done
+
+start=$SECONDS
+say() { echo "run.sh: $* ($((SECONDS - start)) s so far)" >&2; }
 
 tools/build.sh
 builddir=${OCLF_BUILD_DIR:-build}
 
-budget=${OCLF_TUNE_BUDGET:-120}
+if [ "$full" = 1 ]; then
+  budget=${OCLF_TUNE_BUDGET:-600}
+  tune_shapes=bench
+  bench_size=()
+  say "full run: every bench shape, after ${budget} s of tuning"
+else
+  budget=${OCLF_TUNE_BUDGET:-120}
+  tune_shapes=short
+  bench_size=(--short)
+  say "short run (about 10 minutes on two CPU cores; tools/run.sh --full for every bench shape): tuning for ${budget} s"
+fi
 if [ "$budget" != 0 ]; then
-  "$builddir/tune/oclfuse-tune" --dtypes f32,f16,bf16 --shapes bench --budget "$budget" --resume \
-    || echo "run.sh: tuning failed; benchmarking with what the databases hold" >&2
+  "$builddir/tune/oclfuse-tune" --dtypes f32,f16,bf16 --shapes "$tune_shapes" --budget "$budget" \
+    --resume || echo "run.sh: tuning failed; benchmarking with what the databases hold" >&2
+  say "tuning done; benchmarking"
 fi
 # The table on stdout; the same results as JSON, and drawn as a bar chart
 # against the copy bandwidth (tools/plot_bench.py, matplotlib) in the build
@@ -30,8 +56,8 @@ json="$builddir/bench.json"
 chart="$builddir/bench.png"
 rm -f "$json" # never draw a previous run's results
 status=0
-"$builddir/tools/oclfuse-bench" --dtypes f32,f16,bf16 --paths fused,unfused,auto --json-file "$json" "$@" \
-  || status=$?
+"$builddir/tools/oclfuse-bench" --dtypes f32,f16,bf16 --paths fused,unfused,auto \
+  ${bench_size[@]+"${bench_size[@]}"} --json-file "$json" ${args[@]+"${args[@]}"} || status=$?
 if [ -s "$json" ]; then
   if /usr/bin/python3 tools/plot_bench.py "$json" -o "$chart" >/dev/null; then
     echo "run.sh: results in $json, bandwidth chart in $chart" >&2
@@ -39,4 +65,5 @@ if [ -s "$json" ]; then
     echo "run.sh: results in $json; the chart failed (python3-matplotlib?)" >&2
   fi
 fi
+say "done"
 exit $status

@@ -70,6 +70,10 @@ static void progress(tuner *t, const result *r, int done, int total)
     if (t->quiet)
         return;
     const double left = t->deadline - tuner_now();
+    char eta[48] = ""; /* none without a budget (--max-candidates alone) */
+    if (isfinite(left))
+        snprintf(eta, sizeof eta, t->tty ? "  ETA %4.0fs" : "; %.0fs of budget left",
+                 left > 0 ? left : 0);
     if (t->tty) {
         const int width = 30;
         const double frac = (double)t->jobs_done / (double)t->jobs_total +
@@ -79,14 +83,14 @@ static void progress(tuner *t, const result *r, int done, int total)
         for (int i = 0; i < width; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[width] = '\0';
-        fprintf(stderr, "\r[%s] %3.0f%% %-15s %-5s %-12s %d/%d  ETA %4.0fs ", bar, 100 * frac,
-                r->op->name, oclf_dtype_name(r->dtype), r->shape, done, total,
-                left > 0 ? left : 0);
+        fprintf(stderr, "\r[%s] %3.0f%% %-8s %-15s %-5s %-12s %d/%d%s ", bar, 100 * frac,
+                t->first_pass ? "defaults" : "search", r->op->name, oclf_dtype_name(r->dtype),
+                r->shape, done, total, eta);
         fflush(stderr);
     } else if (done == total) {
-        fprintf(stderr, "%s %s %s: %d candidates measured, %d rejected; %.0fs of budget left\n",
-                r->op->name, oclf_dtype_name(r->dtype), r->shape, r->measured, r->failed,
-                left > 0 ? left : 0);
+        fprintf(stderr, "%s%s %s %s: %d candidates measured, %d rejected%s\n",
+                t->first_pass ? "defaults: " : "", r->op->name, oclf_dtype_name(r->dtype),
+                r->shape, r->measured, r->failed, eta);
     }
 }
 
@@ -121,12 +125,16 @@ static const cand *pick(const cand *c, int n, oclf_path path)
 
 /* The confirmation rule. A winner other than the default is measured again
  * beside the default, the two interleaved sample by sample (CONFIRM_SAMPLES
- * batched samples each, tune/timing.h). It replaces the default only when
- * a one-sided Mann-Whitney U test says its samples are smaller at
- * p < CONFIRM_P (significant at the noise the shape showed) and its median
- * is more than TIE below the default's (worth a record). Otherwise the
- * default stays. Either way the journal gets the medians, the test's p and
- * the bootstrap 95% interval of the ratio of medians, and why. */
+ * batched samples each, tune/timing.h). It replaces the default only on a
+ * clear win (tm_clear_win): a one-sided Mann-Whitney U test says its
+ * samples are smaller at p < CONFIRM_P, its median is more than TIE below
+ * the default's, and the 95% intervals of the two medians do not overlap.
+ * Otherwise the default, the heuristic's choice, stays: a record that
+ * cannot show its choice is faster would only make dispatch follow noise
+ * (a record from screening samples once sent add_rms_norm f16 83 x 5120 to
+ * an unfused path 1.6 times slower than the fused default). Either way the
+ * journal gets the medians, their intervals, the test's p, the interval of
+ * their ratio, and why. */
 #define CONFIRM_P 0.01
 enum { CONFIRM_SAMPLES = 15 };
 
@@ -145,16 +153,14 @@ static const cand *confirm(tuner *t, const op_desc *op, void *inst, cand *win, c
         journal_confirm(&t->j, win->key, def->key, &cf);
         return def;
     }
-    cf.win_ns = tm_median(s[0].host, s[0].n);
-    cf.def_ns = tm_median(s[1].host, s[1].n);
+    tm_verdict v;
+    cf.replaced = tm_clear_win(s[0].host, s[0].n, s[1].host, s[1].n, CONFIRM_P, TIE, &v);
+    cf.win_ns = v.a_med, cf.def_ns = v.b_med;
+    cf.win_lo = v.a_lo, cf.win_hi = v.a_hi, cf.def_lo = v.b_lo, cf.def_hi = v.b_hi;
+    cf.ratio_lo = v.ratio_lo, cf.ratio_hi = v.ratio_hi;
+    cf.p = v.p;
     cf.samples = s[0].n;
-    cf.p = tm_mwu_less(s[0].host, s[0].n, s[1].host, s[1].n);
-    tm_ratio_ci(s[0].host, s[0].n, s[1].host, s[1].n, &cf.ratio_lo, &cf.ratio_hi);
-    const double ratio = cf.win_ns / cf.def_ns;
-    cf.replaced = cf.p < CONFIRM_P && ratio < 1 - TIE;
-    cf.why = cf.replaced          ? "significant win beyond the tie margin"
-             : cf.p >= CONFIRM_P ? "win not significant at the measured noise"
-                                  : "significant but within the tie margin";
+    cf.why = v.why;
     journal_confirm(&t->j, win->key, def->key, &cf);
     /* The record carries the times measured side by side. */
     win->time_ns = cf.win_ns;
@@ -199,8 +205,8 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r,
         r->failed++;
 }
 
-void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
-                    result *r, cand *c)
+void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, result *r,
+             cand *c, int defaults_only)
 {
     const char *fp = oclf_context_fingerprint(t->env.ctx);
     char err[512];
@@ -264,14 +270,27 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
     const int left_jobs = t->jobs_total - t->jobs_done;
     const double job_end =
         tuner_now() + (t->deadline - tuner_now()) / (left_jobs > 0 ? left_jobs : 1);
+    /* How many candidates this job measures at most (those taken from the
+     * journal included): the defaults alone in the first pass; else
+     * --max-candidates, never fewer than the defaults. */
+    const int cap = defaults_only                        ? mandatory
+                    : t->max_candidates <= 0             ? n
+                    : t->max_candidates < mandatory      ? mandatory
+                    : t->max_candidates < n              ? t->max_candidates
+                                                         : n;
     int done = 0, cur = 0;
     double temp = 0.10; /* anneal: accepts a 10% worse point with p = 1/e at first */
-    for (int oi = 0; oi < n && !tuner_interrupted && (oi < mandatory || tuner_now() < job_end);) {
+    for (int oi = 0; oi < cap && !tuner_interrupted && (oi < mandatory || tuner_now() < job_end);) {
         /* The next batch: in list order, or the annealing walk once the
          * leading candidates (default, other paths, seeds) are measured. */
         cand *batch[BATCH];
         const int bmax = t->threads < BATCH ? t->threads : BATCH;
         int nb = 0;
+        /* The defaults make a batch of their own: the search past them is
+         * what the share of the budget decides on. */
+        const int kind = oi >= mandatory;
+        if (kind && tuner_now() + t->warm_s[t->warms[1] ? 1 : 0] > job_end)
+            break;
         if (anneal && oi >= front) {
             const int pickc = anneal_next(c, n, cur);
             if (pickc < 0)
@@ -279,12 +298,23 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
             batch[nb++] = &c[pickc];
             oi++;
         } else {
-            while (nb < bmax && oi < n)
+            while (nb < bmax && oi < cap && !(oi == mandatory && nb > 0))
                 batch[nb++] = &c[order[oi++]];
         }
+        const double warm_start = tuner_now();
         warm(&t->env, op, small, batch, nb, t->threads);
-        for (int b = 0; b < nb && !tuner_interrupted && (done < mandatory || tuner_now() < job_end);
-             b++) {
+        int fresh = 0; /* a batch all from the journal compiled nothing new */
+        for (int b = 0; b < nb; b++)
+            fresh |= !json_object_get(t->j.done, batch[b]->key);
+        if (fresh) {
+            t->warm_s[kind] = (t->warm_s[kind] * t->warms[kind] + (tuner_now() - warm_start)) /
+                              (t->warms[kind] + 1);
+            t->warms[kind]++;
+        }
+        /* A compiled batch is measured in full even past the job's share:
+         * the compile, the dear part, is spent, and a screening costs a
+         * few calls. */
+        for (int b = 0; b < nb && done < cap && !tuner_interrupted; b++) {
             double best_ns = 0;
             for (int i = 0; i < n; i++)
                 if (c[i].state > 0 && (best_ns == 0 || c[i].time_ns < best_ns))
@@ -299,17 +329,27 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape,
     progress(t, r, n, n);
     free(order);
 
+    r->default_ns = c[0].state > 0 ? c[0].time_ns : -1;
+    r->unfused_default_ns = op->has_unfused && c[1].state > 0 ? c[1].time_ns : -1;
+    if (defaults_only) {
+        op->destroy(inst);
+        if (small)
+            op->destroy(small);
+        return;
+    }
     const cand *f = pick(c, n, OCLF_PATH_FUSED), *u = pick(c, n, OCLF_PATH_UNFUSED);
     const cand *best = f;
     if (u && (!f || u->time_ns < f->time_ns))
         best = u;
-    if (best && !best->is_default && c[0].state > 0 && !tuner_interrupted)
-        best = confirm(t, op, inst, &c[best - c], &c[0]);
-    best = no_losing_fused(best, u);
+    /* Screening alone never overrides the heuristic: a winner other than
+     * the default is confirmed beside it, and an interrupted job keeps the
+     * default. */
+    if (best && !best->is_default && c[0].state > 0)
+        best = tuner_interrupted ? &c[0] : confirm(t, op, inst, &c[best - c], &c[0]);
+    r->default_ns = c[0].state > 0 ? c[0].time_ns : -1; /* as confirmed, where it was */
     op->destroy(inst);
     if (small)
         op->destroy(small);
-    r->default_ns = c[0].state > 0 ? c[0].time_ns : -1;
     r->bytes = op->min_bytes(shape, dt);
     if (!best)
         return;

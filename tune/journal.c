@@ -82,13 +82,17 @@ static void write_line(journal *j, json_t *e)
 void journal_add(journal *j, const char *key, oclf_path path, const oclf_params *params, int ok,
                  double time_ns, const char *error)
 {
-    if (!j->f)
-        return;
     json_t *e = json_pack("{s:s, s:s, s:o, s:b, s:f}", "key", key, "path", path_name(path),
                           "params", params_json(params), "ok", ok, "time_ns", time_ns);
     if (error)
         json_object_set_new(e, "error", json_string(error));
-    write_line(j, e);
+    /* Kept for the rest of the run too: the tuner's second pass over a job
+     * takes the defaults its first pass measured from here. */
+    json_object_set(j->done, key, e);
+    if (j->f)
+        write_line(j, e);
+    else
+        json_decref(e);
 }
 
 void journal_confirm(journal *j, const char *win_key, const char *def_key,
@@ -105,6 +109,8 @@ void journal_confirm(journal *j, const char *win_key, const char *def_key,
         json_object_set_new(e, "default_ns", json_real(cf->def_ns));
         json_object_set_new(e, "p", json_real(cf->p));
         json_object_set_new(e, "ratio_ci95", json_pack("[f, f]", cf->ratio_lo, cf->ratio_hi));
+        json_object_set_new(e, "candidate_ci95", json_pack("[f, f]", cf->win_lo, cf->win_hi));
+        json_object_set_new(e, "default_ci95", json_pack("[f, f]", cf->def_lo, cf->def_hi));
     }
     write_line(j, e);
 }

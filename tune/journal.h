@@ -14,13 +14,15 @@
 
 typedef struct journal {
     FILE *f;
-    json_t *done; /* key -> {"ok", "time_ns"} from a resumed journal */
+    json_t *done; /* key -> {"ok", "time_ns"}: this run's and a resumed journal's */
 } journal;
 
 /* The outcome of the confirmation rule for one job. */
 typedef struct confirmation {
     double win_ns, def_ns;      /* medians, measured interleaved */
     double ratio_lo, ratio_hi;  /* 95% bootstrap interval of win/def */
+    double win_lo, win_hi;      /* 95% bootstrap interval of each median */
+    double def_lo, def_hi;
     double p;                   /* one-sided Mann-Whitney U: win < def */
     int samples;                /* per side */
     int replaced;               /* the winner replaces the default */

@@ -20,8 +20,22 @@
  * (one-sided Mann-Whitney U, p < 0.01) win of more than TIE; the journal
  * records the test either way.
  *
- * Budget: --budget SECONDS for the whole run, shared evenly by the jobs not
- * yet done, so a job that finishes early leaves its time to the others.
+ * Two passes. The first measures every job's defaults (the heuristic's
+ * fused choice and the unfused path's heuristic default) within half the
+ * budget, so a short budget sees as many shapes as it can before it
+ * spends time searching any. The
+ * second runs the jobs again in the order where a measurement is likeliest
+ * to change a decision: by the ratio unfused/fused of those defaults,
+ * smallest first (the shapes where the unfused path looked faster, which
+ * only a confirmation can turn into a record, then those where the paths
+ * are close), the ops without an unfused path last; the defaults come from
+ * the journal. A job writes its record in the second pass only.
+ *
+ * Budget: --budget SECONDS for the whole run; in the second pass shared
+ * evenly by the jobs not yet done, so a job that finishes early leaves its
+ * time to the others. --max-candidates N bounds each job by a count
+ * instead (the defaults always measured), and alone it sets no time limit:
+ * what a run measures then does not depend on how fast the machine is.
  * Whatever its share, a job measures the default and each other path's
  * first point, so every record says which path won at its shape. The
  * search proper starts from the choices of the database's records at this
@@ -44,6 +58,7 @@
 #include "tuner.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +80,13 @@ static void usage(FILE *f)
             "  --platform P --device D   index or name substring (default: first)\n"
             "  --ops a,b,...        operations (default: all)\n"
             "  --dtypes f32,...     storage dtypes (default: f32,f16,bf16)\n"
-            "  --shapes S           preset (default, bench, llm), a comma list, or a file\n"
-            "                       with one shape per line\n"
-            "  --budget SECONDS     for the whole run (default 600)\n"
+            "  --shapes S           preset (default, bench, llm, short: the bench shapes of\n"
+            "                       a short run, as oclfuse-bench --short), a comma list,\n"
+            "                       or a file with one shape per line\n"
+            "  --budget SECONDS     for the whole run (default 600, none with\n"
+            "                       --max-candidates alone)\n"
+            "  --max-candidates N   per job, the two paths' defaults included (default:\n"
+            "                       no limit)\n"
             "  --strategy exhaustive|random|anneal   (default random)\n"
             "  --min-time SECONDS   timing floor per candidate (default 0.05)\n"
             "  --db PATH            database to merge into (default: per-machine)\n"
@@ -81,6 +100,8 @@ static void usage(FILE *f)
  * Returned malloc'd as a comma list. */
 static char *shape_list(const op_desc *op, const char *spec)
 {
+    if (spec && strcmp(spec, "short") == 0)
+        return op_short_shapes(op);
     const char *preset = !spec || strcmp(spec, "default") == 0 ? op->tune_shapes
                          : strcmp(spec, "bench") == 0           ? op->bench_shapes
                          : strcmp(spec, "llm") == 0
@@ -115,7 +136,7 @@ int main(int argc, char **argv)
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL, *platform = NULL,
                *device = NULL, *db = NULL, *strategy = "random";
     double budget = 600, min_time = 0.05;
-    int resume = 0, quiet = 0;
+    int resume = 0, quiet = 0, budget_given = 0, max_candidates = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name, var)                                                 \
@@ -138,6 +159,14 @@ int main(int argc, char **argv)
 #undef OPT
         if (strcmp(a, "--budget") == 0 && v) {
             budget = atof(v);
+            budget_given = 1;
+            i++;
+        } else if (strcmp(a, "--max-candidates") == 0 && v) {
+            max_candidates = atoi(v);
+            if (max_candidates < 1) {
+                fprintf(stderr, "oclfuse-tune: --max-candidates takes a count of 1 or more\n");
+                return 2;
+            }
             i++;
         } else if (strcmp(a, "--min-time") == 0 && v) {
             min_time = atof(v);
@@ -174,6 +203,7 @@ int main(int argc, char **argv)
     t.strategy = strategy;
     t.db = db;
     t.min_time = min_time;
+    t.max_candidates = max_candidates;
     t.quiet = quiet;
     t.tty = isatty(2);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -197,7 +227,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     t.start = tuner_now();
-    t.deadline = t.start + budget;
+    t.deadline = max_candidates && !budget_given ? INFINITY : t.start + budget;
     t.copy_gbps = op_copy_gbps(&t.env);
     if (!quiet)
         fprintf(stderr, "device: %s\ncopy bandwidth: %.1f GB/s\ndatabase: %s\n",
@@ -246,22 +276,57 @@ int main(int argc, char **argv)
         fprintf(stderr, "oclfuse-tune: nothing to tune (check --ops, --dtypes, --shapes)\n");
         rc = 2;
     }
-    t.jobs_total = nj;
     result *res = calloc((size_t)(nj > 0 ? nj : 1), sizeof *res);
     static cand c[MAX_CAND];
+    /* First pass: every job's defaults, within half the budget: what it
+     * measures becomes a record only in the second pass, so a first pass
+     * that spent it all would leave nothing written. The budget is for the
+     * whole run: once it is spent the remaining jobs keep what dispatch
+     * already does for them (the heuristic). */
+    const double first_end = t.start + (t.deadline - t.start) / 2;
+    double *lean = calloc((size_t)(nj > 0 ? nj : 1), sizeof *lean);
+    int *order = calloc((size_t)(nj > 0 ? nj : 1), sizeof *order);
+    int reached = 0;
+    t.first_pass = 1;
+    t.jobs_total = nj;
     for (int i = 0; i < nj && !tuner_interrupted; i++) {
-        /* The budget is for the whole run: once it is spent the remaining
-         * jobs keep what dispatch already does for them (the heuristic). */
-        if (i > 0 && tuner_now() >= t.deadline) {
-            fprintf(stderr, "%soclfuse-tune: budget spent; %d of %d jobs not tuned\n",
-                    t.tty && !quiet ? "\n" : "", nj - i, nj);
+        if (i > 0 && tuner_now() >= first_end)
             break;
-        }
+        result scratch;
+        memset(&scratch, 0, sizeof scratch);
+        scratch.op = jobs[i].op;
+        scratch.dtype = jobs[i].dt;
+        snprintf(scratch.shape, sizeof scratch.shape, "%s", jobs[i].text);
+        run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, &scratch, c, 1);
+        t.jobs_done++;
+        /* log(unfused / fused) of the defaults: below 0 where the unfused
+         * path looked faster; ops without one (or a failed default) last. */
+        lean[i] = scratch.default_ns > 0 && scratch.unfused_default_ns > 0
+                      ? log(scratch.unfused_default_ns / scratch.default_ns)
+                      : INFINITY;
+        order[reached++] = i;
+    }
+    /* Second pass, in the order of lean (insertion sort: stable, and a
+     * run has tens of jobs). */
+    for (int a = 1; a < reached; a++) {
+        const int v = order[a];
+        int b = a;
+        for (; b > 0 && lean[order[b - 1]] > lean[v]; b--)
+            order[b] = order[b - 1];
+        order[b] = v;
+    }
+    t.first_pass = 0;
+    t.jobs_total = reached;
+    t.jobs_done = 0;
+    for (int k = 0; k < reached && !tuner_interrupted; k++) {
+        const int i = order[k];
+        if (k > 0 && tuner_now() >= t.deadline)
+            break;
         result *r = &res[i];
         r->op = jobs[i].op;
         r->dtype = jobs[i].dt;
         snprintf(r->shape, sizeof r->shape, "%s", jobs[i].text);
-        run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, r, c);
+        run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, r, c, 0);
         t.jobs_done++;
         if (!r->have)
             continue;
@@ -276,6 +341,12 @@ int main(int argc, char **argv)
         free(text);
         json_decref(arr);
     }
+    if (!tuner_interrupted && t.jobs_done < nj)
+        fprintf(stderr, "%soclfuse-tune: budget spent; %d of %d jobs not tuned (%d with their "
+                "defaults measured)\n",
+                t.tty && !quiet ? "\n" : "", nj - t.jobs_done, nj, reached - t.jobs_done);
+    free(lean);
+    free(order);
     if (t.tty && !quiet)
         fprintf(stderr, "\n");
     if (tuner_interrupted)

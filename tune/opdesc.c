@@ -6,6 +6,7 @@
 #include <clblast_c.h>
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,35 @@ const op_desc *const op_table[] = {
 };
 
 const char *op_lib_op(const op_desc *op) { return op->lib_op ? op->lib_op : op->name; }
+
+char *op_short_shapes(const op_desc *op)
+{
+    const char *list = op->bench_shapes;
+    char *out = calloc(1, strlen(list) + 1), cheapest[128] = "";
+    if (!out)
+        return NULL;
+    double least = INFINITY;
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        char text[128];
+        snprintf(text, sizeof text, "%.*s", (int)len, p);
+        p += len + (p[len] ? 1 : 0);
+        op_shape shape;
+        if (!op_parse_shape(op, text, &shape))
+            continue;
+        const double bytes = op->min_bytes(&shape, OCLF_F32);
+        const double est = fmax(bytes / 10e9, op->flops ? op->flops(&shape) / 50e9 : 0);
+        if (bytes < least) {
+            least = bytes;
+            snprintf(cheapest, sizeof cheapest, "%s", text);
+        }
+        if (est <= SHORT_CALL_S)
+            sprintf(out + strlen(out), "%s%s", *out ? "," : "", text);
+    }
+    if (!*out)
+        strcpy(out, cheapest); /* a shape of the list, so it fits */
+    return out;
+}
 
 const op_desc *op_find(const char *name)
 {

@@ -29,22 +29,11 @@ typedef struct result {
     char shape[64];
     int have;
     cand best, fused, unfused;
-    double default_ns;
+    double default_ns;         /* the fused default, what dispatch runs untuned */
+    double unfused_default_ns; /* the unfused path's default (<0: none measured) */
     double bytes;
     int measured, failed;
 } result;
-
-/* The record's choice after the cross-path comparison and any
- * confirmation: a fused choice stands only when no unfused candidate was
- * measured faster than it, so the database never holds a fused record
- * that loses to the unfused path of the same job. */
-static inline const cand *no_losing_fused(const cand *chosen, const cand *unfused)
-{
-    if (chosen && chosen->ch.path == OCLF_PATH_FUSED && unfused && unfused->state > 0 &&
-        unfused->time_ns < chosen->time_ns)
-        return unfused;
-    return chosen;
-}
 
 /* "NAME=V NAME=V" */
 void params_text(const oclf_params *p, char *buf, size_t len);

@@ -9,12 +9,18 @@
 
 enum { MAX_REPS = 4096, BOOT = 2000 };
 
-static double now_ns(void)
+static double monotonic_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
+
+static double (*clock_ns)(void) = monotonic_ns;
+
+void tm_set_clock(double (*fn)(void)) { clock_ns = fn ? fn : monotonic_ns; }
+
+static double now_ns(void) { return clock_ns(); }
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -322,6 +328,25 @@ double tm_mwu_differ(const double *a, int na, const double *b, int nb)
     if (na < 1 || nb < 1 || na > TM_MAX_SAMPLES || nb > TM_MAX_SAMPLES)
         return 1;
     return erfc(fabs(mwu_z(a, na, b, nb)) / sqrt(2.0));
+}
+
+int tm_clear_win(const double *a, int na, const double *b, int nb, double p_max, double margin,
+                 tm_verdict *v)
+{
+    v->a_med = tm_median(a, na);
+    v->b_med = tm_median(b, nb);
+    tm_median_ci(a, na, &v->a_lo, &v->a_hi);
+    tm_median_ci(b, nb, &v->b_lo, &v->b_hi);
+    tm_ratio_ci(a, na, b, nb, &v->ratio_lo, &v->ratio_hi);
+    v->p = tm_mwu_less(a, na, b, nb);
+    const int significant = v->p < p_max, beyond = v->a_med < (1 - margin) * v->b_med,
+              apart = v->a_hi < v->b_lo;
+    v->wins = significant && beyond && apart;
+    v->why = v->wins        ? "significant win beyond the tie margin, intervals apart"
+             : !significant ? "win not significant at the measured noise"
+             : !beyond      ? "significant but within the tie margin"
+                            : "the medians' intervals overlap";
+    return v->wins;
 }
 
 /* Holds the queue behind a user event, so that the calls enqueued next wait

@@ -63,6 +63,12 @@ typedef struct tm_series {
 int tm_measure(const op_env *env, const op_desc *op, void *inst, const oclf_choice *const *choices,
                int k, const tm_plan *plan, tm_series *out, int *failed);
 
+/* The clock every measurement reads, in ns (NULL: CLOCK_MONOTONIC again).
+ * Tests put a counter there that a stand-in op advances by a set amount
+ * per call, so what they assert about batch sizes and sample counts holds
+ * however loaded the machine is. Not thread-safe: set it before measuring. */
+void tm_set_clock(double (*fn)(void));
+
 /* Median of v[0..n) (v is left as it was). */
 double tm_median(const double *v, int n);
 /* 95% bootstrap interval of the median of v[0..n). */
@@ -79,6 +85,24 @@ double tm_paired_ratio(const double *a, const double *b, int n, double *lo, doub
 double tm_mwu_less(const double *a, int na, const double *b, int nb);
 /* The same, two-sided: "a and b differ". */
 double tm_mwu_differ(const double *a, int na, const double *b, int nb);
+
+/* Does a (a candidate's samples) beat b (the default's), measured side by
+ * side, clearly enough to replace it? All three must hold: a one-sided
+ * Mann-Whitney U test finds a smaller at p < p_max; a's median is more than
+ * `margin` (a fraction) below b's; and the 95% bootstrap intervals of the
+ * two medians do not overlap (a's upper end below b's lower end). The test
+ * alone passes on 15 samples that straddle each other where a's are a
+ * little lower in most rounds; the intervals say the medians themselves
+ * are apart at the noise the samples show. The figures go to *v. */
+typedef struct tm_verdict {
+    double a_med, b_med, a_lo, a_hi, b_lo, b_hi; /* medians and their 95% intervals */
+    double p;                                    /* one-sided U test, a < b */
+    double ratio_lo, ratio_hi;                   /* 95% interval of a_med / b_med */
+    int wins;                                    /* all three held */
+    const char *why;                             /* which failed, or that all held */
+} tm_verdict;
+int tm_clear_win(const double *a, int na, const double *b, int nb, double p_max, double margin,
+                 tm_verdict *v);
 
 /* Host microseconds per call spent issuing `reps`-call batches of `choice`
  * (the enqueue loop alone; the wait is outside the clock): argument checks,

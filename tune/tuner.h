@@ -28,18 +28,31 @@ typedef struct tuner {
     const char *strategy;
     const char *db; /* the database written, read for seeds */
     double min_time;
+    int max_candidates; /* per job, the defaults included (0: no limit) */
+    int first_pass;     /* measuring every job's defaults (run_job's defaults_only) */
     int quiet, tty, threads;
     journal j;
     double deadline, start, copy_gbps;
+    /* Mean seconds a batch took to compile ahead (warm), over the run, of
+     * the defaults' batches [0] and of the search's [1]: a job starts a
+     * batch past its defaults only when its share of the budget still
+     * holds one (the search's mean once there is one: the defaults often
+     * come from the disk cache, the search's points seldom), since a cold
+     * compile takes seconds and a brief run's share per job can be less. */
+    double warm_s[2];
+    int warms[2];
     int jobs_total, jobs_done;
 } tuner;
 
 /* ---- one job (tune/job.c) ---- */
 
 /* Measures the candidates of (op, dt, shape) within the job's share of the
- * budget into c (MAX_CAND entries) and fills r with the winners. */
+ * budget and t->max_candidates into c (MAX_CAND entries) and fills r with
+ * the winners. defaults_only: the first pass, which measures the defaults
+ * of both paths (into r->default_ns, r->unfused_default_ns) and chooses
+ * nothing. */
 void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, result *r,
-             cand *c);
+             cand *c, int defaults_only);
 
 /* ---- strategies (tune/strategies.c) ---- */
 
