@@ -12,6 +12,9 @@
  * sum in private memory (online softmax); a block rescales the accumulator
  * once, not once per key.
  *
+ * With OCLF_ACC 1 the rows' queries and accumulators sit in local memory
+ * after the K/V blocks instead.
+ *
  * Unfused: attn_widen (16-bit heads to packed f32 copies for the GEMM
  * library), attn_softmax (a tile of scores, scaled by the GEMM, to
  * probabilities in place, with softcap, ALiBi, mask, sinks and LSE) and
@@ -28,6 +31,15 @@
 #ifndef OCLF_DP
 #define OCLF_DP OCLF_VEC
 #endif
+/* Where each row's query and accumulator live: 0 private memory (a CPU,
+ * where it is the work-item's own cache-resident stack), 1 local memory
+ * (a GPU, whose registers cannot hold two rows of 128 or 256 floats per
+ * work-item without spilling), one row per work-item at an odd stride so
+ * that neighbouring work-items start in different banks. */
+#ifndef OCLF_ACC
+#define OCLF_ACC 0
+#endif
+#define ATTN_RS (OCLF_DP + 1)
 
 /* One sequence's tokens, clamped so that offsets that break the contract
  * never lead outside the ranges the host checked. */
@@ -90,7 +102,12 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     if (right >= 0)
         jhi = min(jhi, i1 + shift + right);
 
+#if OCLF_ACC
+    local float *qv = stage + 2 * OCLF_BK * OCLF_DP + lid * ATTN_RS;
+    local float *acc = qv + OCLF_WGS * ATTN_RS;
+#else
     float qv[OCLF_DP], acc[OCLF_DP];
+#endif
     for (uint e = 0; e < OCLF_DP; e++) {
         qv[e] = active && e < d ? LD(q, qo + (ulong)t * qts + h * qhs + e) : 0.0f;
         acc[e] = 0.0f;

@@ -797,7 +797,9 @@ OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
  * reaches global memory. Parameters (fused): WGS (rows per work-group, a
  * power of two), BK (keys per staged block: 1..64), VEC (1, 2, 4, 8, 16:
  * the width of the dot products; head_dim is padded to a multiple of it in
- * local and private memory). Unfused, what a user writes by hand: 16-bit
+ * local and private memory), ACC (where each row's query and accumulator
+ * live: 0 private memory, the CPU default; 1 local memory, the GPU
+ * default). Unfused, what a user writes by hand: 16-bit
  * inputs widened to f32 copies, then per sequence, query head and tile of
  * queries the GEMM library's Sgemm for scale . Q K^T into an f32 score tile,
  * one masked-softmax kernel (softcap, ALiBi, mask, sinks, LSE), and Sgemm

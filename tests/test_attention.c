@@ -300,15 +300,18 @@ START_TEST(test_packed_qkv)
 END_TEST
 
 /* Explicit structures: a block of one key, blocks that end inside the
- * sequence, one row a group, a group wider than a head group's rows. */
+ * sequence, one row a group, a group wider than a head group's rows, rows
+ * in private and in local memory. */
 START_TEST(test_structures)
 {
-    static const int cfg[][3] = {{1, 1, 1}, {4, 3, 4}, {16, 64, 16}, {2, 5, 2}, {64, 8, 8}};
+    static const int cfg[][4] = {{1, 1, 1, 0}, {4, 3, 4, 0}, {16, 64, 16, 0},
+                                 {2, 5, 2, 1}, {64, 8, 8, 1}};
     oclf_params p;
     memset(&p, 0, sizeof p);
     oclf_params_set(&p, "WGS", cfg[_i][0]);
     oclf_params_set(&p, "BK", cfg[_i][1]);
     oclf_params_set(&p, "VEC", cfg[_i][2]);
+    oclf_params_set(&p, "ACC", cfg[_i][3]);
     for (size_t di = 0; di < 3; di++) {
         acase c = {.dt = dtypes[di], .hq = 6, .hk = 2, .d = 20, .batch = VB, .sq = vsq,
                    .sk = vsk, .causal = 1, .window = 1, .left = 4, .right = 0, .sinks = 1,

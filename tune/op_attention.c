@@ -174,6 +174,8 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
         op_space_add_valid(&c, out, &n, max, &p); /* the GEMM library tunes itself */
         return n;
     }
+    /* Rows in local memory on a GPU, whose registers would spill them. */
+    const int acc = op_is_gpu(env);
     static const int wgs[] = {4, 8, 16, 32, 64}, bk[] = {8, 16, 32, 64}, vec[] = {4, 8, 16};
     for (int w = 0; w < 5; w++)
         for (int b = 0; b < 4; b++)
@@ -185,6 +187,7 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
                 oclf_params_set(&p, "WGS", wgs[w]);
                 oclf_params_set(&p, "BK", bk[b]);
                 oclf_params_set(&p, "VEC", vec[v]);
+                oclf_params_set(&p, "ACC", acc);
                 op_space_add_valid(&c, out, &n, max, &p);
             }
     return n;
@@ -195,8 +198,9 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
  * sizes that leave partial key blocks and several groups per head. */
 static const op_kernel_check attn_check = {
     "2x5x7x4x2x20,1x6x3x3x1x3",
-    "WGS=4,BK=4,VEC=4;WGS=8,BK=3,VEC=1;WGS=2,BK=16,VEC=16",
-    "WGS=16,BK=16,VEC=4", "1x16x16x2x1x32", 1, 0};
+    "WGS=4,BK=4,VEC=4,ACC=0;WGS=8,BK=3,VEC=1,ACC=0;WGS=2,BK=16,VEC=16,ACC=0;"
+    "WGS=4,BK=5,VEC=2,ACC=1",
+    "WGS=16,BK=16,VEC=4,ACC=0", "1x16x16x2x1x32", 1, 0};
 
 const op_desc op_attention = {
     .name = "attention",

@@ -8,7 +8,8 @@
  *            -> Sgemm (P V) -> attn_store
  *
  * Fused parameters: WGS (rows per work-group), BK (keys per staged block),
- * VEC (dot-product width; head_dim is padded to it). The unfused path has
+ * VEC (dot-product width; head_dim is padded to it), ACC (rows' queries and
+ * accumulators in private (0) or local (1) memory). The unfused path has
  * none: the GEMM library tunes itself.
  */
 #include "../internal.h"
@@ -30,20 +31,25 @@ static const oclf_param_spec attn_params[] = {
     {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_DEFINE},
     {"BK", 1, 64, 0, OCLF_PARAM_DEFINE},
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
+    {"ACC", 0, 1, 0, OCLF_PARAM_DEFINE},
 };
-enum { P_WGS, P_BK, P_VEC, P_COUNT };
+enum { P_WGS, P_BK, P_VEC, P_ACC, P_COUNT };
 _Static_assert(sizeof attn_params / sizeof attn_params[0] == P_COUNT, "one spec per parameter");
 
 typedef struct attn_cfg {
-    int wgs, bk, vec, dp;
+    int wgs, bk, vec, acc, dp;
     char defines[OCLF_DEFINES_MAX];
 } attn_cfg;
 OCLF_CFG_FITS(attn_cfg);
 
 static size_t pad_dim(size_t d, size_t vec) { return (d + vec - 1) / vec * vec; }
 
-/* The staged K and V blocks, f32. */
-static size_t stage_bytes(size_t bk, size_t dp) { return 2 * bk * dp * sizeof(float); }
+/* Local memory of the fused kernel: the staged K and V blocks (f32), then
+ * with ACC 1 each row's query and accumulator at a stride of dp + 1. */
+static size_t stage_bytes(size_t wgs, size_t bk, size_t dp, int acc)
+{
+    return (2 * bk * dp + (acc ? 2 * wgs * (dp + 1) : 0)) * sizeof(float);
+}
 
 /* shape: tokens (queries), Hq, Hk, head_dim */
 static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
@@ -57,25 +63,36 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     while (vec < 16 && (uint64_t)vec * 2 <= d)
         vec *= 2;
     const size_t dp = pad_dim((size_t)d, (size_t)vec);
-    int wgs, bk;
+    int wgs, bk, acc;
     if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
         /* A CPU runs a group's work-items one after another on one core:
          * few rows a group keep their queries and accumulators in cache,
          * and a long key block amortizes the two barriers per block. */
         wgs = 8;
         bk = 32;
+        acc = 0;
+        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem / 2)
+            bk /= 2;
     } else {
-        /* A GPU: two lockstep widths of rows share each staged block. */
+        /* A GPU: two lockstep widths of rows share each staged block, and
+         * the rows live in local memory; blocks shrink to 8 keys, then the
+         * group, until everything fits. */
         wgs = ctx->info.simd_width >= 32 ? (int)ctx->info.simd_width * 2 : 64;
         bk = 32;
+        acc = 1;
         while ((size_t)wgs > ctx->info.max_wgs && wgs > 1)
             wgs /= 2;
+        while (bk > 8 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem)
+            bk /= 2;
+        while (wgs > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem)
+            wgs /= 2;
+        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem)
+            bk /= 2;
     }
-    while (bk > 1 && stage_bytes((size_t)bk, dp) > ctx->info.local_mem / 2)
-        bk /= 2;
     oclf_params_set(out, "WGS", wgs);
     oclf_params_set(out, "BK", bk);
     oclf_params_set(out, "VEC", vec);
+    oclf_params_set(out, "ACC", acc);
 }
 
 static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, size_t d,
@@ -89,12 +106,15 @@ static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, si
     cfg->wgs = (int)v[P_WGS];
     cfg->bk = (int)v[P_BK];
     cfg->vec = (int)v[P_VEC];
+    cfg->acc = (int)v[P_ACC];
     cfg->dp = (int)pad_dim(d ? d : 1, (size_t)cfg->vec);
-    if (stage_bytes((size_t)cfg->bk, (size_t)cfg->dp) > ctx->info.local_mem)
+    if (stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc) >
+        ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "attention: BK = %d keys of %d floats (K and V) do not fit %llu bytes "
-                         "of local memory",
-                         cfg->bk, cfg->dp, (unsigned long long)ctx->info.local_mem);
+                         "attention: BK = %d keys of %d floats (K and V)%s do not fit %llu "
+                         "bytes of local memory",
+                         cfg->bk, cfg->dp, cfg->acc ? " and WGS rows (ACC = 1)" : "",
+                         (unsigned long long)ctx->info.local_mem);
     const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_DP=%d ", cfg->dp);
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, attn_params,
                        P_COUNT, v);
@@ -368,7 +388,8 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
                     OCLF_ARG(slo),         OCLF_ARG(ha),    OCLF_ARG(si),    OCLF_ARG(sio),
                     OCLF_ARG(hsk),         OCLF_ARG(lm),    OCLF_ARG(lso),   OCLF_ARG(lss),
                     OCLF_ARG(hl),
-                    OCLF_ARG_LOCAL(stage_bytes((size_t)cfg->bk, (size_t)cfg->dp))};
+                    OCLF_ARG_LOCAL(stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk,
+                                                   (size_t)cfg->dp, cfg->acc))};
     return oclf_enqueue(ctx, queue, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs, wgs,
                         num_events, wait_list, event);
 }
