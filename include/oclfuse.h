@@ -815,8 +815,8 @@ OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
  * parameter, offsets rejected as above; OCLF_UNSUPPORTED for an unknown
  * dtype, a token count or head count of 2^31 or more, or a launch of 2^32
  * work-items or more; OCLF_OUT_OF_RESOURCES when a temporary of the unfused
- * path exceeds the device's largest allocation. batch = 0 or total_q = 0
- * enqueues a marker. */
+ * path exceeds the device's largest allocation. batch, total_q or
+ * max_seqlen_q of 0 enqueues a marker (no query is computed). */
 OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                     size_t batch, size_t head_dim, size_t total_q,
                                     size_t total_k, size_t max_seqlen_q, oclf_buf cu_seqlens_q,
