@@ -12,8 +12,8 @@
  * sum in private memory (online softmax); a block rescales the accumulator
  * once, not once per key.
  *
- * With OCLF_ACC 1 the rows' queries and accumulators sit in local memory
- * after the K/V blocks instead.
+ * With OCLF_ACC 1 the rows' queries, accumulators and block scores sit in
+ * local memory after the K/V blocks instead.
  *
  * Unfused: attn_widen (16-bit heads to packed f32 copies for the GEMM
  * library), attn_softmax (a tile of scores, scaled by the GEMM, to
@@ -40,6 +40,17 @@
 #define OCLF_ACC 0
 #endif
 #define ATTN_RS (OCLF_DP + 1)
+/* With rows in local memory, a block's scores join them there, the loops
+ * over keys stay loops and those over the head dim unroll 4 times: fully
+ * unrolled, the compiler keeps the query and the scores in registers
+ * again (AMD's compiler spilled 50 to 350 of them at a head dim of 128). */
+#if OCLF_ACC
+#define ATTN_KEY_LOOP _Pragma("unroll 1")
+#define ATTN_DIM_LOOP _Pragma("unroll 4")
+#else
+#define ATTN_KEY_LOOP
+#define ATTN_DIM_LOOP
+#endif
 
 /* One sequence's tokens, clamped so that offsets that break the contract
  * never lead outside the ranges the host checked. */
@@ -105,6 +116,7 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
 #if OCLF_ACC
     local float *qv = stage + 2 * OCLF_BK * OCLF_DP + lid * ATTN_RS;
     local float *acc = qv + OCLF_WGS * ATTN_RS;
+    local float *s = stage + 2 * OCLF_BK * OCLF_DP + 2 * OCLF_WGS * ATTN_RS + lid * OCLF_BK;
 #else
     float qv[OCLF_DP], acc[OCLF_DP];
 #endif
@@ -131,10 +143,14 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!active)
             continue;
+#if !OCLF_ACC
         float s[OCLF_BK];
+#endif
         float bm = -INFINITY;
+        ATTN_KEY_LOOP
         for (uint kk = 0; kk < OCLF_BK; kk++) {
             floatv dv = VSPLAT(0.0f);
+            ATTN_DIM_LOOP
             for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
                 dv += LDV_F(qv, e) * LDV_F(lk + kk * OCLF_DP, e);
             const float x = kk < nb ? attn_score(scale * VSUM(dv), j0 + kk, i + shift, left,
@@ -147,11 +163,14 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
             continue;
         const float mn = fmax(m, bm), c = exp(m - mn);
         l *= c;
+        ATTN_DIM_LOOP
         for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
             STV_F(acc, e, LDV_F(acc, e) * c);
+        ATTN_KEY_LOOP
         for (uint kk = 0; kk < OCLF_BK; kk++) {
             const float p = exp(s[kk] - mn);
             l += p;
+            ATTN_DIM_LOOP
             for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
                 STV_F(acc, e, LDV_F(acc, e) + p * LDV_F(lv + kk * OCLF_DP, e));
         }

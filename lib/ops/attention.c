@@ -14,7 +14,6 @@
  */
 #include "../internal.h"
 
-#include <clblast_c.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,10 +44,11 @@ OCLF_CFG_FITS(attn_cfg);
 static size_t pad_dim(size_t d, size_t vec) { return (d + vec - 1) / vec * vec; }
 
 /* Local memory of the fused kernel: the staged K and V blocks (f32), then
- * with ACC 1 each row's query and accumulator at a stride of dp + 1. */
+ * with ACC 1 each row's query and accumulator at a stride of dp + 1 and
+ * its block of scores. */
 static size_t stage_bytes(size_t wgs, size_t bk, size_t dp, int acc)
 {
-    return (2 * bk * dp + (acc ? 2 * wgs * (dp + 1) : 0)) * sizeof(float);
+    return (2 * bk * dp + (acc ? wgs * (2 * (dp + 1) + bk) : 0)) * sizeof(float);
 }
 
 /* shape: tokens (queries), Hq, Hk, head_dim */
@@ -191,25 +191,7 @@ static oclf_status check_heads(oclf_context *ctx, const char *name, oclf_heads h
 {
     char what[64];
     snprintf(what, sizeof what, "attention: %s", name);
-    if (h.count == 0)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head count is 0", what);
-    if (h.count > INT_MAX)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu heads per token", what, h.count);
-    const size_t hs = h.head_stride ? h.head_stride : d;
-    if (hs < d)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head stride %zu is less than head_dim %zu",
-                         what, hs, d);
-    size_t ext, packed;
-    if (__builtin_mul_overflow(h.count - 1, hs, &ext) || __builtin_add_overflow(ext, d, &ext) ||
-        __builtin_mul_overflow(h.count, hs, &packed))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu heads of stride %zu overflow", what,
-                         h.count, hs);
-    oclf_buf b = h.buf;
-    if (!b.stride)
-        b.stride = packed;
-    out->hs = hs;
-    out->blocks = (oclf_blocks){h.count, hs, d};
-    return oclf_check_2d(ctx, what, b, tokens, ext, el, &out->op);
+    return oclf_check_heads(ctx, what, h, tokens, d, el, &out->op, &out->blocks, &out->hs);
 }
 
 /* 1 when an output head view can share an element with another operand. */
@@ -396,35 +378,12 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
 
 /* ---- unfused ------------------------------------------------------------ */
 
-/* The GEMM library's row-major C = alpha A op(B), ordered after the chain
- * so far by a barrier (it takes no wait list), its event the chain's next. */
 static oclf_status gemm(oclf_chain *ch, int trans_b, size_t m, size_t n, size_t kd, float alpha,
                         cl_mem a, size_t ao, size_t lda, cl_mem b, size_t bo, size_t ldb,
                         cl_mem cm, size_t ldc)
 {
-    if (ch->prev || ch->num_events) {
-        cl_int err = clEnqueueBarrierWithWaitList(ch->queue, ch->prev ? 1 : ch->num_events,
-                                                  ch->prev ? &ch->prev : ch->wait_list, NULL);
-        if (err != CL_SUCCESS)
-            return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
-    }
-    cl_event ev = NULL;
-    cl_command_queue qu = ch->queue;
-    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
-                                       trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, kd,
-                                       alpha, a, ao, lda, b, bo, ldb, 0.0f, cm, 0, ldc, &qu, &ev);
-    if (s != CLBlastSuccess)
-        return oclf_fail(ch->ctx,
-                         s == CLBlastOpenCLOutOfResources || s == CLBlastOpenCLOutOfHostMemory ||
-                                 s == CLBlastTempBufferAllocFailure
-                             ? OCLF_OUT_OF_RESOURCES
-                             : OCLF_OPENCL_ERROR,
-                         "attention: the GEMM library's Sgemm failed with status %d", (int)s);
-    atomic_fetch_add(&ch->ctx->n_enqueued, 1);
-    if (ch->prev)
-        clReleaseEvent(ch->prev);
-    ch->prev = ev;
-    return OCLF_SUCCESS;
+    return oclf_chain_sgemm(ch, "attention", trans_b, m, n, kd, alpha, a, ao, lda, b, bo, ldb, cm,
+                            0, ldc);
 }
 
 /* Where the GEMMs read one operand's heads: the caller's f32 buffer as it
