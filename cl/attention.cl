@@ -43,7 +43,8 @@
 /* With rows in local memory, a block's scores join them there, the loops
  * over keys stay loops and those over the head dim unroll 4 times: fully
  * unrolled, the compiler keeps the query and the scores in registers
- * again (AMD's compiler spilled 50 to 350 of them at a head dim of 128). */
+ * again (a GPU compiler of the cross-compile suite spilled 50 to 350 of
+ * them at a head dim of 128). */
 #if OCLF_ACC
 #define ATTN_KEY_LOOP _Pragma("unroll 1")
 #define ATTN_DIM_LOOP _Pragma("unroll 4")
