@@ -182,6 +182,10 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
             for (int v = 0; v < 3; v++) {
                 if ((uint64_t)vec[v] > s->d[5] * 2)
                     continue; /* the padding would be most of the work */
+                /* 16-wide vectors and 64-key blocks spilled registers in the
+                 * cross-compile suite (tests/gpu_compile.py) */
+                if (acc && (vec[v] > 8 || bk[b] > 32))
+                    continue;
                 oclf_params p;
                 memset(&p, 0, sizeof p);
                 oclf_params_set(&p, "WGS", wgs[w]);
