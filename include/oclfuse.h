@@ -721,6 +721,121 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
                                  const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
+/* Attention (FlashAttention-style): softmax(scale . Q K^T + mask) V over a
+ * batch of sequences packed along tokens.                                  */
+
+typedef struct oclf_attention_options {
+    /* sizeof(oclf_attention_options) as the caller was compiled (the _INIT
+     * macro and oclf_attention_options_init set it); 0: the first layout. */
+    size_t size;
+    /* Multiplies q.k; 0 means 1/sqrt(head_dim). Finite. */
+    float scale;
+    /* 0 or 1: query i of a sequence of Sq queries and Sk keys sees the keys
+     * j <= i + Sk - Sq (aligned bottom-right, as FlashAttention 2.1 and
+     * KV-cache engines; PyTorch's is_causal is top-left and agrees only
+     * when Sq = Sk). With Sq > Sk the first Sq - Sk rows see no key. */
+    int causal;
+    /* 0 or 1: a sliding window. Query i keeps the keys j with
+     * i + Sk - Sq - window_left <= j <= i + Sk - Sq + window_right, where
+     * -1 leaves that side unbounded (values below -1 are rejected). With
+     * `causal` the mask is the intersection of both. */
+    int window;
+    int64_t window_left, window_right;
+    /* > 0: each score s becomes softcap . tanh(s / softcap) (after the
+     * scale, before ALiBi and the mask); <= 0: no softcap. Finite. */
+    float softcap;
+    /* Optional ALiBi slopes, [Hq] f32 (stride ignored): query head h adds
+     * -slope[h] . |i + Sk - Sq - j| to each score (the absolute distance,
+     * FlashAttention's convention). NULL: none. */
+    const oclf_buf *alibi_slopes;
+    /* Optional attention sinks, [Hq] f32 (stride ignored): one logit per
+     * query head that joins each row's softmax denominator and adds no
+     * value; no scale, softcap or ALiBi applies to it. NULL: none. */
+    const oclf_buf *sinks;
+    /* Optional output, [Hq, Tq] f32: the natural-log logsumexp of each
+     * row's final scores (the sink included), element (h, t) at
+     * offset + h * stride + t (stride 0: Tq). NULL: not written. */
+    const oclf_buf *lse;
+} oclf_attention_options;
+
+/* No scale (1/sqrt(head_dim)), no mask, window, softcap, ALiBi, sinks or
+ * LSE, with `size` set (or, in C, OCLF_ATTENTION_OPTIONS_INIT). */
+#define OCLF_ATTENTION_OPTIONS_INIT {.size = sizeof(oclf_attention_options)}
+OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
+
+/* Attention over `batch` sequences packed along tokens, with contiguous K
+ * and V (prefill). Sequence b holds the query tokens [cu_seqlens_q[b],
+ * cu_seqlens_q[b + 1]) of q and o and the key tokens [cu_seqlens_k[b],
+ * cu_seqlens_k[b + 1]) of k and v: cu_seqlens_* are device int32 arrays of
+ * batch + 1 non-decreasing offsets from 0 (FlashAttention's varlen
+ * convention), ending at total_q and total_k. Every sequence has at most
+ * max_seqlen_q queries; empty sequences are allowed.
+ *
+ * q and o have q.count = o.count = Hq heads per token, k and v Hk heads
+ * (k.count = v.count), each head `head_dim` (1..256) elements of `dtype`:
+ * token t, head h at buf.offset + t * buf.stride + h * head_stride, as in
+ * oclf_heads, so q, k and v may be views of one packed qkv. Hq % Hk == 0:
+ * query head h reads KV head h / (Hq / Hk) (GQA; MQA when Hk = 1).
+ *
+ * For query i and key j of a sequence: s = scale . q.k, then the softcap,
+ * then ALiBi, then the mask of `options` (NULL: none of them). Each output
+ * row is sum_j softmax(s)_j v_j, computed in fp32 and rounded once; a row
+ * that sees no key gets 0 (and LSE -inf, or the sink's logit with sinks),
+ * never NaN.
+ *
+ * Aliasing: q, k and v may overlap each other (they are only read). o must
+ * share no element with q, k, v, cu_seqlens_*, the slopes, sinks or lse
+ * (views of one packed buffer qualify when their heads interleave without
+ * meeting, checked as oclf_rotary_embedding does); lse must share no byte
+ * with any other operand.
+ *
+ * Offsets are not read on the host by the fused path: an offset array that
+ * breaks the rules above is the caller's error, and the kernels then clamp
+ * each sequence to [0, total_q) and [0, total_k) and to max_seqlen_q
+ * queries, so nothing outside the checked ranges is read or written. With
+ * the context's `validate` option the call reads the offsets first
+ * (blocking, after the wait list) and rejects such arrays with
+ * OCLF_INVALID_ARGUMENT naming the sequence. The unfused path always reads
+ * them (it sizes its GEMMs on the host) and always rejects them.
+ *
+ * Paths: fused, one kernel (attention_fused): a work-group takes WGS rows
+ * of one KV-head group of a sequence (rows are (query, query head of the
+ * group) pairs, so every query head of a group shares each K/V block it
+ * stages) and walks the keys in blocks of BK staged in local memory, with
+ * an online softmax and an fp32 accumulator; the score matrix never
+ * reaches global memory. Parameters (fused): WGS (rows per work-group, a
+ * power of two), BK (keys per staged block: 1..64), VEC (1, 2, 4, 8, 16:
+ * the width of the dot products; head_dim is padded to a multiple of it in
+ * local and private memory), ACC (where each row's query and accumulator
+ * live: 0 private memory, the CPU default; 1 local memory, the GPU
+ * default). Unfused, what a user writes by hand: 16-bit
+ * inputs widened to f32 copies, then per sequence, query head and tile of
+ * queries the GEMM library's Sgemm for scale . Q K^T into an f32 score tile,
+ * one masked-softmax kernel (softcap, ALiBi, mask, sinks, LSE), and Sgemm
+ * for P V; the tile holds at most 2^22 scores.
+ *
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, head_dim 0 or above
+ * 256, a head count of 0, Hq not a multiple of Hk, k and v head counts that
+ * differ, q and o head counts that differ, a head stride below head_dim, a
+ * token stride below the heads' extent, a buffer (q, k, v, o, offsets,
+ * slopes, sinks, lse) smaller than the range described, outputs that overlap
+ * as forbidden above, a scale or softcap that is not finite, causal or
+ * window not 0/1, a window side below -1, a bad options.size or kernel
+ * parameter, offsets rejected as above; OCLF_UNSUPPORTED for an unknown
+ * dtype, a token count or head count of 2^31 or more, or a launch of 2^32
+ * work-items or more; OCLF_OUT_OF_RESOURCES when a temporary of the unfused
+ * path exceeds the device's largest allocation. batch, total_q or
+ * max_seqlen_q of 0 enqueues a marker (no query is computed). */
+OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                    size_t batch, size_t head_dim, size_t total_q,
+                                    size_t total_k, size_t max_seqlen_q, oclf_buf cu_seqlens_q,
+                                    oclf_buf cu_seqlens_k, oclf_heads q, oclf_heads k,
+                                    oclf_heads v, oclf_heads o,
+                                    const oclf_attention_options *options,
+                                    const oclf_choice *choice, cl_uint num_events,
+                                    const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (see README "Elementwise expressions").
  *
  * Source: statements `name = expr;` over declared names; `#` starts a

@@ -536,6 +536,25 @@ OCLF_HIDDEN oclf_status oclf_chain_launch(oclf_chain *c, oclf_program *prog, con
 /* Hands the last event to *event (or releases it). Always call once. */
 OCLF_HIDDEN void oclf_chain_end(oclf_chain *c, cl_event *event);
 
+/* The GEMM library's row-major C = alpha A op(B) (op: B^T when trans_b)
+ * + 0 C at the given element offsets and leading dimensions, as the next
+ * link of a chain: ordered after the chain so far by a barrier (the
+ * library takes no wait list), its event the chain's next. `op` names the
+ * caller in an error. */
+OCLF_HIDDEN oclf_status oclf_chain_sgemm(oclf_chain *c, const char *op, int trans_b, size_t m,
+                                         size_t n, size_t k, float alpha, cl_mem a, size_t ao,
+                                         size_t lda, cl_mem b, size_t bo, size_t ldb, cl_mem cm,
+                                         size_t co, size_t ldc);
+
+/* A set of heads (oclf_heads) of head_dim elements over `tokens` tokens,
+ * checked as a tokens x extent operand (extent: from the first head's
+ * start to the last head's end); *blocks: its heads in each token, for
+ * oclf_blocks_disjoint; *head_stride: the stride resolved. */
+OCLF_HIDDEN oclf_status oclf_check_heads(const oclf_context *ctx, const char *what, oclf_heads h,
+                                         size_t tokens, size_t hd, size_t elem,
+                                         oclf_operand *out, oclf_blocks *blocks,
+                                         size_t *head_stride);
+
 /* Zero rows: nothing to do, but the caller's event must still exist. */
 OCLF_HIDDEN oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue queue,
                                             cl_uint num_events, const cl_event *wait_list,

@@ -1,6 +1,9 @@
 /* Argument checks shared by every op, and the enqueue helpers. */
 #include "internal.h"
 
+#include <clblast_c.h>
+#include <limits.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -372,4 +375,59 @@ oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog, const c
                              names[i], kwgs);
     }
     return OCLF_SUCCESS;
+}
+
+oclf_status oclf_chain_sgemm(oclf_chain *c, const char *op, int trans_b, size_t m, size_t n,
+                             size_t k, float alpha, cl_mem a, size_t ao, size_t lda, cl_mem b,
+                             size_t bo, size_t ldb, cl_mem cm, size_t co, size_t ldc)
+{
+    if (c->prev || c->num_events) {
+        cl_int err = clEnqueueBarrierWithWaitList(c->queue, c->prev ? 1 : c->num_events,
+                                                  c->prev ? &c->prev : c->wait_list, NULL);
+        if (err != CL_SUCCESS)
+            return oclf_fail_cl(c->ctx, err, "clEnqueueBarrierWithWaitList");
+    }
+    cl_event ev = NULL;
+    cl_command_queue qu = c->queue;
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
+                                       trans_b ? CLBlastTransposeYes : CLBlastTransposeNo, m, n, k,
+                                       alpha, a, ao, lda, b, bo, ldb, 0.0f, cm, co, ldc, &qu, &ev);
+    if (s != CLBlastSuccess)
+        return oclf_fail(c->ctx,
+                         s == CLBlastOpenCLOutOfResources || s == CLBlastOpenCLOutOfHostMemory ||
+                                 s == CLBlastTempBufferAllocFailure
+                             ? OCLF_OUT_OF_RESOURCES
+                             : OCLF_OPENCL_ERROR,
+                         "%s: the GEMM library's Sgemm failed with status %d", op, (int)s);
+    atomic_fetch_add(&c->ctx->n_enqueued, 1);
+    if (c->prev)
+        clReleaseEvent(c->prev);
+    c->prev = ev;
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_heads(const oclf_context *ctx, const char *what, oclf_heads h,
+                             size_t tokens, size_t hd, size_t elem, oclf_operand *out,
+                             oclf_blocks *blocks, size_t *head_stride)
+{
+    if (h.count == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head count is 0", what);
+    if (h.count > UINT_MAX / 2)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu heads per token", what, h.count);
+    const size_t hs = h.head_stride ? h.head_stride : hd;
+    if (hs < hd)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head stride %zu is less than head_dim %zu",
+                         what, hs, hd);
+    size_t ext, packed;
+    if (__builtin_mul_overflow(h.count - 1, hs, &ext) || __builtin_add_overflow(ext, hd, &ext) ||
+        __builtin_mul_overflow(h.count, hs, &packed))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu heads of stride %zu overflow", what,
+                         h.count, hs);
+    oclf_buf b = h.buf;
+    if (!b.stride)
+        b.stride = packed;
+    *blocks = (oclf_blocks){h.count, hs, hd};
+    if (head_stride)
+        *head_stride = hs;
+    return oclf_check_2d(ctx, what, b, tokens, ext, elem, out);
 }

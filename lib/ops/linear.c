@@ -13,7 +13,6 @@
  */
 #include "../internal.h"
 
-#include <clblast_c.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -361,37 +360,6 @@ static oclf_status elem_launch(oclf_chain *ch, oclf_program *prog, const char *n
                              LIN_ELEM_WGS);
 }
 
-/* The GEMM library's C = alpha A op(B), ordered after the chain so far by
- * a barrier (it takes no wait list), its event the chain's next. */
-static oclf_status gemm_launch(oclf_chain *ch, const lin_call *c, cl_mem a, size_t ao, size_t lda,
-                               cl_mem b, size_t bo, size_t ldb, cl_mem cm, size_t co, size_t ldc)
-{
-    if (ch->prev || ch->num_events) {
-        cl_int err = clEnqueueBarrierWithWaitList(ch->queue, ch->prev ? 1 : ch->num_events,
-                                                  ch->prev ? &ch->prev : ch->wait_list, NULL);
-        if (err != CL_SUCCESS)
-            return oclf_fail_cl(ch->ctx, err, "clEnqueueBarrierWithWaitList");
-    }
-    cl_event ev = NULL;
-    cl_command_queue qu = ch->queue;
-    CLBlastStatusCode s =
-        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo,
-                     c->wkn ? CLBlastTransposeNo : CLBlastTransposeYes, c->m, c->n, c->k, c->alpha,
-                     a, ao, lda, b, bo, ldb, 0.0f, cm, co, ldc, &qu, &ev);
-    if (s != CLBlastSuccess)
-        return oclf_fail(ch->ctx,
-                         s == CLBlastOpenCLOutOfResources || s == CLBlastOpenCLOutOfHostMemory ||
-                                 s == CLBlastTempBufferAllocFailure
-                             ? OCLF_OUT_OF_RESOURCES
-                             : OCLF_OPENCL_ERROR,
-                         "linear: the GEMM library's Sgemm failed with status %d", (int)s);
-    atomic_fetch_add(&ch->ctx->n_enqueued, 1);
-    if (ch->prev)
-        clReleaseEvent(ch->prev);
-    ch->prev = ev;
-    return OCLF_SUCCESS;
-}
-
 /* What a user of the GEMM library writes by hand. The GEMM computes in
  * f32 (the library's half GEMM accumulates in half precision, whose error
  * grows with K past the f16 tolerance), so f16 and bf16 operands are
@@ -447,9 +415,10 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call
         if (ch->prev)
             clReleaseEvent(ch->prev);
         ch->prev = ev;
-    } else if ((st = gemm_launch(ch, c, xf ? xf : c->x.mem, xf ? 0 : c->x.offset,
-                                 xf ? c->k : c->x.stride, wf ? wf : c->w.mem,
-                                 wf ? 0 : c->w.offset, wf ? wc : c->w.stride, cm, co, cs))) {
+    } else if ((st = oclf_chain_sgemm(ch, "linear", !c->wkn, c->m, c->n, c->k, c->alpha,
+                                      xf ? xf : c->x.mem, xf ? 0 : c->x.offset,
+                                      xf ? c->k : c->x.stride, wf ? wf : c->w.mem,
+                                      wf ? 0 : c->w.offset, wf ? wc : c->w.stride, cm, co, cs))) {
         goto done;
     }
     if (c->has_bias) {

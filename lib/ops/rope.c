@@ -184,31 +184,6 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
                          oclf_dtype_size(rope->cache_dtype), &o->cache);
 }
 
-/* A head set checked as a tokens x extent operand (extent: from the first
- * head's start to the last head's end); *blocks: its heads in each token. */
-static oclf_status check_heads(oclf_context *ctx, const char *what, oclf_heads h, size_t tokens,
-                               size_t hd, size_t el, oclf_operand *out, oclf_blocks *blocks)
-{
-    if (h.count == 0)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head count is 0", what);
-    if (h.count > UINT_MAX / 2)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu heads per token", what, h.count);
-    const size_t hs = h.head_stride ? h.head_stride : hd;
-    if (hs < hd)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head stride %zu is less than head_dim %zu",
-                         what, hs, hd);
-    size_t ext, packed;
-    if (__builtin_mul_overflow(h.count - 1, hs, &ext) || __builtin_add_overflow(ext, hd, &ext) ||
-        __builtin_mul_overflow(h.count, hs, &packed))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu heads of stride %zu overflow", what,
-                         h.count, hs);
-    oclf_buf b = h.buf;
-    if (!b.stride)
-        b.stride = packed;
-    *blocks = (oclf_blocks){h.count, hs, hd};
-    return oclf_check_2d(ctx, what, b, tokens, ext, el, out);
-}
-
 /* With ctx->validate: reads the positions (after the caller's wait list)
  * and names the first token outside [0, max_pos). */
 static oclf_status validate_positions(oclf_context *ctx, const char *op, cl_command_queue queue,
@@ -352,11 +327,11 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     oclf_blocks qb, kb;
     char what[64];
     snprintf(what, sizeof what, "%s: q", op);
-    if ((st = check_heads(ctx, what, q, tokens, hd, el, &oq, &qb)))
+    if ((st = oclf_check_heads(ctx, what, q, tokens, hd, el, &oq, &qb, NULL)))
         return st;
     if (k) {
         snprintf(what, sizeof what, "%s: k", op);
-        if ((st = check_heads(ctx, what, *k, tokens, hd, el, &ok, &kb)))
+        if ((st = oclf_check_heads(ctx, what, *k, tokens, hd, el, &ok, &kb, NULL)))
             return st;
         /* heads, not each token's whole extent: interleaved q and k heads
          * share no element */

@@ -127,6 +127,43 @@ size_t oclf_ref_linear_compare(oclf_dtype dtype, const void *got, size_t gs, con
                                const double *scale, size_t rows, size_t cols, size_t *first_bad,
                                double *max_err);
 
+/* ---- attention -------------------------------------------------------- */
+/* One operand of heads: token t, head h starts at element
+ * off + t * ts + h * hs of `base`. */
+typedef struct oclf_ref_heads {
+    const void *base;
+    size_t off, ts, hs;
+} oclf_ref_heads;
+typedef struct oclf_ref_attention_args {
+    oclf_dtype dtype;
+    size_t batch, hq, hk, d;
+    const int32_t *cu_q, *cu_k; /* batch + 1 offsets each */
+    oclf_ref_heads q, k, v;
+    float scale; /* 0: 1 / sqrt(d) */
+    int causal, window;
+    int64_t left, right; /* -1: unbounded */
+    float softcap;       /* <= 0: none */
+    const float *alibi;  /* [hq] or NULL */
+    const float *sinks;  /* [hq] or NULL */
+} oclf_ref_attention_args;
+/* o: [total_q, hq, d] packed doubles; lse (may be NULL): [hq, total_q];
+ * vmax (may be NULL): [total_q, hq], max_j |v_j| over the row's sequence's
+ * keys (1 for a sequence without keys), the scale of the tolerance. */
+void oclf_ref_attention(const oclf_ref_attention_args *a, size_t total_q, double *o, double *lse,
+                        double *vmax);
+/* Output rows of got (token t, head h at off + t * ts + h * hs) outside
+ * |o - ref| <= tol (1 + vmax) with tol 2e-5 (f32), 2e-3 (f16), 1.6e-2
+ * (bf16); NaN never matches. */
+size_t oclf_ref_attention_compare(oclf_dtype dtype, const void *got, size_t off, size_t ts,
+                                  size_t hs, size_t total_q, size_t hq, size_t d,
+                                  const double *ref, const double *vmax, size_t *first_bad,
+                                  double *max_err);
+/* LSE [hq, total_q] f32 (row stride ls) within tol absolute of ref; -inf
+ * matches -inf only. */
+size_t oclf_ref_attention_lse_compare(oclf_dtype dtype, const float *got, size_t ls,
+                                      size_t total_q, size_t hq, const double *ref,
+                                      size_t *first_bad, double *max_err);
+
 /* ---- elementwise expressions ---------------------------------------------- */
 /* Philox4x32-10: out = the block for counter ctr under key. */
 void oclf_ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);

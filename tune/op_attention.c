@@ -1,0 +1,229 @@
+/* Descriptor of attention for the benchmark and the tuner: `batch`
+ * sequences of SQ queries and SK keys each, packed q [B SQ, Hq, D], k and
+ * v [B SK, Hk, D] in buffers of their own, causal mask (bottom-right), no
+ * other option. */
+#include "opdesc.h"
+
+#include "ref.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct attn_inst {
+    oclf_dtype dtype;
+    size_t b, sq, sk, hq, hk, d, tq, tk;
+    void *hq_, *hk_, *hv;
+    int32_t *cuq, *cuk;
+    double *want, *vmax; /* reference, computed on first verify */
+    cl_mem q, k, v, o, mcq, mck;
+} attn_inst;
+
+static void attn_destroy(void *p)
+{
+    attn_inst *in = p;
+    if (!in)
+        return;
+    cl_mem mems[6] = {in->q, in->k, in->v, in->o, in->mcq, in->mck};
+    for (int i = 0; i < 6; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    free(in->hq_), free(in->hk_), free(in->hv), free(in->cuq), free(in->cuk);
+    free(in->want), free(in->vmax);
+    free(in);
+}
+
+static void *attn_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err,
+                         size_t errlen)
+{
+    attn_inst *in = calloc(1, sizeof *in);
+    if (!in) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    in->dtype = dt;
+    in->b = s->d[0], in->sq = s->d[1], in->sk = s->d[2], in->hq = s->d[3], in->hk = s->d[4];
+    in->d = s->d[5];
+    if (!in->hk || in->hq % in->hk) {
+        snprintf(err, errlen, "Hq must be a multiple of Hk");
+        attn_destroy(in);
+        return NULL;
+    }
+    in->tq = in->b * in->sq, in->tk = in->b * in->sk;
+    const size_t es = oclf_dtype_size(dt), nq = in->tq * in->hq * in->d;
+    const size_t nk = in->tk * in->hk * in->d;
+    in->hq_ = malloc(nq * es + 1), in->hk_ = malloc(nk * es + 1), in->hv = malloc(nk * es + 1);
+    in->cuq = malloc((in->b + 1) * 4), in->cuk = malloc((in->b + 1) * 4);
+    if (!in->hq_ || !in->hk_ || !in->hv || !in->cuq || !in->cuk) {
+        snprintf(err, errlen, "out of host memory");
+        attn_destroy(in);
+        return NULL;
+    }
+    op_fill_random(dt, in->hq_, nq, -1.0f, 1.0f, 1);
+    op_fill_random(dt, in->hk_, nk, -1.0f, 1.0f, 2);
+    op_fill_random(dt, in->hv, nk, -1.0f, 1.0f, 3);
+    for (size_t i = 0; i <= in->b; i++)
+        in->cuq[i] = (int32_t)(i * in->sq), in->cuk[i] = (int32_t)(i * in->sk);
+    if (!(in->q = op_upload(env, in->hq_, nq * es + 1, err, errlen)) ||
+        !(in->k = op_upload(env, in->hk_, nk * es + 1, err, errlen)) ||
+        !(in->v = op_upload(env, in->hv, nk * es + 1, err, errlen)) ||
+        !(in->o = op_upload(env, in->hq_, nq * es + 1, err, errlen)) ||
+        !(in->mcq = op_upload(env, in->cuq, (in->b + 1) * 4, err, errlen)) ||
+        !(in->mck = op_upload(env, in->cuk, (in->b + 1) * 4, err, errlen))) {
+        attn_destroy(in);
+        return NULL;
+    }
+    return in;
+}
+
+static oclf_status attn_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
+{
+    attn_inst *in = p;
+    oclf_attention_options opt = OCLF_ATTENTION_OPTIONS_INIT;
+    opt.causal = 1;
+    oclf_heads q = {{in->q, 0, 0}, in->hq, 0}, k = {{in->k, 0, 0}, in->hk, 0};
+    oclf_heads v = {{in->v, 0, 0}, in->hk, 0}, o = {{in->o, 0, 0}, in->hq, 0};
+    return oclf_attention(env->ctx, env->queue, in->dtype, in->b, in->d, in->tq, in->tk, in->sq,
+                          (oclf_buf){in->mcq, 0, 0}, (oclf_buf){in->mck, 0, 0}, q, k, v, o, &opt,
+                          ch, 0, NULL, ev);
+}
+
+static int attn_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+{
+    attn_inst *in = p;
+    const oclf_dtype dt = in->dtype;
+    const size_t es = oclf_dtype_size(dt), n = in->tq * in->hq * in->d;
+    oclf_status st = attn_run(env, in, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    if (!in->want) {
+        in->want = malloc((n + 1) * sizeof *in->want);
+        in->vmax = malloc((in->tq * in->hq + 1) * sizeof *in->vmax);
+        if (in->want && in->vmax) {
+            oclf_ref_attention_args a;
+            memset(&a, 0, sizeof a);
+            a.dtype = dt, a.batch = in->b, a.hq = in->hq, a.hk = in->hk, a.d = in->d;
+            a.cu_q = in->cuq, a.cu_k = in->cuk;
+            a.q = (oclf_ref_heads){in->hq_, 0, in->hq * in->d, in->d};
+            a.k = (oclf_ref_heads){in->hk_, 0, in->hk * in->d, in->d};
+            a.v = (oclf_ref_heads){in->hv, 0, in->hk * in->d, in->d};
+            a.causal = 1;
+            a.left = a.right = -1;
+            oclf_ref_attention(&a, in->tq, in->want, NULL, in->vmax);
+        }
+    }
+    void *got = malloc(n * es + 1);
+    int ok = 0;
+    if (got && in->want && in->vmax && op_download(env, in->o, got, n * es) == 0) {
+        size_t first = 0;
+        double worst = 0;
+        const size_t bad = oclf_ref_attention_compare(dt, got, 0, in->hq * in->d, in->d, in->tq,
+                                                      in->hq, in->d, in->want, in->vmax, &first,
+                                                      &worst);
+        ok = bad == 0;
+        if (!ok)
+            snprintf(msg, len, "%zu elements out of tolerance, first %zu, largest error %g", bad,
+                     first, worst);
+    } else {
+        snprintf(msg, len, "cannot read the result back");
+    }
+    free(got);
+    return ok;
+}
+
+/* q, k, v read once and o written once. */
+static double attn_bytes(const op_shape *s, oclf_dtype dt)
+{
+    const double es = (double)oclf_dtype_size(dt), b = (double)s->d[0], d = (double)s->d[5];
+    return es * d * b * (2.0 * (double)s->d[1] * (double)s->d[3] + 2.0 * (double)s->d[2] * (double)s->d[4]);
+}
+
+/* Two multiply-adds per visible (query, key, dim) and query head: the
+ * causal mask's visible pairs only. */
+static double attn_flops(const op_shape *s)
+{
+    const double sq = (double)s->d[1], sk = (double)s->d[2];
+    double pairs = 0;
+    for (double i = 0; i < sq; i++) {
+        const double last = i + sk - sq; /* keys 0..last */
+        pairs += last < 0 ? 0 : last + 1 > sk ? sk : last + 1;
+    }
+    return 4.0 * (double)s->d[0] * pairs * (double)s->d[3] * (double)s->d[5];
+}
+
+static int attn_lib_shape(const op_shape *s, uint64_t *dims)
+{
+    dims[0] = s->d[0] * s->d[1];
+    dims[1] = s->d[3];
+    dims[2] = s->d[4];
+    dims[3] = s->d[5];
+    return 4;
+}
+
+static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                      oclf_path path, oclf_params *out, int max)
+{
+    op_point_check c;
+    op_point_check_init(&c, env, op, s, dt, path);
+    int n = 0;
+    if (path == OCLF_PATH_UNFUSED) {
+        oclf_params p;
+        memset(&p, 0, sizeof p);
+        op_space_add_valid(&c, out, &n, max, &p); /* the GEMM library tunes itself */
+        return n;
+    }
+    /* Rows in local memory on a GPU, whose registers would spill them. */
+    const int acc = op_is_gpu(env);
+    static const int wgs[] = {4, 8, 16, 32, 64}, bk[] = {8, 16, 32, 64}, vec[] = {4, 8, 16};
+    for (int w = 0; w < 5; w++)
+        for (int b = 0; b < 4; b++)
+            for (int v = 0; v < 3; v++) {
+                if ((uint64_t)vec[v] > s->d[5] * 2)
+                    continue; /* the padding would be most of the work */
+                /* 16-wide vectors and 64-key blocks spilled registers in the
+                 * cross-compile suite (tests/gpu_compile.py) */
+                if (acc && (vec[v] > 8 || bk[b] > 32))
+                    continue;
+                oclf_params p;
+                memset(&p, 0, sizeof p);
+                oclf_params_set(&p, "WGS", wgs[w]);
+                oclf_params_set(&p, "BK", bk[b]);
+                oclf_params_set(&p, "VEC", vec[v]);
+                oclf_params_set(&p, "ACC", acc);
+                op_space_add_valid(&c, out, &n, max, &p);
+            }
+    return n;
+}
+
+/* B x SQ x SK x Hq x Hk x D: Sq != Sk (rows without keys under the
+ * causal mask), GQA and MQA, head dims with padding and one of 1; block
+ * sizes that leave partial key blocks and several groups per head. */
+static const op_kernel_check attn_check = {
+    "2x5x7x4x2x20,1x6x3x3x1x3",
+    "WGS=4,BK=4,VEC=4,ACC=0;WGS=8,BK=3,VEC=1,ACC=0;WGS=2,BK=16,VEC=16,ACC=0;"
+    "WGS=4,BK=5,VEC=2,ACC=1",
+    "WGS=16,BK=16,VEC=4,ACC=0", "1x16x16x2x1x32", 1, 0};
+
+const op_desc op_attention = {
+    .name = "attention",
+    .shape_help = "BxSQxSKxHQxHKxD (sequences, queries and keys per sequence, query and KV "
+                  "heads, head dim; causal)",
+    .ndims = 6,
+    .dim_names = {"batch", "seqlen_q", "seqlen_k", "q_heads", "kv_heads", "head_dim"},
+    .bench_shapes = "1x512x512x32x8x128,4x128x128x32x8x64",
+    .tune_shapes = "1x512x512x32x8x128,4x128x128x32x8x64",
+    .test_shape = "2x9x11x4x2x40",
+    .has_unfused = 1,
+    .create = attn_create,
+    .run = attn_run,
+    .verify = attn_verify,
+    .min_bytes = attn_bytes,
+    .flops = attn_flops,
+    .destroy = attn_destroy,
+    .space = attn_space,
+    .lib_shape = attn_lib_shape,
+    .lib_dim_names = {"tokens", "q_heads", "kv_heads", "head_dim"},
+    .kernel_check = &attn_check,
+};
