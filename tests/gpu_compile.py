@@ -40,9 +40,9 @@ fails, or ptxas is not on PATH, that back end is skipped and the summary
 says so.
 
 What is compiled: by default every GPU default plus a fixed sample of the
-search-space points (one in OCLF_GPU_COMPILE_SAMPLE, 8 unless set, chosen
-by a hash of source and options, so the sample does not move when other
-points come or go), every back end on each. OCLF_GPU_COMPILE_FULL=1
+search-space points (one in OCLF_GPU_COMPILE_SAMPLE, 8 unless set, 0 for
+none, chosen by a hash of source and options, so the sample does not move
+when other points come or go), every back end on each. OCLF_GPU_COMPILE_FULL=1
 compiles every point. OCLF_GPU_COMPILE_QUICK=1 keeps one in eight of that
 selection, for a short local run; OCLF_GPU_COMPILE_MATCH=TEXT only those
 whose source name contains TEXT ("l2topk.cl": that file's programs;
@@ -350,10 +350,10 @@ def select(variants):
     if os.environ.get("OCLF_GPU_COMPILE_FULL") == "1":
         chosen = list(variants)
     else:
-        every = int(os.environ.get("OCLF_GPU_COMPILE_SAMPLE", "8") or 8)
+        every = int(os.environ.get("OCLF_GPU_COMPILE_SAMPLE") or 8)
         chosen = [v for v in variants
                   if v[2] == "default" or
-                  zlib.crc32(f"{v[0]}\t{v[1]}".encode()) % max(every, 1) == 0]
+                  (every > 0 and zlib.crc32(f"{v[0]}\t{v[1]}".encode()) % every == 0)]
     if os.environ.get("OCLF_GPU_COMPILE_QUICK") == "1":
         chosen = chosen[::8]
     # OCLF_GPU_COMPILE_MATCH=expr- compiles only the programs whose source
