@@ -254,6 +254,9 @@ def ptxas_stats(log):
         if m := re.search(r"Compiling entry function '(\w+)'", line):
             name = m.group(1)
             stats[name] = [0, 0, 0, 0]
+        elif m := re.search(r"Function properties for (\w+)", line):
+            # a called function's frame (not inlined) belongs to no kernel row
+            name = m.group(1) if m.group(1) in stats else None
         elif name and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
                                       r"(\d+) bytes spill loads", line)):
             stats[name][1] = int(m.group(2)) + int(m.group(3))
