@@ -210,7 +210,8 @@ int op_is_gpu(const op_env *env);
  * temporaries per element (16-bit elements count as the floats they are
  * computed in: 8 bf16 lanes spilled where 8 f32 ones would too) and at 8
  * accumulator floats in a register block (l2_topk QB x RB x VEC, linear
- * MB x NB x VEC); 16 spilled on Xe-HPC in most of the blocks' variants. */
+ * MB x NB x VEC); 16 spilled on Xe-HPC in most of l2_topk's variants.
+ * (Some of linear's staged points still spill there at 8, as at 16.) */
 #define OP_GPU_MAX_VEC_FLOATS 4
 #define OP_GPU_MAX_BLOCK_FLOATS 8
 /* On a GPU, keeps the points of out[0..n) whose VEC is at most
