@@ -4,39 +4,63 @@
 usage: gpu_compile.py GPU_VARIANTS CL_DIR OUT_DIR
 
 GPU_VARIANTS (tests/gpu_variants.c, run with OCLF_DEVICE_CLASS=gpu) lists
-each distinct (source, options) pair: the GPU heuristic defaults and every
-point of the tuner's search spaces. Each is assembled as the library
-assembles it (common.h, then the op file with its parts) and compiled by clang with
-libclc's builtins for the targets below:
+each distinct (source, options) pair, marked "default" where a GPU
+heuristic default chooses it and "space" where only a point of the tuner's
+search spaces offers it. Each is assembled as the library assembles it
+(common.h, then the op file with its parts) and built by three vendors'
+back ends:
 
-  - at -O0 to LLVM IR (once: it is the same for every target), where any
-    function still only declared (not an LLVM intrinsic) is one the
-    vendor's compiler would not find either: a plain `inline` helper
-    without a body under C99 rules is the usual cause;
-  - at -O3 to each target's assembly, which must build; PTX must declare no
-    external function, and AMD's register report gives each kernel's VGPR
-    count and spills.
+  - clang with libclc's builtins, at -O0 to LLVM IR (once: it is the same
+    for every target), where any function still only declared (not an
+    LLVM intrinsic) is one the vendor's compiler would not find either: a
+    plain `inline` helper without a body under C99 rules is the usual
+    cause; then at -O3 to NVIDIA PTX (sm_80) and AMD assembly (gfx90a,
+    gfx1100), which must build; PTX must declare no external function, and
+    AMD's register report gives each kernel's VGPRs and spills;
+  - NVIDIA's assembler, ptxas -v, on that PTX for sm_80 and sm_90 (PTX for
+    sm_80 runs on sm_90, as the driver would compile it there): registers,
+    spill bytes and shared memory per kernel;
+  - Intel's offline compiler (ocloc, IGC) on the source for dg2-g10 (Arc),
+    pvc (Data Center Max) and tgllp (Xe integrated) with the options the
+    library passes: the SIMD width it chose, its registers, spills (its
+    "spilled around N" warning) and the per-thread scratch and private
+    memory of each kernel's zeinfo.
 
-A build error or an undefined function fails the suite. Per-kernel VGPRs
-and spills go to OUT_DIR/report.tsv. A variant whose VGPRs spill on an AMD
-target fails the suite too: the search spaces must not offer it (a spilled
-kernel moves its registers through scratch memory, which defeats the point
-of fusing). SGPR spills, which land in VGPR lanes, are only reported.
+A build error or an undefined function fails the suite, and so does a
+kernel that spills on any back end: AMD VGPRs to scratch, ptxas spill
+stores or loads, IGC spills. The search spaces must not offer such a point
+(a spilled kernel moves its registers through memory, which defeats the
+point of fusing). AMD SGPR spills, which land in VGPR lanes, are only
+reported. Per-kernel figures go to OUT_DIR/report.tsv.
 
-OCLF_GPU_COMPILE_QUICK=1 compiles one variant in eight (the defaults
-always), for a short local run; OCLF_GPU_COMPILE_MATCH=TEXT only those whose
-source name contains TEXT ("l2topk.cl": that file's programs; "expr-": the
-generated expressions, which gpu_variants writes to OUT_DIR/generated and
-lists by path). A source's `#include "part"` lines are expanded as the
-library's loader expands them. Exits 77 (skip) without clang-15/libclc.
+IGC is not a package this machine installs: its Debian packages are
+downloaded (apt-get download) and unpacked under OUT_DIR/../igc, so its
+OpenCL ICD is never registered; ocloc runs from there. Where the download
+fails, or ptxas is not on PATH, that back end is skipped and the summary
+says so.
+
+What is compiled: by default every GPU default plus a fixed sample of the
+search-space points (one in OCLF_GPU_COMPILE_SAMPLE, 8 unless set, 0 for
+none, chosen by a hash of source and options, so the sample does not move
+when other points come or go), every back end on each. OCLF_GPU_COMPILE_FULL=1
+compiles every point. OCLF_GPU_COMPILE_QUICK=1 keeps one in eight of that
+selection, for a short local run; OCLF_GPU_COMPILE_MATCH=TEXT only those
+whose source name contains TEXT ("l2topk.cl": that file's programs;
+"expr-": the generated expressions, which gpu_variants writes to
+OUT_DIR/generated and lists by path). A source's `#include "part"` lines
+are expanded as the library's loader expands them. Exits 77 (skip) without
+clang-15/libclc.
 """
 import concurrent.futures
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import time
+import zlib
 
 CLANG = shutil.which("clang-15")
 CLC = "/usr/lib/clc"
@@ -50,6 +74,14 @@ TARGETS = [
      "amdgcn--amdhsa.bc", True),
 ]
 DECLARE = re.compile(r"^declare .*@([A-Za-z0-9_.$]+)\(", re.M)
+PTXAS = shutil.which("ptxas")
+PTXAS_ARCHS = ["sm_80", "sm_90"]
+IGC_DEVICES = ["dg2-g10", "pvc", "tgllp"]
+# ocloc and the libraries it loads (Debian bookworm's names).
+IGC_PACKAGES = ["intel-opencl-icd", "libigc1", "libigdfcl1", "libigdgmm12", "libopencl-clang14",
+                "libllvm14", "libllvmspirvlib14", "libclang-cpp14"]
+# Set by main() when ocloc runs: (path, environment).
+OCLOC = None
 
 
 def clang(args, src, out):
@@ -106,6 +138,146 @@ def expand(cl_dir, name, depth):
     return "\n".join(out)
 
 
+def igc_setup(root):
+    """ocloc from IGC's Debian packages unpacked under root (downloaded once
+    per build folder): (ocloc, environment), or (None, why)."""
+    ocloc = os.path.join(root, "usr", "bin", "ocloc")
+    libs = [os.path.join(root, "usr", "lib", "x86_64-linux-gnu"),
+            os.path.join(root, "usr", "lib", "llvm-14", "lib")]
+    done = os.path.join(root, ".unpacked")
+    if not os.path.exists(done):
+        if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+            return None, "apt-get or dpkg-deb is missing"
+        shutil.rmtree(root, ignore_errors=True)
+        with tempfile.TemporaryDirectory() as debs:
+            p = subprocess.run(["apt-get", "download"] + IGC_PACKAGES, cwd=debs,
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                return None, "apt-get download failed: " + (p.stderr.strip().splitlines()
+                                                           or ["?"])[-1]
+            for deb in sorted(os.listdir(debs)):
+                if deb.endswith(".deb"):
+                    p = subprocess.run(["dpkg-deb", "-x", os.path.join(debs, deb), root],
+                                       capture_output=True, text=True)
+                    if p.returncode != 0:
+                        return None, f"dpkg-deb -x {deb} failed: {p.stderr.strip()}"
+        open(done, "w").close()
+    if not os.access(ocloc, os.X_OK):
+        return None, f"{ocloc} is missing from the unpacked packages"
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
+    return ocloc, env
+
+
+def elf_section(data, wanted):
+    """The bytes of the ELF64 section named `wanted`, or None."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        return None
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3a)
+    heads = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = heads[shstrndx][4]
+    for name, _, _, _, off, size in heads:
+        end = data.index(b"\0", names + name)
+        if data[names + name:end].decode() == wanted:
+            return data[off:off + size]
+    return None
+
+
+def zeinfo_stats(text):
+    """{kernel: [grf registers, simd width, scratch bytes, private bytes]}
+    from a zebin's .ze_info (YAML: kernels, each with its execution_env and
+    per_thread_memory_buffers)."""
+    stats, name, buf, in_kernels = {}, None, None, False
+    for line in text.splitlines():
+        if re.match(r"^\S", line):  # a top-level key (kernels_misc_info repeats the names)
+            in_kernels, name = line.startswith("kernels:"), None
+            continue
+        if not in_kernels:
+            continue
+        if m := re.match(r"^  - name:\s+(\S+)", line):
+            name = m.group(1)
+            stats[name] = [0, 0, 0, 0]
+        elif name is None:
+            continue
+        elif m := re.match(r"^\s+grf_count:\s+(\d+)", line):
+            stats[name][0] = int(m.group(1))
+        elif m := re.match(r"^\s+simd_size:\s+(\d+)", line):
+            stats[name][1] = int(m.group(1))
+        elif m := re.match(r"^\s+- type:\s+(\w+)", line):
+            buf = m.group(1)
+        elif (m := re.match(r"^\s+size:\s+(\d+)", line)) and buf in ("scratch", "private"):
+            stats[name][2 if buf == "scratch" else 3] += int(m.group(1))
+            buf = None
+    return stats
+
+
+IGC_SPILL = re.compile(r"kernel (\w+)\s+compiled SIMD(\d+) allocated (\d+) regs and "
+                       r"spilled around (\d+)")
+
+
+def igc_build(src, options, device, tmp, base):
+    """ocloc on one source for one device: (error or None, {kernel: [regs,
+    simd, spills, scratch, private]})."""
+    ocloc, env = OCLOC
+    out = base + "-" + device
+    cmd = [ocloc, "compile", "-file", src, "-device", device, "--format", "zebin",
+           "-exclude_ir", "-options", options, "-out_dir", tmp, "-output",
+           os.path.basename(out), "-output_no_suffix"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    log = p.stdout + p.stderr
+    try:
+        with open(out, "rb") as f:
+            zebin = f.read()
+    except OSError:
+        zebin = None
+    for leftover in (out, out + ".spv"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    if p.returncode != 0 or not zebin:
+        return log.strip()[-2000:] or f"ocloc exited {p.returncode}", {}
+    info = elf_section(zebin, ".ze_info")
+    if info is None:
+        return "ocloc wrote no .ze_info section", {}
+    stats = {k: [v[0], v[1], 0, v[2], v[3]] for k, v in zeinfo_stats(info.decode()).items()}
+    for kernel, simd, regs, spilled in IGC_SPILL.findall(log):
+        row = stats.setdefault(kernel, [int(regs), int(simd), 0, 0, 0])
+        row[2] = int(spilled)
+    return None, stats
+
+
+def ptxas_stats(log):
+    """{kernel: [registers, spill bytes (stores + loads), stack bytes,
+    shared bytes]} from ptxas -v."""
+    stats, name = {}, None
+    for line in log.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+            stats[name] = [0, 0, 0, 0]
+        elif m := re.search(r"Function properties for (\w+)", line):
+            # a called function's frame (not inlined) belongs to no kernel row
+            name = m.group(1) if m.group(1) in stats else None
+        elif name and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                                      r"(\d+) bytes spill loads", line)):
+            stats[name][1] = int(m.group(2)) + int(m.group(3))
+            stats[name][2] = int(m.group(1))
+        elif name and (m := re.search(r"Used (\d+) registers", line)):
+            stats[name][0] = int(m.group(1))
+            if m := re.search(r"(\d+) bytes smem", line):
+                stats[name][3] = int(m.group(1))
+    return stats
+
+
+# report.tsv: one row per kernel and target. regs: AMD VGPRs, PTX
+# registers, IGC GRF registers; simd: IGC's SIMD width (0 elsewhere);
+# spills: AMD VGPRs spilled, ptxas spill bytes (stores + loads), IGC's
+# "spilled around" figure; scratch: AMD scratch, ptxas stack frame, IGC
+# per-thread scratch (bytes); private: IGC per-thread private memory;
+# shared: ptxas shared memory (bytes).
+COLUMNS = ["source", "options", "target", "kernel", "regs", "simd", "spills", "sgpr_spills",
+           "scratch", "private", "shared"]
+
+
 def compile_variant(job):
     idx, source, options, text, tmp = job
     src = os.path.join(tmp, f"v{idx}.cl")
@@ -113,6 +285,11 @@ def compile_variant(job):
         f.write(text)
     defs = options.split()
     errors, rows = [], []
+
+    def row(target, kernel, regs=0, simd=0, spills=0, sgpr=0, scratch=0, private=0, shared=0):
+        rows.append((source, options, target, kernel, regs, simd, spills, sgpr, scratch, private,
+                     shared))
+
     for ti, (name, flags, bc, stats) in enumerate(TARGETS):
         link = ["-Xclang", "-mlink-builtin-bitcode", "-Xclang", os.path.join(CLC, bc)]
         if ti == 0:
@@ -126,6 +303,7 @@ def compile_variant(job):
             with open(ll) as f:
                 undefined = sorted({d for d in DECLARE.findall(f.read())
                                     if not d.startswith("llvm.")})
+            os.remove(ll)
             if undefined:
                 errors.append(f"{source} {options} [-O0]: undefined {', '.join(undefined)}")
         asm = os.path.join(tmp, f"v{idx}-{name}.s")
@@ -133,21 +311,64 @@ def compile_variant(job):
         if rc != 0:
             errors.append(f"{source} {options} [{name} -O3]: build failed\n{err.strip()[:2000]}")
             continue
-        if not stats:
-            with open(asm) as f:
-                externs = re.findall(r"^\s*\.extern\s+\.func\s+(?:\([^)]*\)\s*)?(\w+)",
-                                     f.read(), re.M)
-            if externs:
-                errors.append(f"{source} {options} [{name} -O3]: undefined {', '.join(externs)}")
-            continue
+        with open(asm) as f:
+            code = f.read()
         if stats:
-            with open(asm) as f:
-                for kernel, (vgprs, vspill, sspill, scratch) in sorted(amd_stats(f.read()).items()):
-                    rows.append((source, options, name, kernel, vgprs, vspill, sspill, scratch))
+            for kernel, (vgprs, vspill, sspill, scratch) in sorted(amd_stats(code).items()):
+                row(name, kernel, regs=vgprs, spills=vspill, sgpr=sspill, scratch=scratch)
+            os.remove(asm)
+            continue
+        externs = re.findall(r"^\s*\.extern\s+\.func\s+(?:\([^)]*\)\s*)?(\w+)", code, re.M)
+        if externs:
+            errors.append(f"{source} {options} [{name} -O3]: undefined {', '.join(externs)}")
+        for arch in PTXAS_ARCHS if PTXAS else []:
+            cubin = os.path.join(tmp, f"v{idx}-{arch}.cubin")
+            p = subprocess.run([PTXAS, "-v", f"-arch={arch}", asm, "-o", cubin],
+                               capture_output=True, text=True)
+            if os.path.exists(cubin):
+                os.remove(cubin)
+            if p.returncode != 0:
+                errors.append(f"{source} {options} [ptxas {arch}]: failed\n"
+                              f"{(p.stdout + p.stderr).strip()[:2000]}")
+                continue
+            for kernel, (regs, spill, stack, shared) in sorted(ptxas_stats(p.stderr + p.stdout)
+                                                               .items()):
+                row(f"ptxas-{arch}", kernel, regs=regs, spills=spill, scratch=stack,
+                    shared=shared)
+        os.remove(asm)
+    for device in IGC_DEVICES if OCLOC else []:
+        err, stats = igc_build(src, options, device, tmp, os.path.join(tmp, f"v{idx}"))
+        if err:
+            errors.append(f"{source} {options} [igc {device}]: build failed\n{err}")
+            continue
+        for kernel, (regs, simd, spills, scratch, private) in sorted(stats.items()):
+            row(f"igc-{device}", kernel, regs=regs, simd=simd, spills=spills, scratch=scratch,
+                private=private)
+    os.remove(src)
     return errors, rows
 
 
+def select(variants):
+    """The variants this run compiles (see the module's docstring)."""
+    if os.environ.get("OCLF_GPU_COMPILE_FULL") == "1":
+        chosen = list(variants)
+    else:
+        every = int(os.environ.get("OCLF_GPU_COMPILE_SAMPLE") or 8)
+        chosen = [v for v in variants
+                  if v[2] == "default" or
+                  (every > 0 and zlib.crc32(f"{v[0]}\t{v[1]}".encode()) % every == 0)]
+    if os.environ.get("OCLF_GPU_COMPILE_QUICK") == "1":
+        chosen = chosen[::8]
+    # OCLF_GPU_COMPILE_MATCH=expr- compiles only the programs whose source
+    # names contain the text ("l2topk.cl", or "expr-" for the generated expressions).
+    match = os.environ.get("OCLF_GPU_COMPILE_MATCH")
+    if match:
+        chosen = [v for v in chosen if match in v[0]]
+    return chosen
+
+
 def main():
+    global OCLOC
     if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
@@ -155,8 +376,10 @@ def main():
     if not CLANG or not all(os.path.exists(os.path.join(CLC, t[2])) for t in TARGETS):
         print("gpu-compile: clang-15 or libclc-15 is missing; skipped")
         return 77
+    started = time.monotonic()
     env = dict(os.environ, OCLF_DEVICE_CLASS="gpu")
-    generated = os.path.join(os.path.abspath(out_dir), "generated")
+    out_dir = os.path.abspath(out_dir)
+    generated = os.path.join(out_dir, "generated")
     os.makedirs(generated, exist_ok=True)
     # Generated programs (expressions) come back as paths into `generated`.
     p = subprocess.run([variants_bin, generated], capture_output=True, text=True, env=env)
@@ -167,22 +390,28 @@ def main():
         print(p.stderr, file=sys.stderr)
         print("gpu-compile: listing the variants failed", file=sys.stderr)
         return 1
-    variants = [line.split("\t", 1) for line in p.stdout.splitlines() if "\t" in line]
-    if os.environ.get("OCLF_GPU_COMPILE_QUICK") == "1":
-        variants = variants[::8]
-    # OCLF_GPU_COMPILE_MATCH=expr- compiles only the programs whose source
-    # names contain the text ("l2topk.cl", or "expr-" for the generated expressions).
-    match = os.environ.get("OCLF_GPU_COMPILE_MATCH")
-    if match:
-        variants = [v for v in variants if match in v[0]]
+    variants = [line.split("\t") for line in p.stdout.splitlines() if line.count("\t") == 2]
+    if not variants:
+        print("gpu-compile: gpu_variants listed no programs", file=sys.stderr)
+        return 1
+    chosen = select(variants)
+    skipped = []
+    if not PTXAS:
+        skipped.append("ptxas is not on PATH: the NVIDIA assembler step is skipped")
+    ocloc, why = igc_setup(os.path.join(os.path.dirname(out_dir), "igc"))
+    if ocloc:
+        OCLOC = (ocloc, why)
+    else:
+        skipped.append(f"IGC could not be fetched ({why}): the Intel step is skipped")
+    for line in skipped:
+        print(f"gpu-compile: {line}")
     with open(os.path.join(cl_dir, "common.h")) as f:
         common = f.read()
     bodies = {}
-    os.makedirs(out_dir, exist_ok=True)
     errors, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         jobs = []
-        for i, (source, options) in enumerate(variants):
+        for i, (source, options, _) in enumerate(chosen):
             if source not in bodies:
                 bodies[source] = expand(cl_dir, source, 0)
             text = f'#line 1 "common.h"\n{common}\n#line 1 "{source}"\n{bodies[source]}'
@@ -191,21 +420,33 @@ def main():
             for errs, rs in pool.map(compile_variant, jobs):
                 errors += errs
                 rows += rs
-    with open(os.path.join(out_dir, "report.tsv"), "w") as f:
-        f.write("source\toptions\ttarget\tkernel\tvgprs\tvgpr_spills\tsgpr_spills\tscratch\n")
+    report = os.path.join(out_dir, "report.tsv")
+    with open(report, "w") as f:
+        f.write("\t".join(COLUMNS) + "\n")
         for r in rows:
             f.write("\t".join(str(x) for x in r) + "\n")
-    # VGPR spills go to scratch memory; SGPR spills go to VGPR lanes, cost
-    # instructions only, and are reported in the file, not failed.
-    spills = [r for r in rows if r[5]]
+    # AMD SGPR spills go to VGPR lanes, cost instructions only, and are
+    # reported in the file, not failed; every other spill goes to memory.
+    spills = [r for r in rows if r[6]]
     for r in spills:
-        errors.append(f"{r[0]} {r[1]} [{r[2]}]: kernel {r[3]} spills {r[5]} VGPRs to "
-                      f"scratch memory; the search space must not offer it")
-    most = max(rows, key=lambda r: r[4]) if rows else None
-    print(f"gpu-compile: {len(variants)} programs x {len(TARGETS)} targets, "
-          f"{len(rows)} AMD kernel builds, {len(spills)} spilling, {len(errors)} errors"
-          + (f"; most VGPRs: {most[4]} ({most[3]}, {most[1]}, {most[2]})" if most else "")
-          + f"; report: {os.path.join(out_dir, 'report.tsv')}")
+        errors.append(f"{r[0]} {r[1]} [{r[2]}]: kernel {r[3]} spills ({r[6]}); the search "
+                      f"space must not offer it")
+    targets = [t[0] for t in TARGETS] + [f"ptxas-{a}" for a in PTXAS_ARCHS if PTXAS] + \
+        [f"igc-{d}" for d in IGC_DEVICES if OCLOC]
+    ndefault = sum(1 for v in chosen if v[2] == "default")
+    print(f"gpu-compile: {len(chosen)} of {len(variants)} programs ({ndefault} GPU defaults, "
+          f"{len(chosen) - ndefault} space points"
+          f"{'' if os.environ.get('OCLF_GPU_COMPILE_FULL') == '1' else '; OCLF_GPU_COMPILE_FULL=1 compiles all'})"
+          f" x {len(targets)} targets ({', '.join(targets)}): {len(rows)} kernel builds, "
+          f"{len(spills)} spilling, {len(errors)} errors, {time.monotonic() - started:.0f} s; "
+          f"report: {report}")
+    for target in targets:
+        mine = [r for r in rows if r[2] == target]
+        if mine:
+            regs = [r[4] for r in mine]
+            simd = sorted({r[5] for r in mine if r[5]})
+            print(f"  {target}: registers {min(regs)}..{max(regs)}"
+                  + (f", SIMD {'/'.join(map(str, simd))}" if simd else ""))
     for e in errors[:40]:
         print(e, file=sys.stderr)
     return 1 if errors else 0

@@ -7,8 +7,9 @@
  * (source, options) pair instead of building it.
  *
  * Run with OCLF_DEVICE_CLASS=gpu, so the heuristics and limits are a GPU's.
- * Prints "source<TAB>options" once per distinct program; tests/gpu_compile.py
- * cross-compiles them. Generated programs (expressions) are written to the
+ * Prints "source<TAB>options<TAB>kind" once per distinct program, kind
+ * "default" where some shape's heuristic chooses it and "space" where only
+ * a search space offers it; tests/gpu_compile.py cross-compiles them. Generated programs (expressions) are written to the
  * folder named by the first argument and listed by their path. Exits 1 when an op's deep validation accepts a
  * parameter set without naming its program: the kernel limits of such a
  * set would never be checked before launch.
@@ -24,6 +25,8 @@ typedef struct sink {
     char **lines;
     size_t n, cap;
     int got; /* programs recorded by the current validation */
+    int is_default;          /* the current validation is a heuristic default's */
+    unsigned char *defaults; /* per line: some heuristic default named it */
     const char *dir; /* where generated sources are written */
     char **keys;     /* generated programs' keys, by file number */
     size_t nkeys;
@@ -67,27 +70,35 @@ static void record(void *user, const char *source, const char *generated, const 
     }
     snprintf(line, sizeof line, "%s\t%s", source, options);
     for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->lines[i], line) == 0)
+        if (strcmp(s->lines[i], line) == 0) {
+            s->defaults[i] |= s->is_default;
             return;
+        }
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 256;
         char **grown = realloc(s->lines, cap * sizeof *grown);
         if (!grown)
             return;
         s->lines = grown;
+        unsigned char *marks = realloc(s->defaults, cap);
+        if (!marks)
+            return;
+        s->defaults = marks;
         s->cap = cap;
     }
     s->lines[s->n] = strdup(line);
     if (s->lines[s->n])
-        s->n++;
+        s->defaults[s->n++] = (unsigned char)s->is_default;
 }
 
 /* One parameter set: dispatch's overlay on the heuristic, then the deep
  * validation. Returns 1 when the set was accepted without a program. */
 static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
-                 const oclf_shape *shape, oclf_path path, const oclf_params *point)
+                 const oclf_shape *shape, oclf_path path, const oclf_params *point,
+                 int is_default)
 {
     s->got = 0;
+    s->is_default = is_default;
     oclf_resolved r;
     oclf_status st =
         oclf_dispatch_check(ctx, op, oclf_op_hooks_get(op), dtype, shape, path, point, 1, &r);
@@ -126,6 +137,7 @@ static int visit_generated(op_env *env, sink *s, const op_desc *od, oclf_params 
                 if (i >= 0)
                     ch.params = points[i];
                 s->got = 0;
+                s->is_default = i < 0;
                 od->run(env, inst, &ch, NULL);
                 if (s->got == 0) {
                     fprintf(stderr, "%s %s path %d: a run listed no program: %s\n", od->name,
@@ -179,7 +191,8 @@ int main(int argc, char **argv)
                 for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
                     if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
                         continue;
-                    bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL);
+                    bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path, NULL,
+                                 1);
                     /* l2_topk's heuristic keeps the heaps in global memory
                      * (TOPK 0) where a k's lists do not fit on chip; the
                      * listed shapes' lists all fit, so the fallback is
@@ -188,21 +201,22 @@ int main(int argc, char **argv)
                     oclf_params_set(&heaps, "TOPK", 0);
                     if (op == OCLF_OP_L2_TOPK && path == OCLF_PATH_FUSED)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
-                                     &heaps);
+                                     &heaps, 1);
                     int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
                                      MAXP);
                     for (int i = 0; i < n; i++)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
-                                     &points[i]);
+                                     &points[i], 0);
                 }
             }
         }
     }
     for (size_t i = 0; i < s.n; i++) {
-        printf("%s\n", s.lines[i]);
+        printf("%s\t%s\n", s.lines[i], s.defaults[i] ? "default" : "space");
         free(s.lines[i]);
     }
     free(s.lines);
+    free(s.defaults);
     for (size_t i = 0; i < s.nkeys; i++)
         free(s.keys[i]);
     free(s.keys);

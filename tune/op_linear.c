@@ -204,7 +204,7 @@ static void lin_point(const op_point_check *c, oclf_params *out, int *n, int max
  * walked at random: the register block comes first, and only blocks whose
  * accumulators and operands fit the register file are kept (a CPU: 32
  * vector registers of VEC = 16 floats; a GPU: at most
- * OP_GPU_MAX_BLOCK_FLOATS accumulator floats, where AMD's compiler began to
+ * OP_GPU_MAX_BLOCK_FLOATS accumulator floats, below what GPU compilers
  * spill), largest arithmetic intensity (MB x NB per MB + NB loads) first,
  * since the tuner screens candidates in order under its budget. For each
  * block, the group shapes that cover the shape without mostly idle work-
@@ -239,9 +239,9 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
             const int vec = vecs[v];
             /* GPU: blocks of exactly the spill cap's accumulator floats (fewer
              * leave a work-item too little to do per operand loaded) in
-             * vectors of at most 16 bytes of floats */
+             * vectors of at most OP_GPU_MAX_VEC_FLOATS */
             if (gpu ? mb * nb * vec != OP_GPU_MAX_BLOCK_FLOATS ||
-                          vec * 4 > OP_GPU_MAX_VEC_BYTES
+                          vec > OP_GPU_MAX_VEC_FLOATS
                     : (vec < 8 || mb * nb + mb + nb > 32))
                 continue;
             if (!gpu) {

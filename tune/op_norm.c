@@ -166,14 +166,16 @@ static int norm_space(const op_env *env, const op_desc *op, const op_shape *s, o
     const int n = op_staged_row_space(&c, &sp, out, max);
     if (!op_is_gpu(env))
         return n;
-    /* LAYOUT 0 keeps two sets of row sums per work-item (cl/norm.cl); with
-     * vectors wider than 16 bytes AMD's compiler spilled them. */
+    /* LAYOUT 0 keeps two sets of row sums per work-item (cl/norm.cl): the
+     * vector cap of kernels with several temporaries per element. LAYOUT 1
+     * splits a row over the group and keeps one set, twice that; layer
+     * norm's 16-lane vectors spilled on Intel's Xe-HPC in every dtype. */
     int kept = 0;
     for (int i = 0; i < n; i++) {
         int64_t layout = 0, vec = 1;
         oclf_params_get(&out[i], "LAYOUT", &layout);
         oclf_params_get(&out[i], "VEC", &vec);
-        if (layout != 0 || (size_t)vec * oclf_dtype_size(dt) <= OP_GPU_MAX_VEC_BYTES)
+        if (vec <= (layout == 0 ? 1 : 2) * OP_GPU_MAX_VEC_FLOATS)
             out[kept++] = out[i];
     }
     return kept;

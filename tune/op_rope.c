@@ -184,7 +184,20 @@ static int rope_space(const op_env *env, const op_desc *op, const op_shape *s, o
                                .l1_min = 8, .rows_need_stage = 1};
     /* The staged qk_norm_rope keeps a head's vectors and its cos/sin in
      * flight: wider vectors spill on a GPU. */
-    return op_gpu_vector_cap(env, dt, out, op_staged_row_space(&c, &sp, out, max));
+    const int n = op_gpu_vector_cap(env, dt, out, op_staged_row_space(&c, &sp, out, max));
+    if (!op_is_gpu(env))
+        return n;
+    /* A GPU gets LAYOUT 1 only. LAYOUT 0 hands a work-item every head of a
+     * token, so a warp's loads are a token apart (uncoalesced), and its
+     * bf16 qk_norm_rope spilled on Intel's Xe-HPC at VEC 2 as at 8. */
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t layout = 0;
+        oclf_params_get(&out[i], "LAYOUT", &layout);
+        if (layout != 0)
+            out[kept++] = out[i];
+    }
+    return kept;
 }
 
 /* tokens x nq x nk x nv x hd x R. Traffic, staged: one work-group takes

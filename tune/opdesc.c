@@ -430,7 +430,7 @@ int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int
     for (int i = 0; i < n; i++) {
         int64_t vec = 1;
         oclf_params_get(&out[i], "VEC", &vec);
-        if ((size_t)vec * oclf_dtype_size(dtype) <= OP_GPU_MAX_VEC_BYTES)
+        if (vec <= OP_GPU_MAX_VEC_FLOATS)
             out[kept++] = out[i];
     }
     return kept;

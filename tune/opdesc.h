@@ -213,15 +213,21 @@ int op_staged_row_space(const op_point_check *c, const op_stage_space *s, oclf_p
 /* 1 when the library plans for a GPU on this device (its class, which
  * OCLF_DEVICE_CLASS may override). */
 int op_is_gpu(const op_env *env);
-/* Where the cross-compile suite (tests/gpu_compile.py) saw AMD's compiler
- * spill registers to scratch memory, GPU search spaces stop: vectors of 16
- * bytes for kernels that keep several temporaries per element, and 16
- * accumulator floats in an l2_topk register block (QB x RB x VEC). */
-#define OP_GPU_MAX_VEC_BYTES 16
-#define OP_GPU_MAX_BLOCK_FLOATS 16
+/* GPU search spaces offer no point that a GPU compiler spills (the
+ * cross-compile suite, tests/gpu_compile.py, builds them with AMD's, NVIDIA's
+ * and Intel's back ends). The tightest register file among them is Intel's
+ * Xe-HPC compiling SIMD32: 128 registers of 64 bytes shared by 32 lanes,
+ * 64 floats a work-item, where AMD's and NVIDIA's give up to 255 or 256.
+ * So the spaces stop at vectors of 4 floats for kernels that keep several
+ * temporaries per element (16-bit elements count as the floats they are
+ * computed in: 8 bf16 lanes spilled where 8 f32 ones would too) and at 8
+ * accumulator floats in a register block (l2_topk QB x RB x VEC, linear
+ * MB x NB x VEC); 16 spilled on Xe-HPC in most of l2_topk's variants.
+ * (Some of linear's staged points still spill there at 8, as at 16.) */
+#define OP_GPU_MAX_VEC_FLOATS 4
+#define OP_GPU_MAX_BLOCK_FLOATS 8
 /* On a GPU, keeps the points of out[0..n) whose VEC is at most
- * OP_GPU_MAX_VEC_BYTES wide in `dtype`; returns how many are left (n
- * elsewhere). */
+ * OP_GPU_MAX_VEC_FLOATS; returns how many are left (n elsewhere). */
 int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int n);
 
 /* Expressions (tune/op_expr.c): milliseconds from oclf_expr_compile of an

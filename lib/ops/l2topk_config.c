@@ -70,13 +70,15 @@ void oclf_l2topk_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf
      * bound by reading the database, so one query against 4 rows of float16
      * vectors; from 4 queries on, 2 queries x 2 rows of float16 is the block
      * whose accumulators and operands fill the register file exactly (4 x 4
-     * of float8 spills and ran at half the speed here). GPUs: at most 16
-     * accumulator floats, 1 x 2 or 2 x 2 of float4. Without a required
-     * work-group size the compiler must leave room for 1024 work-items a
-     * group, and AMD's (gfx90a, gfx1100) spilled the scan's registers to
-     * scratch from 32 accumulators on (tests/gpu_compile.py); fewer rows per
-     * block also give a staged tile (XSTAGE, below) more work-items. */
-    int qb = nq < 4 ? 1 : 2, rb = cpu ? (nq < 4 ? 4 : 2) : 2;
+     * of float8 spills and ran at half the speed here). GPUs: 8
+     * accumulator floats, 1 x 2 of float4. Without a required work-group
+     * size the compiler must leave room for 1024 work-items a group, and
+     * AMD's (gfx90a, gfx1100) spilled the scan's registers to scratch from
+     * 32 accumulators on; Intel's Xe-HPC compiler (SIMD32, 64 floats a
+     * work-item) spilled 2 x 2 of float4 without the query copy
+     * (tests/gpu_compile.py). Fewer rows per block also give a staged tile
+     * (XSTAGE, below) more work-items. */
+    int qb = cpu && nq >= 4 ? 2 : 1, rb = cpu ? (nq < 4 ? 4 : 2) : 2;
     /* Query groups of at most 32 (CPU) / 16 (GPU) queries, balanced so the
      * last group is not mostly padding. */
     uint64_t gmax = cpu ? 32 : 16;

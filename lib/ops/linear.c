@@ -86,7 +86,9 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
     } else {
         /* GPUs: tiles of x and W staged in local memory by the whole group
          * (coalesced), 8 x 8 work-items of at most 16 accumulator floats
-         * (OP_GPU_MAX_BLOCK_FLOATS: AMD's compiler spilled larger blocks).
+         * (AMD's compiler spilled larger blocks; these defaults build without
+         * a spill on every back end of tests/gpu_compile.py, while the search
+         * space, which varies the rest of the kernel too, stops at 8).
          * Few rows: a group per block of columns whose lanes split K. */
         stage = 1;
         kc = 32;
