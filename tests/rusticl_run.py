@@ -2,7 +2,7 @@
 """Runs tests/test_kernels on Mesa's OpenCL implementation (rusticl) with its
 llvmpipe CPU device, as a third implementation beside POCL and oclgrind.
 
-  rusticl_run.py DIR CLASS EXE OP [OP...]
+  rusticl_run.py DIR CLASS EXE OP[:DTYPE] [OP[:DTYPE]...]
 
 DIR is a folder of the build where Debian's mesa-opencl-icd is unpacked
 (fetched with `apt-get download` when absent) and where an ICD folder of its
@@ -11,7 +11,8 @@ that folder for the child alone, so the package is never installed and POCL
 stays every other test's device. CLASS is `cpu` or `gpu`
 (OCLF_DEVICE_CLASS: the structures a GPU gets by default). Each OP runs
 `EXE defaults OP`: every dtype, fused and unfused, on the op's check shapes,
-with the heuristic's parameters for the class, against the CPU reference.
+with the heuristic's parameters for the class, against the CPU reference
+(OP:DTYPE: that dtype alone).
 
 Exit 77 (skip) when rusticl cannot be had here, saying why.
 """
@@ -122,7 +123,7 @@ def main():
     env["OCLF_DEVICE_CLASS"] = cls
     failed = 0
     for op in ops:
-        cmd = [exe, "defaults", op]
+        cmd = [exe, "defaults"] + op.split(":", 1)
         print("+", " ".join(cmd), f"(OCLF_DEVICE_CLASS={cls})", flush=True)
         r = subprocess.run(cmd, env=env, text=True, errors="replace",
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
