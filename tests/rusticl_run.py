@@ -14,7 +14,8 @@ stays every other test's device. CLASS is `cpu` or `gpu`
 with the heuristic's parameters for the class, against the CPU reference
 (OP:DTYPE: that dtype alone).
 
-Exit 77 (skip) when rusticl cannot be had here, saying why.
+Exit 77 (skip) when rusticl cannot be had here, saying why, or when
+OCLF_SKIP_RUSTICL=1.
 """
 import glob
 import os
@@ -117,6 +118,8 @@ def main():
         print(__doc__)
         return 2
     base, cls, exe, ops = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    if os.environ.get("OCLF_SKIP_RUSTICL", "0") != "0":
+        return skip("OCLF_SKIP_RUSTICL is set")
     env, why = prepare(base)
     if why:
         return skip(why)
