@@ -9,7 +9,8 @@ DIR is a folder of the build where Debian's mesa-opencl-icd is unpacked
 own names the unpacked library by absolute path: OCL_ICD_VENDORS points at
 that folder for the child alone, so the package is never installed and POCL
 stays every other test's device. CLASS is `cpu` or `gpu`
-(OCLF_DEVICE_CLASS: the structures a GPU gets by default). Each OP runs
+(OCLF_DEVICE_CLASS: the structures a GPU gets by default), or `check`:
+`EXE check OP`, every structure of the op's kernel check. Otherwise each OP runs
 `EXE defaults OP`: every dtype, fused and unfused, on the op's check shapes,
 with the heuristic's parameters for the class, against the CPU reference
 (OP:DTYPE: that dtype alone).
@@ -114,7 +115,7 @@ def prepare(base):
 
 
 def main():
-    if len(sys.argv) < 5 or sys.argv[2] not in ("cpu", "gpu"):
+    if len(sys.argv) < 5 or sys.argv[2] not in ("cpu", "gpu", "check"):
         print(__doc__)
         return 2
     base, cls, exe, ops = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
@@ -123,11 +124,13 @@ def main():
     env, why = prepare(base)
     if why:
         return skip(why)
-    env["OCLF_DEVICE_CLASS"] = cls
+    if cls != "check":
+        env["OCLF_DEVICE_CLASS"] = cls
     failed = 0
     for op in ops:
-        cmd = [exe, "defaults"] + op.split(":", 1)
-        print("+", " ".join(cmd), f"(OCLF_DEVICE_CLASS={cls})", flush=True)
+        cmd = [exe, "check" if cls == "check" else "defaults"] + op.split(":", 1)
+        print("+", " ".join(cmd), f"(OCLF_DEVICE_CLASS={env.get('OCLF_DEVICE_CLASS', '')})",
+              flush=True)
         r = subprocess.run(cmd, env=env, text=True, errors="replace",
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         sys.stdout.write(r.stdout)
