@@ -219,7 +219,8 @@ typedef float8 hfloatv;
 /* ---- the two structures --------------------------------------------------
  * Each kernel is written once, over:
  *   HEADS_PROLOGUE(wq, wk): the structure's start, with the q and k norm
- *     weights (NULL: none; the staged structure stages them).
+ *     weights (NULL: none; the staged structure stages them);
+ *     HEADS_PROLOGUE_UNWEIGHTED the same for a kernel that has none.
  *   FOR_HEADS(nh) { ... } END_HEADS: the body once per (token t, head h)
  *     item of this work-item or work-group, with `trot` and `thd` the
  *     rotary and head dims its loops run over and CACHE_V / CACHE_S
@@ -242,6 +243,7 @@ typedef float8 hfloatv;
 #define HEADS_PROLOGUE(wq, wk)                                                 \
     local float scratch[OCLF_WGS];                                             \
     ROW_LANES
+#define HEADS_PROLOGUE_UNWEIGHTED HEADS_PROLOGUE(0, 0)
 
 #if OCLF_LAYOUT == 0
 #define FOR_TOKEN_HEADS_(nh, BATCH_START)                                      \
@@ -356,6 +358,19 @@ typedef float8 hfloatv;
  * barrier; t0_ is the group's first token), the norm weights as wq_, wk_
  * and staged, and `n`, the group's running head count. */
 #define HEADS_PROLOGUE(wq, wk)                                                 \
+    HEADS_PROLOGUE_STAGE_;                                                     \
+    global const stor_t *const wq_ = (wq), *const wk_ = (wk);                  \
+    STAGE_WEIGHT(wq_, lqw, hd);                                                \
+    STAGE_WEIGHT(wk_, lkw, hd);                                                \
+    uint n = 0
+/* Without norm weights no staging code at all, rather than STAGE_WEIGHT on a
+ * constant null pointer: Mesa 22.3's OpenCL compiler aborted the process in
+ * clCreateKernel on the f16 form of that dead branch (a scalar vload_half
+ * from the null constant). */
+#define HEADS_PROLOGUE_UNWEIGHTED                                              \
+    HEADS_PROLOGUE_STAGE_;                                                     \
+    uint n = 0
+#define HEADS_PROLOGUE_STAGE_                                                  \
     local float scratch[OCLF_WGS];                                             \
     ROW_LANES;                                                                 \
     local long *const lpos = (local long *)stage;                              \
@@ -364,11 +379,7 @@ typedef float8 hfloatv;
     const ulong t0_ = (ulong)get_group_id(0) * rpg;                            \
     for (uint i = lane; i < rpg && t0_ + i < tokens; i += nlanes)              \
         lpos[i] = TOKEN_POSITION(t0_ + i);                                     \
-    barrier(CLK_LOCAL_MEM_FENCE);                                              \
-    global const stor_t *const wq_ = (wq), *const wk_ = (wk);                  \
-    STAGE_WEIGHT(wq_, lqw, hd);                                                \
-    STAGE_WEIGHT(wk_, lkw, hd);                                                \
-    uint n = 0
+    barrier(CLK_LOCAL_MEM_FENCE)
 
 /* Token t's cos/sin row is staged into the buffer of t's parity as `lc`
  * and made visible to the group before its heads. */
@@ -410,7 +421,7 @@ typedef float8 hfloatv;
  * (token, head) with the q heads first. */
 kernel void rotary_embedding(ROTARY_ARGS)
 {
-    HEADS_PROLOGUE(0, 0); /* no norm weights */
+    HEADS_PROLOGUE_UNWEIGHTED; /* no norm weights */
     FOR_HEADS(nq + nk) {
         global stor_t *hp =
             h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;

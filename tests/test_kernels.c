@@ -8,6 +8,11 @@
  *                          each result verified against the CPU reference;
  *                          oclgrind's data-race, uninitialized-value and
  *                          memory checks watch every launch.
+ *   test_kernels defaults  every op x dtype x path x shape with no parameters
+ *                          given, so each call runs the heuristic's structure
+ *                          for the device (OCLF_DEVICE_CLASS=gpu: a GPU's):
+ *                          one program per op, dtype and path, for devices
+ *                          whose compiler is too slow for every structure.
  *   test_kernels traffic   each op and dtype once fused and once unfused with
  *                          the traffic configuration, between "@@" marker
  *                          lines on stdout, so oclgrind's per-kernel global
@@ -116,7 +121,7 @@ static int one(const op_env *env, const op_desc *op, const char *shape_text, ocl
 /* One descriptor of the row `k`: every dtype, structure, shape and path
  * (or, for traffic, the traffic configuration); returns the failures. */
 static int check_op(const op_env *env, const op_desc *op, const op_kernel_check *k, int traffic,
-                    const char *ext, int argc, char **argv, int *runs)
+                    int defaults, const char *ext, int argc, char **argv, int *runs)
 {
     int failed = 0;
     for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
@@ -131,8 +136,9 @@ static int check_op(const op_env *env, const op_desc *op, const op_kernel_check 
         }
         char cfgs[512];
         snprintf(cfgs, sizeof cfgs, "%s", k->configs);
-        char *s1 = NULL;
-        for (char *cfg = strtok_r(cfgs, ";", &s1); cfg; cfg = strtok_r(NULL, ";", &s1)) {
+        char *s1 = NULL, none[] = "";
+        for (char *cfg = defaults ? none : strtok_r(cfgs, ";", &s1); cfg;
+             cfg = defaults ? NULL : strtok_r(NULL, ";", &s1)) {
             char shapes[256];
             snprintf(shapes, sizeof shapes, "%s", k->shapes);
             char *s2 = NULL;
@@ -152,6 +158,7 @@ static int check_op(const op_env *env, const op_desc *op, const op_kernel_check 
 int main(int argc, char **argv)
 {
     const int traffic = argc > 1 && strcmp(argv[1], "traffic") == 0;
+    const int defaults = argc > 1 && strcmp(argv[1], "defaults") == 0;
     op_env env;
     char err[512];
     if (op_env_open(&env, getenv("OCLF_TEST_PLATFORM"), NULL, err, sizeof err)) {
@@ -180,7 +187,7 @@ int main(int argc, char **argv)
             }
             if (ext && *ext == '1' && !k->external_unfused)
                 continue;
-            failed += check_op(&env, op, k, traffic, ext, argc, argv, &runs);
+            failed += check_op(&env, op, k, traffic, defaults, ext, argc, argv, &runs);
         }
         if (!ndesc) {
             printf("FAIL %s: no descriptor\n", name);

@@ -11,6 +11,11 @@ packages=(
   clang-15 libclc-15
   openmpi-bin libopenmpi-dev
   python3-pyopencl python3-numpy python3-pytest python3-matplotlib
+  # What Mesa's OpenCL library needs to load: the rusticl suite unpacks
+  # mesa-opencl-icd itself (apt-get download) so that it never becomes a
+  # system OpenCL device; these are plain libraries and register none.
+  libllvmspirvlib15 libclang-cpp15 libllvm15 libdrm2 libdrm-amdgpu1
+  libdrm-nouveau2 libdrm-radeon1 libelf1 libexpat1 libsensors5 libzstd1 zlib1g
 )
 missing=()
 for p in "${packages[@]}"; do
