@@ -133,7 +133,7 @@ struct op_copy {
     int pieces;
     cl_mem a[MAX_PIECES], b[MAX_PIECES];
     cl_kernel k[MAX_PIECES];
-    size_t global[MAX_PIECES], local;
+    size_t global[MAX_PIECES], local, piece_bytes[MAX_PIECES];
     double bytes;
 };
 
@@ -178,6 +178,7 @@ static int make_pieces(const op_env *env, op_copy *c, int variant, size_t half)
         cl_ulong chunk = bytes / 64 / ((cl_ulong)units * 16);
         chunk = chunk < 1 ? 1 : chunk > 256 ? 256 : chunk;
         cl_int e = CL_SUCCESS;
+        c->piece_bytes[i] = bytes;
         c->a[i] = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
         c->b[i] = clCreateBuffer(env->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
         c->k[i] = clCreateKernel(c->prog, variant_names[variant], &e);
@@ -239,6 +240,15 @@ op_copy *op_copy_create(const op_env *env, double bytes, double floor_bytes, int
 }
 
 double op_copy_bytes(const op_copy *c) { return c->bytes; }
+int op_copy_pieces(const op_copy *c) { return c->pieces; }
+cl_mem op_copy_buffer(const op_copy *c, int piece, int dst)
+{
+    return piece < 0 || piece >= c->pieces ? NULL : dst ? c->b[piece] : c->a[piece];
+}
+size_t op_copy_piece_bytes(const op_copy *c, int piece)
+{
+    return piece < 0 || piece >= c->pieces ? 0 : c->piece_bytes[piece];
+}
 
 int op_copy_run(const op_env *env, op_copy *c, cl_event *event)
 {

@@ -36,6 +36,11 @@ double op_copy_bytes(const op_copy *c);
 /* One copy, enqueued; *event (may be NULL) completes with it. 0, or -1. */
 int op_copy_run(const op_env *env, op_copy *c, cl_event *event);
 void op_copy_destroy(op_copy *c);
+/* For tests: how many buffer pairs the copy spans, and piece i's source
+ * (dst 0) or destination (dst 1) buffer, of op_copy_piece_bytes each. */
+int op_copy_pieces(const op_copy *c);
+cl_mem op_copy_buffer(const op_copy *c, int piece, int dst);
+size_t op_copy_piece_bytes(const op_copy *c, int piece);
 
 /* An op instance and a copy behind one descriptor (op_pair_desc), so that
  * tm_measure interleaves the copy's samples with the op's paths: the
