@@ -501,7 +501,10 @@ int main(int argc, char **argv)
                 }
                 /* and so does a copy of the row's minimum bytes, so that
                  * %copy compares the op with a copy whose buffers sit in
-                 * the same level of the memory as its operands */
+                 * the same level of the memory as its operands; where the
+                 * device has no room for all of it, a smaller one, but
+                 * not below four times the cache, past which a copy
+                 * streams from DRAM whatever its size */
                 const double bytes = op->min_bytes(&shape, dt);
                 memset(&choice[COPY], 0, sizeof choice[COPY]);
                 op_pair pair = {op, inst, NULL, &choice[COPY]};

@@ -359,8 +359,10 @@ int op_uncached_shape(const op_desc *op, uint64_t llc, op_shape *out)
         return 0;
     const uint64_t base = out->d[op->uncached_dim];
     const double target = 2.0 * (double)llc, unit = narrowest_bytes(op, out);
-    /* traffic grows at most in proportion to the dimension, so this
-     * multiple is never past the first that exceeds the target */
+    /* traffic is a part that grows with the multiple plus one that does
+     * not (a weight, a query), so at the multiple that fits the target
+     * once per base's traffic the target is not yet exceeded: counting
+     * up from there finds the first multiple that exceeds it */
     uint64_t m = unit > 0 ? (uint64_t)(target / unit) : 1;
     if (m < 1)
         m = 1;

@@ -25,8 +25,8 @@ typedef struct op_copy op_copy;
  * written to another, rounded up to 64), with kernel `variant` of
  * op_copy_measure. Where the device cannot hold that beside what is
  * already allocated, the copy halves until it fits, though never below
- * `floor_bytes` (a copy past twice the cache runs from DRAM at any size):
- * op_copy_bytes says what it moves. NULL and a sentence in err when even
+ * `floor_bytes` (the caller's size past which a copy streams from DRAM at
+ * the same rate whatever its size): op_copy_bytes says what it moves. NULL and a sentence in err when even
  * that does not fit. Buffers are filled before it returns, so a device that
  * allocates lazily fails here, not while it is timed. */
 op_copy *op_copy_create(const op_env *env, double bytes, double floor_bytes, int variant, char *err,
