@@ -137,10 +137,9 @@ struct op_copy {
     double bytes;
 };
 
-void op_copy_destroy(op_copy *c)
+/* Releases every piece's kernel and buffers; the copy then has none. */
+static void release_pieces(op_copy *c)
 {
-    if (!c)
-        return;
     for (int i = 0; i < c->pieces; i++) {
         if (c->k[i])
             clReleaseKernel(c->k[i]);
@@ -148,7 +147,16 @@ void op_copy_destroy(op_copy *c)
             clReleaseMemObject(c->a[i]);
         if (c->b[i])
             clReleaseMemObject(c->b[i]);
+        c->k[i] = NULL, c->a[i] = c->b[i] = NULL;
     }
+    c->pieces = 0;
+}
+
+void op_copy_destroy(op_copy *c)
+{
+    if (!c)
+        return;
+    release_pieces(c);
     if (c->prog)
         clReleaseProgram(c->prog);
     free(c);
@@ -193,16 +201,7 @@ static int make_pieces(const op_env *env, op_copy *c, int variant, size_t half)
         rc = -1;
     if (rc != 0) {
         clFinish(env->queue);
-        for (int i = 0; i < pieces; i++) {
-            if (c->k[i])
-                clReleaseKernel(c->k[i]);
-            if (c->a[i])
-                clReleaseMemObject(c->a[i]);
-            if (c->b[i])
-                clReleaseMemObject(c->b[i]);
-            c->k[i] = NULL, c->a[i] = c->b[i] = NULL;
-        }
-        c->pieces = 0;
+        release_pieces(c);
     }
     return rc;
 }
