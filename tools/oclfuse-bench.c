@@ -139,18 +139,18 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
                         (unsigned long long)shape->d[k]);
             fprintf(jf, "}, \"path\": \"%s\", \"time_ns\": %.0f, \"ci95_ns\": [%.0f, %.0f], "
                     "\"device_ns\": %.0f, \"samples\": %d, \"calls_per_sample\": %d, "
-                    "\"min_bytes\": %.0f, \"gbps\": %.3f, \"copy_gbps\": %.3f",
+                    "\"min_bytes\": %.0f, \"gbps\": %.6g, \"copy_gbps\": %.3f",
                     path_names[pi], p->med, p->lo, p->hi, p->dev, r->s[pi]->n, r->s[pi]->reps,
                     bytes, bytes / p->med, copy);
             if (op->flops)
                 fprintf(jf, ", \"gflops\": %.3f", op->flops(shape) / p->med);
-            fprintf(jf, ", \"of_copy_dram\": %.4f", bytes / p->med / copy);
+            fprintf(jf, ", \"of_copy_dram\": %.6g", bytes / p->med / copy);
             double lo, hi;
             const double q = of_copy(r, pi, bytes, &lo, &hi);
             if (q >= 0)
                 fprintf(jf, ", \"copy_same_bytes\": %.0f, \"copy_same_bytes_ns\": %.0f, "
-                        "\"copy_same_bytes_gbps\": %.3f, \"of_copy_same_bytes\": %.4f, "
-                        "\"of_copy_same_bytes_ci95\": [%.4f, %.4f]",
+                        "\"copy_same_bytes_gbps\": %.6g, \"of_copy_same_bytes\": %.6g, "
+                        "\"of_copy_same_bytes_ci95\": [%.6g, %.6g]",
                         r->copy_bytes, r->p[COPY].med, r->copy_bytes / r->p[COPY].med, q, lo, hi);
             else
                 fprintf(jf, ", \"copy_same_bytes\": null, \"copy_same_bytes_ns\": null, "
