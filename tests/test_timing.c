@@ -8,8 +8,14 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "memory.h"
 #include "opdesc.h"
 #include "timing.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 START_TEST(median_odd_even)
 {
@@ -365,6 +371,160 @@ START_TEST(rounds_shuffle_the_order)
 }
 END_TEST
 
+/* A made-up sysfs cache folder: index<i>/level and index<i>/size. */
+static void cache_entry(const char *dir, int i, const char *level, const char *size)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/index%d", dir, i);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/index%d/level", dir, i);
+    FILE *f = fopen(path, "w");
+    ck_assert(f);
+    fprintf(f, "%s\n", level);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/index%d/size", dir, i);
+    ck_assert(f = fopen(path, "w"));
+    fprintf(f, "%s\n", size);
+    fclose(f);
+}
+
+START_TEST(l3_from_sysfs)
+{
+    char dir[] = "/tmp/oclf_cacheXXXXXX";
+    ck_assert(mkdtemp(dir));
+    ck_assert_uint_eq(op_sysfs_l3_bytes(dir), 0); /* no entries */
+    cache_entry(dir, 0, "1", "32K");
+    cache_entry(dir, 1, "1", "32K");
+    cache_entry(dir, 2, "2", "512K");
+    ck_assert_uint_eq(op_sysfs_l3_bytes(dir), 0); /* no level 3 */
+    cache_entry(dir, 3, "3", "32768K");
+    ck_assert_uint_eq(op_sysfs_l3_bytes(dir), 32ull << 20);
+    cache_entry(dir, 4, "3", "260M"); /* the larger of two level-3 entries */
+    ck_assert_uint_eq(op_sysfs_l3_bytes(dir), 260ull << 20);
+    ck_assert_uint_eq(op_sysfs_l3_bytes("/nonexistent/cache"), 0);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(llc_pick_smaller_on_cpu)
+{
+    const uint64_t M = 1 << 20;
+    ck_assert_uint_eq(op_llc_pick(32 * M, 260 * M, 1), 32 * M);
+    ck_assert_uint_eq(op_llc_pick(260 * M, 32 * M, 1), 32 * M);
+    ck_assert_uint_eq(op_llc_pick(0, 32 * M, 1), 32 * M);
+    ck_assert_uint_eq(op_llc_pick(4 * M, 0, 1), 4 * M);
+    /* the host's L3 says nothing of a GPU's cache */
+    ck_assert_uint_eq(op_llc_pick(4 * M, 32 * M, 0), 4 * M);
+    ck_assert_uint_eq(op_llc_pick(0, 0, 1), 0);
+}
+END_TEST
+
+/* Narrowest dtype's minimum traffic of a shape. */
+static double least_bytes(const op_desc *op, const op_shape *s)
+{
+    double least = -1;
+    for (int d = 0; d < OCLF_DTYPE_COUNT_; d++) {
+        const double b = op->min_bytes(s, (oclf_dtype)d);
+        least = least < 0 || b < least ? b : least;
+    }
+    return least;
+}
+
+/* Every op has an out-of-cache shape; in every dtype its traffic exceeds
+ * twice the cache, the next smaller multiple's does not in the narrowest,
+ * and a bigger cache gets a bigger shape. rms_norm worked out by hand:
+ * 1024 rows of 8192 in 16-bit move 32 MiB (in and out) plus the weight. */
+START_TEST(uncached_shapes)
+{
+    const uint64_t M = 1 << 20, caches[2] = {32 * M, 260 * M};
+    op_shape s;
+    ck_assert(op_uncached_shape(op_find("rms_norm"), 32 * M, &s));
+    ck_assert_uint_eq(s.d[0], 2048);
+    ck_assert_uint_eq(s.d[1], 8192);
+    ck_assert(op_uncached_shape(op_find("rms_norm"), 260 * M, &s));
+    ck_assert_uint_eq(s.d[0], 17408);
+    ck_assert(!op_uncached_shape(op_find("rms_norm"), 0, &s)); /* cache unknown */
+    for (int i = 0; op_table[i]; i++) {
+        const op_desc *op = op_table[i];
+        ck_assert_msg(op->uncached_shape, "%s has no out-of-cache shape", op->name);
+        op_shape base, grown[2];
+        ck_assert(op_parse_shape(op, op->uncached_shape, &base));
+        for (int c = 0; c < 2; c++) {
+            ck_assert(op_uncached_shape(op, caches[c], &grown[c]));
+            for (int d = 0; d < OCLF_DTYPE_COUNT_; d++)
+                ck_assert_msg(op->min_bytes(&grown[c], (oclf_dtype)d) > 2.0 * (double)caches[c],
+                              "%s %s", op->name, oclf_dtype_name((oclf_dtype)d));
+            const int k = op->uncached_dim;
+            ck_assert_uint_eq(grown[c].d[k] % base.d[k], 0);
+            if (grown[c].d[k] > base.d[k]) {
+                op_shape less = grown[c];
+                less.d[k] -= base.d[k];
+                ck_assert_msg(least_bytes(op, &less) <= 2.0 * (double)caches[c], "%s", op->name);
+            }
+            for (int j = 0; j < base.ndims; j++)
+                ck_assert(j == k || grown[c].d[j] == base.d[j]);
+        }
+        ck_assert_msg(grown[1].d[op->uncached_dim] > grown[0].d[op->uncached_dim], "%s",
+                      op->name);
+    }
+}
+END_TEST
+
+/* The same-bytes copy moves what it says (its destination holds its
+ * source, rounded up to 64 bytes), takes its turns with an op's paths
+ * behind op_pair_desc, and is refused where the device cannot hold it. */
+START_TEST(same_bytes_copy)
+{
+    op_env env;
+    char err[512];
+    ck_assert_msg(op_env_open(&env, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    int variant = -1;
+    ck_assert(op_copy_measure(&env, &variant) > 0);
+    ck_assert(variant >= 0 && variant < 3);
+    for (int v = 0; v < 3; v++) {
+        const double want = 2.0 * 100000; /* 100000 each way: 1563 vectors of 64 */
+        op_copy *c = op_copy_create(&env, want - 20, want, v, err, sizeof err);
+        ck_assert_msg(c, "%s", err);
+        ck_assert_int_eq(op_copy_pieces(c), 1);
+        ck_assert_uint_eq(op_copy_piece_bytes(c, 0), 100032);
+        ck_assert_double_eq(op_copy_bytes(c), 2.0 * 100032);
+        unsigned char *src = malloc(100032), *dst = malloc(100032);
+        for (size_t i = 0; i < 100032; i++)
+            src[i] = (unsigned char)(i * 7 + v);
+        ck_assert_int_eq(op_rewrite(&env, op_copy_buffer(c, 0, 0), src, 100032), 0);
+
+        const op_desc *op = op_find("rms_norm");
+        op_shape shape;
+        ck_assert(op_parse_shape(op, "1x8192", &shape));
+        void *inst = op->create(&env, &shape, OCLF_F32, err, sizeof err);
+        ck_assert_msg(inst, "%s", err);
+        oclf_choice fused = {0}, copy = {0};
+        fused.path = OCLF_PATH_FUSED;
+        op_pair pair = {op, inst, c, &copy};
+        const oclf_choice *chs[2] = {&fused, &copy};
+        tm_series s[2];
+        const tm_plan plan = {1e6, 5, 1, 0, 5, 0};
+        ck_assert_int_eq(tm_measure(&env, &op_pair_desc, &pair, chs, 2, &plan, s, NULL), 0);
+        ck_assert_int_eq(s[0].n, 5);
+        ck_assert_int_eq(s[1].n, 5);
+        ck_assert_int_eq(op_download(&env, op_copy_buffer(c, 0, 1), dst, 100032), 0);
+        ck_assert(memcmp(src, dst, 100032) == 0);
+        op->destroy(inst);
+        free(src), free(dst);
+        op_copy_destroy(c);
+    }
+    /* far past the device's memory, with no room to shrink */
+    cl_ulong mem = 0;
+    clGetDeviceInfo(env.device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    err[0] = '\0';
+    ck_assert(!op_copy_create(&env, 64.0 * (double)mem, 64.0 * (double)mem, 0, err, sizeof err));
+    ck_assert(strstr(err, "no room") != NULL);
+    op_env_close(&env);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("timing");
@@ -381,6 +541,10 @@ int main(void)
     tcase_add_test(tc, rounds_shuffle_the_order);
     tcase_add_test(tc, long_calls_few_runs);
     tcase_add_test(tc, interleaved_batches_start_warm);
+    tcase_add_test(tc, l3_from_sysfs);
+    tcase_add_test(tc, llc_pick_smaller_on_cpu);
+    tcase_add_test(tc, uncached_shapes);
+    tcase_add_test(tc, same_bytes_copy);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -5,8 +5,10 @@
  * For each row: time of each path (median over interleaved samples of
  * batched calls, tune/timing.h) with the spread of that median (the larger
  * side of its 95% bootstrap interval), achieved bandwidth = minimum bytes
- * (inputs read once, outputs written once) / time, that as a fraction of the
- * copy kernel's bandwidth, the unfused/fused ratio, auto over the better
+ * (inputs read once, outputs written once) / time, that as a fraction of a
+ * copy of the same bytes timed among the row's samples (%copy) and of the
+ * DRAM copy measured once per run (%dram) (tune/memory.h), the
+ * unfused/fused ratio, auto over the better
  * path (the median of per-round ratios, with its spread), and the host
  * cost of one call. Paths whose samples a Mann-Whitney U
  * test cannot tell apart (p >= 0.05) are marked "~" in the notes. --json
@@ -14,6 +16,7 @@
  * --json-file writes them to a file beside the table (tools/plot_bench.py
  * draws them).
  */
+#include "memory.h"
 #include "opdesc.h"
 #include "timing.h"
 
@@ -28,21 +31,35 @@ static void usage(FILE *f)
             "usage: oclfuse-bench [options]\n"
             "  --ops a,b,...       operations (default: all)\n"
             "  --dtypes f32,...    storage dtypes (default: f32,f16,bf16)\n"
-            "  --shapes S,S,...    shapes, read per op as below (default: each op's list)\n"
+            "  --shapes S,S,...    shapes, read per op as below (default: each op's list\n"
+            "                      and its out-of-cache shape)\n"
+            "  --full              each op's longer list (the slow shapes too)\n"
+            "  --list-shapes       print the rows a run would take (op, dtype, shape, minimum\n"
+            "                      bytes, whether past twice the last-level cache), run none\n"
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
-            "  --min-time SECONDS  time per path and shape, split over the samples (default 1,\n"
-            "                      0.5 with --short)\n"
-            "  --short             each op's shapes of a short run: those whose call is\n"
-            "                      estimated under 0.1 s, else its cheapest one\n"
+            "  --min-time SECONDS  time per path and shape, split over the samples\n"
+            "                      (default 0.5; 1 with --full)\n"
+            "  --short             each op's shapes of a short run (those whose call is\n"
+            "                      estimated under 0.1 s, else its cheapest one) and its\n"
+            "                      out-of-cache shape\n"
             "  --samples N         samples per path, interleaved between paths (default 15)\n"
             "  --json              JSON array instead of the table\n"
             "  --json-file FILE    the JSON array into FILE, the table still on stdout\n"
             "  --no-verify         skip the reference check before timing\n"
             "operations and their shapes:\n");
-    for (int i = 0; op_table[i]; i++)
-        fprintf(f, "  %-18s %s; default %s\n", op_table[i]->name, op_table[i]->shape_help,
-                op_table[i]->bench_shapes);
+    for (int i = 0; op_table[i]; i++) {
+        const op_desc *op = op_table[i];
+        fprintf(f, "  %-18s %s; default %s", op->name, op->shape_help, op->bench_shapes);
+        if (op->bench_full_shapes)
+            fprintf(f, "; --full adds %s", op->bench_full_shapes);
+        if (op->uncached_shape)
+            fprintf(f, "; out of cache: %s with %s grown", op->uncached_shape,
+                    op->dim_names[op->uncached_dim]);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "The out-of-cache shape's traffic exceeds twice the last-level cache in every\n"
+               "dtype (the device's, or on a CPU the system's L3 where smaller).\n");
 }
 
 /* One path of a row: median host ns per call, its 95% interval, the
@@ -52,17 +69,35 @@ typedef struct path_stat {
 } path_stat;
 
 /* Series index of the op's yardstick (another library's plain call), after
- * the three paths. */
+ * the three paths, and of the same-bytes copy. */
 #define YARD 3
+#define COPY 4
+#define SERIES 5
 
 typedef struct row {
-    const tm_series *s[4]; /* by oclf_path, then YARD; NULL: not run */
-    path_stat p[4];
+    const tm_series *s[SERIES]; /* by oclf_path, then YARD, COPY; NULL: not run */
+    path_stat p[SERIES];
     double call_us; /* host cost of one call of call_path; <0: not measured */
     int call_path;
+    double copy_bytes; /* what the same-bytes copy moved */
 } row;
 
-static const char *path_names[4] = {"auto", "fused", "unfused", "yardstick"};
+static const char *path_names[SERIES] = {"auto", "fused", "unfused", "yardstick", "copy"};
+
+/* Path `pi`'s bandwidth over the same-bytes copy's: the median of the
+ * per-round ratios (the two ran side by side), scaled by the bytes each
+ * moved (the copy's differ where the device had no room for all of them).
+ * <0 without the copy. */
+static double of_copy(const row *r, int pi, double bytes, double *lo, double *hi)
+{
+    if (!r->s[COPY] || !r->s[pi])
+        return -1;
+    const int n = r->s[pi]->n < r->s[COPY]->n ? r->s[pi]->n : r->s[COPY]->n;
+    const double scale = bytes / r->copy_bytes;
+    const double q = scale * tm_paired_ratio(r->s[COPY]->host, r->s[pi]->host, n, lo, hi);
+    *lo *= scale, *hi *= scale;
+    return q;
+}
 
 /* Significance for telling two paths apart (Mann-Whitney U, two-sided). */
 #define ALPHA 0.05
@@ -90,11 +125,12 @@ static int differ(const row *r, int a, int b)
 /* The row as JSON objects to `jf` (when not NULL) and as a table line on
  * stdout (when `table`). */
 static void print_row(const op_desc *op, const op_shape *shape, const char *text, oclf_dtype dt,
-                      const row *r, double copy, FILE *jf, int table, int *first)
+                      const row *r, double copy, double llc, FILE *jf, int table, int *first)
 {
     const double bytes = op->min_bytes(shape, dt);
+    const int uncached = llc > 0 && bytes > 2 * llc;
     if (jf) {
-        for (int pi = 0; pi < 4; pi++) {
+        for (int pi = 0; pi < YARD + 1; pi++) {
             if (!r->s[pi])
                 continue;
             const path_stat *p = &r->p[pi];
@@ -106,11 +142,25 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
                         (unsigned long long)shape->d[k]);
             fprintf(jf, "}, \"path\": \"%s\", \"time_ns\": %.0f, \"ci95_ns\": [%.0f, %.0f], "
                     "\"device_ns\": %.0f, \"samples\": %d, \"calls_per_sample\": %d, "
-                    "\"min_bytes\": %.0f, \"gbps\": %.3f, \"copy_gbps\": %.3f",
+                    "\"min_bytes\": %.0f, \"gbps\": %.6g, \"copy_gbps\": %.3f",
                     path_names[pi], p->med, p->lo, p->hi, p->dev, r->s[pi]->n, r->s[pi]->reps,
                     bytes, bytes / p->med, copy);
             if (op->flops)
                 fprintf(jf, ", \"gflops\": %.3f", op->flops(shape) / p->med);
+            fprintf(jf, ", \"of_copy_dram\": %.6g", bytes / p->med / copy);
+            double lo, hi;
+            const double q = of_copy(r, pi, bytes, &lo, &hi);
+            if (q >= 0)
+                fprintf(jf, ", \"copy_same_bytes\": %.0f, \"copy_same_bytes_ns\": %.0f, "
+                        "\"copy_same_bytes_gbps\": %.6g, \"of_copy_same_bytes\": %.6g, "
+                        "\"of_copy_same_bytes_ci95\": [%.6g, %.6g]",
+                        r->copy_bytes, r->p[COPY].med, r->copy_bytes / r->p[COPY].med, q, lo, hi);
+            else
+                fprintf(jf, ", \"copy_same_bytes\": null, \"copy_same_bytes_ns\": null, "
+                        "\"copy_same_bytes_gbps\": null, \"of_copy_same_bytes\": null, "
+                        "\"of_copy_same_bytes_ci95\": null");
+            fprintf(jf, ", \"llc_bytes\": %.0f, \"out_of_cache\": %s", llc,
+                    uncached ? "true" : "false");
             if (pi == r->call_path && r->call_us >= 0)
                 fprintf(jf, ", \"call_us\": %.2f", r->call_us);
             fprintf(jf, "}");
@@ -122,7 +172,7 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
     const row *R = r; /* short, for the table's many fields */
     const int F = OCLF_PATH_FUSED, U = OCLF_PATH_UNFUSED, A = OCLF_PATH_AUTO;
     char fs[32] = "-", us[32] = "-", rs[32] = "-", gs[32] = "-", ps[32] = "-", as[32] = "-",
-         ab[32] = "-", cs[32] = "-", note[64] = "";
+         ab[32] = "-", cs[32] = "-", ks[32] = "-", ds[32] = "-", note[96] = "";
     int best = R->s[F] ? F : R->s[A] ? A : -1;
     if (R->s[F])
         fmt_time(fs, sizeof fs, &R->p[F]);
@@ -156,13 +206,29 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
         }
     }
     if (best >= 0) {
+        double lo, hi;
+        const double q = of_copy(R, best, bytes, &lo, &hi);
         snprintf(gs, sizeof gs, "%.1f", bytes / R->p[best].med);
-        snprintf(ps, sizeof ps, "%.0f%%", 100.0 * bytes / R->p[best].med / copy);
+        if (q >= 0)
+            snprintf(ps, sizeof ps, "%.0f%%", 100.0 * q);
+        snprintf(ds, sizeof ds, "%.0f%%", 100.0 * bytes / R->p[best].med / copy);
+    }
+    if (R->s[COPY])
+        snprintf(ks, sizeof ks, "%.1f", R->copy_bytes / R->p[COPY].med);
+    {
+        const size_t used = strlen(note);
+        if (uncached)
+            snprintf(note + used, sizeof note - used, "%sout of cache", used ? " " : "");
+    }
+    if (R->s[COPY] && R->copy_bytes < 0.99 * bytes) {
+        const size_t used = strlen(note);
+        snprintf(note + used, sizeof note - used, "%scopy %.0f MiB", used ? " " : "",
+                 R->copy_bytes / 1048576);
     }
     if (R->call_us >= 0)
         snprintf(cs, sizeof cs, "%.2f", R->call_us);
-    printf("%-20s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s", op->name, oclf_dtype_name(dt),
-           text, fs, us, rs, gs, ps, as, ab, cs, note);
+    printf("%-20s %-5s %-20s %15s %15s %7s %7s %6s %9s %6s %15s %10s %7s  %s", op->name,
+           oclf_dtype_name(dt), text, fs, us, rs, gs, ps, ks, ds, as, ab, cs, note);
     if (op->flops && best >= 0)
         printf("  %.1f GFLOP/s", op->flops(shape) / R->p[best].med);
     if (R->s[YARD]) {
@@ -179,14 +245,74 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
     fflush(stdout);
 }
 
+/* The shapes of op's rows: `shapes` where given, else the op's list (or
+ * `short_list`, --short's part of it), --full's shapes, then the
+ * out-of-cache shape for a last-level cache of `llc` bytes unless the list
+ * holds it already. */
+static void row_shapes(const op_desc *op, const char *shapes, int full, const char *short_list,
+                       double llc, char *list, size_t len)
+{
+    if (shapes) {
+        snprintf(list, len, "%s", shapes);
+        return;
+    }
+    size_t used = (size_t)snprintf(list, len, "%s", short_list ? short_list : op->bench_shapes);
+    if (full && op->bench_full_shapes && used < len)
+        used += (size_t)snprintf(list + used, len - used, ",%s", op->bench_full_shapes);
+    op_shape big;
+    char text[128], padded[136], *haystack = malloc(used + 3);
+    if (haystack && used < len && op_uncached_shape(op, (uint64_t)llc, &big)) {
+        op_format_shape(&big, text, sizeof text);
+        snprintf(padded, sizeof padded, ",%s,", text);
+        sprintf(haystack, ",%s,", list);
+        if (!strstr(haystack, padded))
+            snprintf(list + used, len - used, ",%s", text);
+    }
+    free(haystack);
+}
+
+/* --list-shapes: the rows a run would take, one a line. */
+static void list_rows(const char *ops, const char *dtypes, const char *shapes, int full,
+                      int short_run, double llc)
+{
+    printf("%-20s %-5s %-24s %14s  %s\n", "op", "dtype", "shape", "min bytes", "notes");
+    for (int oi = 0; op_table[oi]; oi++) {
+        const op_desc *op = op_table[oi];
+        if (!op_listed(ops, op->name))
+            continue;
+        char list[1024];
+        char *short_list = short_run && !shapes ? op_short_shapes(op) : NULL;
+        row_shapes(op, shapes, full, short_list, llc, list, sizeof list);
+        free(short_list);
+        for (int d = 0; d < OCLF_DTYPE_COUNT_; d++) {
+            const oclf_dtype dt = (oclf_dtype)d;
+            if (!op_listed(dtypes, oclf_dtype_name(dt)))
+                continue;
+            for (const char *p = list; *p;) {
+                const char *end = strchr(p, ',');
+                const size_t len = end ? (size_t)(end - p) : strlen(p);
+                char text[128];
+                snprintf(text, sizeof text, "%.*s", (int)len, p);
+                p += len + (end ? 1 : 0);
+                op_shape shape;
+                if (!op_parse_shape(op, text, &shape))
+                    continue;
+                const double bytes = op->min_bytes(&shape, dt);
+                printf("%-20s %-5s %-24s %14.0f  %s\n", op->name, oclf_dtype_name(dt), text, bytes,
+                       llc > 0 && bytes > 2 * llc ? "out of cache" : "");
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL,
                *paths = "fused,unfused";
     const char *platform = NULL, *device = NULL, *json_file = NULL;
-    double min_time = -1; /* not given: 1 s, or 0.5 with --short */
+    double min_time = -1; /* unset: 0.5, or 1 with --full */
     int samples = 15;
-    int json = 0, verify = 1, short_run = 0;
+    int json = 0, verify = 1, full = 0, short_run = 0, list_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -222,6 +348,10 @@ int main(int argc, char **argv)
             short_run = 1;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
+        } else if (strcmp(a, "--full") == 0) {
+            full = 1;
+        } else if (strcmp(a, "--list-shapes") == 0) {
+            list_only = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
             verify = 0;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -234,7 +364,7 @@ int main(int argc, char **argv)
         }
     }
     if (min_time < 0)
-        min_time = short_run ? 0.5 : 1.0;
+        min_time = full ? 1.0 : 0.5;
     if (ops) {
         for (const char *p = ops; *p;) {
             const char *end = strchr(p, ',');
@@ -249,6 +379,23 @@ int main(int argc, char **argv)
         }
     }
 
+    if (min_time < 0)
+        min_time = full ? 1.0 : 0.5;
+    if (list_only) {
+        op_env env;
+        char err[512];
+        if (op_env_open(&env, platform, device, err, sizeof err) != 0) {
+            fprintf(stderr, "oclfuse-bench: %s\n", err);
+            return 1;
+        }
+        uint64_t dev_cache, l3;
+        const double llc = (double)op_llc_bytes(&env, &dev_cache, &l3);
+        printf("last-level cache: %.0f bytes (the device reports %llu, the system's L3 %llu)\n",
+               llc, (unsigned long long)dev_cache, (unsigned long long)l3);
+        list_rows(ops, dtypes, shapes, full, short_run, llc);
+        op_env_close(&env);
+        return 0;
+    }
     FILE *jf = json ? stdout : NULL;
     if (json_file && !json && !(jf = fopen(json_file, "w"))) {
         fprintf(stderr, "oclfuse-bench: cannot write %s\n", json_file);
@@ -263,7 +410,10 @@ int main(int argc, char **argv)
             fclose(jf);
         return 1;
     }
-    const double copy = op_copy_gbps(&env);
+    int variant;
+    const double copy = op_copy_measure(&env, &variant);
+    uint64_t dev_cache, l3;
+    const double llc = (double)op_llc_bytes(&env, &dev_cache, &l3);
     char devname[256] = "";
     clGetDeviceInfo(env.device, CL_DEVICE_NAME, sizeof devname, devname, NULL);
     /* What a plain OpenCL program pays to launch a kernel: the yardstick for
@@ -272,10 +422,17 @@ int main(int argc, char **argv)
     const double plain14_us = tm_plain_launch_us(&env, 14, 64, 9);
     if (jf)
         fprintf(jf, "[");
-    if (!json)
-        printf("device: %s\ncopy bandwidth: %.1f GB/s\nplain kernel launch, host time: %.2f us "
+    if (!json) {
+        char l3s[48] = "not read";
+        if (l3)
+            snprintf(l3s, sizeof l3s, "%.0f MiB", (double)l3 / 1048576);
+        printf("device: %s\nDRAM copy bandwidth: %.1f GB/s (256 MiB each way; %%dram)\n"
+               "last-level cache: %.0f MiB (the device reports %.0f MiB, the system's L3 %s)\n"
+               "plain kernel launch, host time: %.2f us "
                "with 2 arguments, %.2f us with 14 (each set, then clEnqueueNDRangeKernel)\n",
-               devname, copy, plain2_us, plain14_us);
+               devname, copy, llc / 1048576, (double)dev_cache / 1048576, l3s, plain2_us,
+               plain14_us);
+    }
     /* Expressions: what compiling one costs once its program is cached. */
     int any_expr = 0;
     for (int oi = 0; op_table[oi]; oi++)
@@ -286,9 +443,9 @@ int main(int argc, char **argv)
                "context, %.3f ms from the disk cache (new context)\n",
                mem_ms, disk_ms);
     if (!json)
-        printf("\n%-20s %-5s %-20s %15s %15s %7s %7s %6s %15s %10s %7s  %s\n",
-               "op", "dtype", "shape", "fused ms", "unfused ms", "ratio",
-               "GB/s", "%copy", "auto ms", "auto/best", "call us", "notes");
+        printf("\n%-20s %-5s %-20s %15s %15s %7s %7s %6s %9s %6s %15s %10s %7s  %s\n",
+               "op", "dtype", "shape", "fused ms", "unfused ms", "ratio", "GB/s", "%copy",
+               "copy GB/s", "%dram", "auto ms", "auto/best", "call us", "notes");
     int first = 1, failures = 0, ops_done = 0, ops_total = 0;
     for (int oi = 0; op_table[oi]; oi++)
         ops_total += op_listed(ops, op_table[oi]->name);
@@ -308,7 +465,8 @@ int main(int argc, char **argv)
             const oclf_dtype dt = (oclf_dtype)d;
             if (!op_listed(dtypes, oclf_dtype_name(dt)))
                 continue;
-            const char *list = shapes ? shapes : short_list ? short_list : op->bench_shapes;
+            char list[1024];
+            row_shapes(op, shapes, full, short_list, llc, list, sizeof list);
             for (const char *p = list; *p;) {
                 const char *end = strchr(p, ',');
                 size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -347,9 +505,9 @@ int main(int argc, char **argv)
                 }
                 /* The paths take turns, sample by sample (tune/timing.h), so
                  * a slow spell of a shared machine lands on every path alike. */
-                const oclf_choice *chs[4];
-                oclf_choice choice[4];
-                int idx[4], k = 0;
+                const oclf_choice *chs[SERIES];
+                oclf_choice choice[SERIES];
+                int idx[SERIES], k = 0;
                 for (int pi = 0; pi < 3; pi++) {
                     memset(&choice[pi], 0, sizeof choice[pi]);
                     choice[pi].path = (oclf_path)pi;
@@ -362,15 +520,33 @@ int main(int argc, char **argv)
                     oclf_params_set(&choice[YARD].params, OP_YARDSTICK_PARAM, 1);
                     chs[k] = &choice[YARD], idx[k++] = YARD;
                 }
-                tm_series got[4];
+                /* and so does a copy of the row's minimum bytes, so that
+                 * %copy compares the op with a copy whose buffers sit in
+                 * the same level of the memory as its operands; where the
+                 * device has no room for all of it, a smaller one, but
+                 * not below four times the cache, past which a copy
+                 * streams from DRAM whatever its size */
+                const double bytes = op->min_bytes(&shape, dt);
+                memset(&choice[COPY], 0, sizeof choice[COPY]);
+                op_pair pair = {op, inst, NULL, &choice[COPY]};
+                if (k > 0 &&
+                    !(pair.copy = op_copy_create(&env, bytes, llc > 0 ? 4 * llc : bytes, variant,
+                                                 err, sizeof err)))
+                    fprintf(stderr, "oclfuse-bench: %s %s %s: no same-bytes copy: %s\n",
+                            op->name, oclf_dtype_name(dt), text, err);
+                if (pair.copy)
+                    chs[k] = &choice[COPY], idx[k++] = COPY;
+                tm_series got[SERIES];
                 row r;
                 memset(&r, 0, sizeof r);
+                r.copy_bytes = pair.copy ? op_copy_bytes(pair.copy) : 0;
                 int failed = 0;
                 const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9, 5, 0};
-                if (k > 0 && tm_measure(&env, op, inst, chs, k, &plan, got, &failed) != 0) {
+                if (k > 0 && tm_measure(&env, &op_pair_desc, &pair, chs, k, &plan, got, &failed) != 0) {
                     fprintf(stderr, "oclfuse-bench: %s %s %s %s failed: %s\n", op->name,
                             oclf_dtype_name(dt), text, path_names[idx[failed]],
-                            oclf_last_error(env.ctx));
+                            idx[failed] == COPY ? "the copy did not enqueue"
+                                                : oclf_last_error(env.ctx));
                     failures++;
                     k = 0;
                 }
@@ -385,7 +561,8 @@ int main(int argc, char **argv)
                 r.call_path = cp;
                 if (r.s[cp] && r.p[cp].med < 1e6 && !(op->blocks && op->blocks(inst)))
                     r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
-                print_row(op, &shape, text, dt, &r, copy, jf, !json, &first);
+                print_row(op, &shape, text, dt, &r, copy, llc, jf, !json, &first);
+                op_copy_destroy(pair.copy);
                 op->destroy(inst);
             }
         }

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Bar chart of an oclfuse-bench JSON run (--json or --json-file): per op, one
 panel; per dtype and shape, the fused, unfused (and auto) bandwidth with the
-95% interval of each median, beside the copy bandwidth of the same run as a
-line. PNG or SVG by the output's extension.
+95% interval of each median, the bandwidth of a copy of the same bytes timed
+beside them as a mark across the group, and the DRAM copy of the same run as
+a line. Bar labels: % of the same-bytes copy (% of the DRAM copy for runs
+without it). PNG or SVG by the output's extension.
 
 usage: tools/plot_bench.py BENCH.json [-o OUT.png] [--title TEXT]
 """
@@ -21,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 PATHS = ["fused", "unfused", "auto"]
 COLORS = {"fused": "#1f77b4", "unfused": "#ff7f0e", "auto": "#7f7f7f"}
 COPY_COLOR = "#d62728"
+SAME_COLOR = "#2ca02c"
 
 
 def shape_text(shape):
@@ -50,12 +53,26 @@ def gbps_interval(r):
     return r["min_bytes"] / hi_ns, r["min_bytes"] / lo_ns
 
 
+def of_copy(r, copy):
+    """The bar's label: the same-bytes ratio where the run has it."""
+    q = r.get("of_copy_same_bytes")
+    return q if q is not None else r["gbps"] / copy
+
+
+def same_bytes_gbps(g):
+    """The group's same-bytes copy bandwidth (any path's row carries it), or None."""
+    for r in g.values():
+        if r.get("copy_same_bytes_gbps") is not None:
+            return r["copy_same_bytes_gbps"]
+    return None
+
+
 def draw_panel(ax, op, groups, copy):
     paths = [p for p in PATHS if any(p in g for g in groups.values())]
     width = 0.8 / len(paths)
     top = copy
     for i, path in enumerate(paths):
-        xs, ys, err = [], [], [[], []]
+        xs, ys, err, labels = [], [], [[], []], []
         for j, g in enumerate(groups.values()):
             r = g.get(path)
             if r is None:
@@ -63,18 +80,26 @@ def draw_panel(ax, op, groups, copy):
             lo, hi = gbps_interval(r)
             xs.append(j + (i - (len(paths) - 1) / 2) * width)
             ys.append(r["gbps"])
+            labels.append(of_copy(r, copy))
             err[0].append(max(r["gbps"] - lo, 0))
             err[1].append(max(hi - r["gbps"], 0))
             top = max(top, hi, r["gbps"])
         ax.bar(xs, ys, width, yerr=err, capsize=2, color=COLORS[path], label=path,
                error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
         # % of copy above each bar's interval, clear of the error bar
-        for x, y, up in zip(xs, ys, err[1]):
-            ax.annotate(f"{100 * y / copy:.0f}%", (x, y + up), xytext=(0, 2),
+        for x, y, up, q in zip(xs, ys, err[1], labels):
+            ax.annotate(f"{100 * q:.0f}%", (x, y + up), xytext=(0, 2),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7)
+    # each group's same-bytes copy across its bars, over them like the line
+    for j, g in enumerate(groups.values()):
+        same = same_bytes_gbps(g)
+        if same is not None:
+            ax.hlines(same, j - 0.45, j + 0.45, color=SAME_COLOR, linewidth=2, zorder=6,
+                      label="copy of the same bytes")
+            top = max(top, same)
     # drawn over the bars, so it shows where a bar passes it
     ax.axhline(copy, color=COPY_COLOR, linestyle="--", linewidth=1.5, zorder=5,
-               label=f"copy, same run ({copy:.1f} GB/s)")
+               label=f"DRAM copy, same run ({copy:.1f} GB/s)")
     ax.set_axisbelow(True)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([f"{dt}\n{shape}" for dt, shape in groups], fontsize=8)
@@ -107,7 +132,7 @@ def plot(rows, out, title=None):
     # title, then legend, then the panels, placed in inches from the top so a
     # tall figure keeps them apart
     h = fig.get_figheight()
-    fig.suptitle(title or "oclfuse-bench: minimum bytes moved / time (bar labels: % of copy)",
+    fig.suptitle(title or "oclfuse-bench: minimum bytes moved / time (bar labels: % of the same-bytes copy)",
                  fontsize=12, y=1 - 0.12 / h, va="top")
     fig.legend(list(seen.values()), list(seen.keys()), loc="upper center", ncol=len(seen),
                bbox_to_anchor=(0.5, 1 - 0.45 / h), frameon=False)

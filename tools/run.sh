@@ -9,7 +9,7 @@
 # estimated under 0.1 s (else its cheapest one), 0.5 s per path and shape,
 # and 120 s of tuning over those same shapes: about 10 minutes on two CPU
 # cores. `--full` (or OCLF_RUN_FULL=1) runs every bench shape, 1 s per path
-# and shape, after 600 s of tuning: hours on a CPU, where an unfused l2_topk
+# and shape, plus the slow shapes (oclfuse-bench --full), after 600 s of tuning: hours on a CPU, where an unfused l2_topk
 # of 100 queries over a million rows takes tens of seconds a call.
 #
 # Every storage dtype (f32, f16, bf16), for the tuner and the benchmark
@@ -36,7 +36,7 @@ builddir=${OCLF_BUILD_DIR:-build}
 if [ "$full" = 1 ]; then
   budget=${OCLF_TUNE_BUDGET:-600}
   tune_shapes=bench
-  bench_size=()
+  bench_size=(--full)
   say "full run: every bench shape, after ${budget} s of tuning"
 else
   budget=${OCLF_TUNE_BUDGET:-120}

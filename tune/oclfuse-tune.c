@@ -102,8 +102,15 @@ static char *shape_list(const op_desc *op, const char *spec)
 {
     if (spec && strcmp(spec, "short") == 0)
         return op_short_shapes(op);
+    /* "bench": every shape the benchmark knows, its --full ones included */
+    if (spec && strcmp(spec, "bench") == 0) {
+        const char *more = op->bench_full_shapes;
+        char *all = malloc(strlen(op->bench_shapes) + (more ? strlen(more) + 1 : 0) + 1);
+        if (all)
+            sprintf(all, "%s%s%s", op->bench_shapes, more ? "," : "", more ? more : "");
+        return all;
+    }
     const char *preset = !spec || strcmp(spec, "default") == 0 ? op->tune_shapes
-                         : strcmp(spec, "bench") == 0           ? op->bench_shapes
                          : strcmp(spec, "llm") == 0
                              ? (op->llm_shapes ? op->llm_shapes : op->tune_shapes)
                              : NULL;

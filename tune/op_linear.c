@@ -299,8 +299,11 @@ const op_desc op_linear = {
     .shape_help = "MxNxK (rows x outputs x inputs), W [N, K], relu(x W^T + bias + residual)",
     .ndims = 3,
     .dim_names = {"m", "n", "k"},
-    .bench_shapes = "128x128x128,256x256x256,512x512x512,1024x1024x1024,1x4096x4096,"
-                    "16x4096x4096,128x4096x11008,2048x4096x4096",
+    .bench_shapes = "1x4096x4096,1024x1024x1024",
+    .bench_full_shapes = "128x128x128,256x256x256,512x512x512,16x4096x4096,128x4096x11008,"
+                         "2048x4096x4096",
+    .uncached_shape = "1x4096x4096",
+    .uncached_dim = 1,
     .tune_shapes = "128x128x128,256x256x256,1024x1024x1024,1x4096x4096,16x4096x4096",
     .llm_shapes = "1x4096x4096,16x4096x4096,128x4096x11008,2048x4096x4096",
     .test_shape = "7x129x33",

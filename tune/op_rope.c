@@ -221,7 +221,10 @@ static const op_kernel_check rope_check = {
         .shape_help = "TOKENSxNQxNKxNVxHDxR (heads of a packed qkv, head and rotary dims)", \
         .ndims = 6,                                                                         \
         .dim_names = {"tokens", "nq", "nk", "nv", "head_dim", "rot_dim"},                   \
-        .bench_shapes = "256x32x8x8x128x128,4096x32x8x8x128x128,1x32x8x8x128x128",          \
+        .bench_shapes = "4096x32x8x8x128x128,1x32x8x8x128x128",                             \
+        .bench_full_shapes = "256x32x8x8x128x128",                                          \
+        .uncached_shape = "1024x32x8x8x128x128",                                            \
+        .uncached_dim = 0,                                                                  \
         .tune_shapes = "4096x32x8x8x128x128,256x32x8x8x128x128,1x32x8x8x128x128",           \
         .llm_shapes = "1x32x8x8x128x128,32x32x8x8x128x128,512x32x8x8x128x128,"              \
                       "2048x64x8x8x128x128,512x16x16x16x256x64",                            \

@@ -68,6 +68,12 @@ typedef struct op_desc {
     int ndims;
     const char *dim_names[OP_MAX_DIMS]; /* JSON keys of the shape object */
     const char *bench_shapes;           /* default shapes for the benchmark */
+    const char *bench_full_shapes;      /* more that its --full adds (NULL: none) */
+    /* The benchmark's out-of-cache shape: this shape with dimension
+     * uncached_dim grown until the operands exceed twice the device's
+     * last-level cache (op_uncached_shape, tune/memory.h). NULL: none. */
+    const char *uncached_shape;
+    int uncached_dim;
     const char *tune_shapes;            /* default shapes for the tuner */
     const char *llm_shapes;             /* the tuner's "llm" preset (NULL: tune_shapes) */
     const char *test_shape;             /* one small shape with tails, for tests */
@@ -146,8 +152,8 @@ void op_env_close(op_env *env);
  * --list of the tools). 1 and a message naming `tool` when there is none. */
 int op_list_devices(const char *tool);
 
-/* Copy-kernel bandwidth of the device in GB/s (read + write bytes / time),
- * the yardstick for every op's achieved bandwidth. */
+/* Copy-kernel bandwidth of the device in GB/s (read + write bytes / time)
+ * over buffers larger than any cache (tune/memory.h has the rest). */
 double op_copy_gbps(const op_env *env);
 
 /* Monotonic clock, seconds. */
