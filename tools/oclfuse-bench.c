@@ -245,10 +245,28 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
     fflush(stdout);
 }
 
+/* Whether comma list `list` holds a shape of op whose 16-bit traffic is
+ * past twice a last-level cache of `llc` bytes (the test op_uncached_shape
+ * sizes its shape by). */
+static int holds_uncached(const op_desc *op, const char *list, double llc)
+{
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        char text[128];
+        snprintf(text, sizeof text, "%.*s", (int)len, p);
+        p += len + (p[len] ? 1 : 0);
+        op_shape shape;
+        if (op_parse_shape(op, text, &shape) && op->min_bytes(&shape, OCLF_F16) > 2 * llc)
+            return 1;
+    }
+    return 0;
+}
+
 /* The shapes of op's rows: `shapes` where given, else the op's list (or
  * `short_list`, --short's part of it), --full's shapes, then the
  * out-of-cache shape for a last-level cache of `llc` bytes unless the list
- * holds it already. */
+ * already has a shape that large (a 4096x4096 operand is past twice a
+ * 32 MiB cache, not a 260 MiB one). */
 static void row_shapes(const op_desc *op, const char *shapes, int full, const char *short_list,
                        double llc, char *list, size_t len)
 {
@@ -260,15 +278,12 @@ static void row_shapes(const op_desc *op, const char *shapes, int full, const ch
     if (full && op->bench_full_shapes && used < len)
         used += (size_t)snprintf(list + used, len - used, ",%s", op->bench_full_shapes);
     op_shape big;
-    char text[128], padded[136], *haystack = malloc(used + 3);
-    if (haystack && used < len && op_uncached_shape(op, (uint64_t)llc, &big)) {
+    char text[128];
+    if (used < len && llc > 0 && !holds_uncached(op, list, llc) &&
+        op_uncached_shape(op, (uint64_t)llc, &big)) {
         op_format_shape(&big, text, sizeof text);
-        snprintf(padded, sizeof padded, ",%s,", text);
-        sprintf(haystack, ",%s,", list);
-        if (!strstr(haystack, padded))
-            snprintf(list + used, len - used, ",%s", text);
+        snprintf(list + used, len - used, ",%s", text);
     }
-    free(haystack);
 }
 
 /* --list-shapes: the rows a run would take, one a line. */
