@@ -227,14 +227,14 @@ int op_is_gpu(const op_env *env);
 #define OP_GPU_MAX_VEC_FLOATS 4
 #define OP_GPU_MAX_BLOCK_FLOATS 8
 /* A GEMM tile staged in local memory (linear's STAGE 1): each step of a K
- * chunk loads MB + NB operand vectors from local memory, and the chunk is
- * unrolled into KC / VEC such steps, whose loads the compiler hoists ahead
- * of their FMAs. What spilled on Xe-HPC was the step count, not the
- * accumulators: 8-float blocks of float and float2 vectors (16 or 32 steps
- * to a chunk of 32) spilled in a third of their group and chunk shapes,
- * 2x2 of float4 (16 accumulator floats, 8 steps) in none. So staged tiles
- * load vectors of exactly OP_GPU_MAX_VEC_FLOATS, at most this many a step
- * (4x1 and 1x4 of float4 spilled with bf16 elements, 2x2 did not). */
+ * chunk loads MB + NB operand vectors from local memory, KC / VEC steps a
+ * chunk. What spilled on Xe-HPC went with the vector, not the
+ * accumulators: 8-float blocks of float and float2 spilled in a quarter of
+ * their group and chunk shapes, in no order a cap could follow (keeping
+ * the loops rolled did not help), float4 tiles in none, 2x2 of float4 (16
+ * accumulator floats) included. So staged tiles load vectors of exactly
+ * OP_GPU_MAX_VEC_FLOATS, at most this many a step (4x1 and 1x4 of float4
+ * spilled with bf16 elements, 2x2 did not). */
 #define OP_GPU_STAGED_STEP_VECTORS 4
 /* On a GPU, keeps the points of out[0..n) whose VEC is at most
  * OP_GPU_MAX_VEC_FLOATS; returns how many are left (n elsewhere). */
