@@ -203,9 +203,10 @@ static void lin_point(const op_point_check *c, oclf_params *out, int *n, int max
 /* The search space, pruned by a model before anything compiles rather than
  * walked at random: the register block comes first, and only blocks whose
  * accumulators and operands fit the register file are kept (a CPU: 32
- * vector registers of VEC = 16 floats; a GPU: at most
- * OP_GPU_MAX_BLOCK_FLOATS accumulator floats, below what GPU compilers
- * spill), largest arithmetic intensity (MB x NB per MB + NB loads) first,
+ * vector registers of VEC = 16 floats; a GPU: what no GPU compiler
+ * spilled, staged tiles of float4 with at most OP_GPU_STAGED_STEP_VECTORS
+ * operand vectors a step, the matrix-vector shape at
+ * OP_GPU_MAX_BLOCK_FLOATS accumulator floats), largest arithmetic intensity (MB x NB per MB + NB loads) first,
  * since the tuner screens candidates in order under its budget. For each
  * block, the group shapes that cover the shape without mostly idle work-
  * items, and staging only where local memory is the device's own (a GPU)
@@ -237,12 +238,18 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
             continue; /* mostly padding rows */
         for (int v = 0; v < 5; v++) {
             const int vec = vecs[v];
-            /* GPU: blocks of exactly the spill cap's accumulator floats (fewer
-             * leave a work-item too little to do per operand loaded) in
-             * vectors of at most OP_GPU_MAX_VEC_FLOATS */
-            if (gpu ? mb * nb * vec != OP_GPU_MAX_BLOCK_FLOATS ||
-                          vec > OP_GPU_MAX_VEC_FLOATS
-                    : (vec < 8 || mb * nb + mb + nb > 32))
+            /* GPU: staged tiles in vectors of exactly OP_GPU_MAX_VEC_FLOATS
+             * with at most OP_GPU_STAGED_STEP_VECTORS operands a step (2x2
+             * of float4 at most: 16 accumulator floats), blocks of fewer
+             * than the spill cap's floats left out (too little to do per
+             * operand loaded); the matrix-vector shape in blocks of exactly
+             * the cap's accumulator floats */
+            const int staged_ok = vec == OP_GPU_MAX_VEC_FLOATS &&
+                                  mb + nb <= OP_GPU_STAGED_STEP_VECTORS &&
+                                  mb * nb * vec >= OP_GPU_MAX_BLOCK_FLOATS;
+            const int mv_ok = mb * nb * vec == OP_GPU_MAX_BLOCK_FLOATS &&
+                              vec <= OP_GPU_MAX_VEC_FLOATS;
+            if (gpu ? !staged_ok && !mv_ok : (vec < 8 || mb * nb + mb + nb > 32))
                 continue;
             if (!gpu) {
                 /* no barriers: a group's work-items along M share the W block */
@@ -255,7 +262,7 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
                 continue;
             }
             static const int groups[][2] = {{8, 8}, {16, 16}};
-            for (int g = 0; g < 2; g++)
+            for (int g = 0; g < 2 && staged_ok; g++)
                 for (int kc = 16; kc <= 32; kc += 16) {
                     const uint64_t wgm = (uint64_t)groups[g][0], wgn = (uint64_t)groups[g][1];
                     if (wgm * (uint64_t)mb > 2 * m && wgm > 1)
@@ -263,7 +270,7 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
                     lin_point(&chk, out, &n, max, mb, nb, vec, (int64_t)wgm, (int64_t)wgn, 1, kc,
                               0);
                 }
-            if (m <= 16 && nb <= 2)
+            if (m <= 16 && nb <= 2 && mv_ok)
                 for (uint64_t wgn = 64; wgn <= 256; wgn *= 4)
                     lin_point(&chk, out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
         }

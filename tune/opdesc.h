@@ -227,11 +227,21 @@ int op_is_gpu(const op_env *env);
  * So the spaces stop at vectors of 4 floats for kernels that keep several
  * temporaries per element (16-bit elements count as the floats they are
  * computed in: 8 bf16 lanes spilled where 8 f32 ones would too) and at 8
- * accumulator floats in a register block (l2_topk QB x RB x VEC, linear
- * MB x NB x VEC); 16 spilled on Xe-HPC in most of l2_topk's variants.
- * (Some of linear's staged points still spill there at 8, as at 16.) */
+ * accumulator floats in a register block (l2_topk QB x RB x VEC, linear's
+ * matrix-vector MB x NB x VEC); 16 spilled on Xe-HPC in most of l2_topk's
+ * variants. */
 #define OP_GPU_MAX_VEC_FLOATS 4
 #define OP_GPU_MAX_BLOCK_FLOATS 8
+/* A GEMM tile staged in local memory (linear's STAGE 1): each step of a K
+ * chunk loads MB + NB operand vectors from local memory, KC / VEC steps a
+ * chunk. What spilled on Xe-HPC went with the vector, not the
+ * accumulators: 8-float blocks of float and float2 spilled in a quarter of
+ * their group and chunk shapes, in no order a cap could follow (keeping
+ * the loops rolled did not help), float4 tiles in none, 2x2 of float4 (16
+ * accumulator floats) included. So staged tiles load vectors of exactly
+ * OP_GPU_MAX_VEC_FLOATS, at most this many a step (4x1 and 1x4 of float4
+ * spilled with bf16 elements, 2x2 did not). */
+#define OP_GPU_STAGED_STEP_VECTORS 4
 /* On a GPU, keeps the points of out[0..n) whose VEC is at most
  * OP_GPU_MAX_VEC_FLOATS; returns how many are left (n elsewhere). */
 int op_gpu_vector_cap(const op_env *env, oclf_dtype dtype, oclf_params *out, int n);
