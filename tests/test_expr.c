@@ -342,6 +342,17 @@ START_TEST(test_kernel_wgs_limit)
     const char *src = "y = dropout(x, p) * 2 + x;";
     const char *cls = getenv("OCLF_DEVICE_CLASS");
     char *saved = cls ? strdup(cls) : NULL;
+    /* a cap that is not a positive integer is refused */
+    static const char *const bad[] = {"0", "-32", "32x", "x"};
+    for (int i = 0; i < 4; i++) {
+        setenv("OCLF_KERNEL_WGS_CAP", bad[i], 1);
+        oclf_context *none = NULL;
+        ck_assert_int_eq(oclf_context_create(env->cl, env->device, NULL, &none),
+                         OCLF_INVALID_ARGUMENT);
+        ck_assert_ptr_null(none);
+        ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "OCLF_KERNEL_WGS_CAP"));
+    }
+    unsetenv("OCLF_KERNEL_WGS_CAP");
     for (int c = 0; c < 2; c++) {
         setenv("OCLF_DEVICE_CLASS", c ? "gpu" : "cpu", 1);
         oclf_context *capped = ctx_with_env("OCLF_KERNEL_WGS_CAP", "32");
