@@ -181,10 +181,11 @@ static void say_choice(oclf_trace *t, const oclf_resolved *r)
 
 /* A built kernel may take fewer work-items than the device's limit (its
  * registers or local memory), which the heuristic cannot know: when the
- * op's deep check finds the heuristic's WGS above it, the largest power of
- * two below that fits is taken instead (halving keeps a power of two, which
- * some kernels' reductions need). Anything else the deep check rejects is
- * left for the call to report. */
+ * op's deep check finds the heuristic's WGS above it, WGS is halved until
+ * every kernel takes it (halving keeps a power of two, which some kernels'
+ * reductions need; where WGS is compiled in, each check builds its own
+ * program). Anything else the deep check rejects is left for the call to
+ * report. */
 static void fit_heuristic_wgs(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
                               oclf_dtype dtype, const oclf_shape *shape, oclf_path path,
                               oclf_resolved *out)
