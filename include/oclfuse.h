@@ -172,6 +172,12 @@ OCLF_API void oclf_context_destroy(oclf_context *ctx);
  * defaults can run and be checked on a CPU device. Another value of the
  * variable makes oclf_context_create fail with OCLF_INVALID_ARGUMENT. */
 OCLF_API cl_device_type oclf_context_device_type(const oclf_context *ctx);
+/* A default work-group size (no tuning record or caller named WGS) above
+ * a built kernel's own CL_KERNEL_WORK_GROUP_SIZE is halved until it fits.
+ * The environment variable OCLF_KERNEL_WGS_CAP, a positive integer when the
+ * context is created, caps every kernel's limit as the library sees it, so
+ * that path runs on any device; another value makes oclf_context_create
+ * fail with OCLF_INVALID_ARGUMENT. */
 
 /* The detail of the last failed call on this thread for this context,
  * starting with the failing function's name ("oclf_l2_topk: k is 0"). A

@@ -89,6 +89,24 @@ static oclf_status apply_class_override(const oclf_context *ctx, oclf_device_inf
     return OCLF_SUCCESS;
 }
 
+/* OCLF_KERNEL_WGS_CAP=N makes every built kernel's work-group limit read as
+ * at most N, as drivers report for kernels that use many registers (Mesa's
+ * CPU device reports 32 for the expression kernels), so the path that
+ * lowers a default work-group size is exercised on any device. */
+static oclf_status apply_kernel_wgs_cap(const oclf_context *ctx, oclf_device_info *o)
+{
+    const char *cap = getenv("OCLF_KERNEL_WGS_CAP");
+    if (!cap || !*cap)
+        return OCLF_SUCCESS;
+    char *end = NULL;
+    unsigned long long v = strtoull(cap, &end, 10);
+    if (*end || v == 0 || cap[0] == '-')
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "OCLF_KERNEL_WGS_CAP is \"%s\"; expected a positive integer", cap);
+    o->kernel_wgs_cap = (size_t)v;
+    return OCLF_SUCCESS;
+}
+
 oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_device_info *o)
 {
     memset(o, 0, sizeof *o);
@@ -159,7 +177,8 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         clGetDeviceInfo(dev, CL_DEVICE_WARP_SIZE_NV, sizeof width, &width, NULL) != CL_SUCCESS)
         width = 0;
     o->simd_width = width >= 8 && width <= 128 && !(width & (width - 1)) ? width : 32;
-    return apply_class_override(ctx, o);
+    oclf_status st = apply_class_override(ctx, o);
+    return st != OCLF_SUCCESS ? st : apply_kernel_wgs_cap(ctx, o);
 }
 
 void oclf_device_fingerprint(const oclf_device_info *info, char *buf, size_t len)

@@ -179,6 +179,37 @@ static void say_choice(oclf_trace *t, const oclf_resolved *r)
         say(t, " %s=%lld", r->params.item[i].name, (long long)r->params.item[i].value);
 }
 
+/* A built kernel may take fewer work-items than the device's limit (its
+ * registers or local memory), which the heuristic cannot know: when the
+ * op's deep check finds the heuristic's WGS above it, WGS is halved until
+ * every kernel takes it (halving keeps a power of two, which some kernels'
+ * reductions need; where WGS is compiled in, each check builds its own
+ * program). Anything else the deep check rejects is left for the call to
+ * report. */
+static void fit_heuristic_wgs(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
+                              oclf_dtype dtype, const oclf_shape *shape, oclf_path path,
+                              oclf_resolved *out)
+{
+    int64_t wgs = 0;
+    if (!out->has_cfg || !oclf_params_get(&out->params, "WGS", &wgs))
+        return;
+    oclf_params p = {0};
+    oclf_resolved r;
+    for (int64_t w = wgs; w >= 1; w /= 2) {
+        oclf_params_set(&p, "WGS", w);
+        const oclf_status st = oclf_dispatch_check(ctx, op, hooks, dtype, shape, path, &p, 1, &r);
+        if (st == OCLF_SUCCESS && w != wgs) {
+            r.wgs_default = 1;
+            *out = r;
+            oclf_log(ctx, OCLF_LOG_INFO,
+                     "%s: the heuristic's WGS %lld exceeds a kernel's limit; WGS %lld taken",
+                     oclf_op_name(op), (long long)wgs, (long long)w);
+        }
+        if (st != OCLF_OUT_OF_RESOURCES)
+            return;
+    }
+}
+
 void oclf_dispatch_decide(oclf_context *ctx, oclf_op op, const oclf_op_hooks *hooks,
                           oclf_dtype dtype, const oclf_shape *shape, oclf_path path,
                           oclf_resolved *out, int *record, oclf_trace *t)
@@ -220,6 +251,8 @@ void oclf_dispatch_decide(oclf_context *ctx, oclf_op op, const oclf_op_hooks *ho
      * call; a heuristic the op rejects for this shape is left for the call
      * to reject with its own message. */
     oclf_dispatch_check(ctx, op, hooks, dtype, shape, path, NULL, 0, out);
+    out->wgs_default = 1;
+    fit_heuristic_wgs(ctx, op, hooks, dtype, shape, path, out);
     *record = 0;
     say(t, "uses: heuristic (no usable tuning record): ");
     say_choice(t, out);
@@ -247,6 +280,9 @@ oclf_status oclf_dispatch_resolve(oclf_context *ctx, oclf_op op, const oclf_op_h
     }
     if (choice && choice->params.count) {
         out->has_cfg = 0; /* the op parses the caller's parameters */
+        int64_t w;
+        if (oclf_params_get(&choice->params, "WGS", &w))
+            out->wgs_default = 0;
         return overlay(ctx, &out->params, &choice->params);
     }
     return OCLF_SUCCESS;

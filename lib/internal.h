@@ -89,6 +89,9 @@ typedef struct oclf_device_info {
     cl_device_type type;
     cl_uint compute_units;
     size_t max_wgs;
+    /* A lower bound on every kernel's own work-group limit than the driver
+     * reports (0: none); a test override (OCLF_KERNEL_WGS_CAP). */
+    size_t kernel_wgs_cap;
     cl_ulong local_mem;
     cl_ulong global_mem;
     cl_ulong max_alloc;
@@ -313,6 +316,9 @@ typedef struct oclf_resolved {
     oclf_path path; /* FUSED or UNFUSED, never AUTO */
     oclf_params params;
     int has_cfg;     /* cfg is the op's config for exactly (path, params) */
+    /* WGS is the heuristic's (no record, no caller named it): an op whose
+     * built kernel takes fewer work-items may lower it instead of failing. */
+    int wgs_default;
     oclf_op_cfg cfg;
 } oclf_resolved;
 
@@ -433,6 +439,11 @@ OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_que
  * limit of any of the n kernels. */
 OCLF_HIDDEN oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog,
                                               const char *const *names, int n, size_t wgs);
+/* As oclf_check_kernel_wgs, but with `lower` set a *wgs above a kernel's
+ * limit is halved until it fits (a power of two stays one). */
+OCLF_HIDDEN oclf_status oclf_fit_kernel_wgs(oclf_context *ctx, oclf_program *prog,
+                                            const char *const *names, int n, size_t *wgs,
+                                            int lower);
 /* A built kernel's CL_KERNEL_WORK_GROUP_SIZE and
  * CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE (its lockstep width as the
  * driver sees it). */

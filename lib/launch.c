@@ -358,23 +358,33 @@ oclf_status oclf_kernel_group_info(oclf_context *ctx, oclf_program *prog, const 
     oclf_kernel_put(prog, name, k);
     if (err != CL_SUCCESS)
         return oclf_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
+    if (ctx->info.kernel_wgs_cap && *max_wgs > ctx->info.kernel_wgs_cap)
+        *max_wgs = ctx->info.kernel_wgs_cap;
     return OCLF_SUCCESS;
 }
 
-oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog, const char *const *names,
-                                  int n, size_t wgs)
+oclf_status oclf_fit_kernel_wgs(oclf_context *ctx, oclf_program *prog, const char *const *names,
+                                int n, size_t *wgs, int lower)
 {
     for (int i = 0; i < n; i++) {
         size_t kwgs, multiple;
         oclf_status st = oclf_kernel_group_info(ctx, prog, names[i], &kwgs, &multiple);
         if (st != OCLF_SUCCESS)
             return st;
-        if (wgs > kwgs)
+        while (lower && *wgs > kwgs && *wgs > 1)
+            *wgs /= 2;
+        if (*wgs > kwgs)
             return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
-                             "WGS = %zu exceeds kernel %s's CL_KERNEL_WORK_GROUP_SIZE %zu", wgs,
+                             "WGS = %zu exceeds kernel %s's CL_KERNEL_WORK_GROUP_SIZE %zu", *wgs,
                              names[i], kwgs);
     }
     return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_kernel_wgs(oclf_context *ctx, oclf_program *prog, const char *const *names,
+                                  int n, size_t wgs)
+{
+    return oclf_fit_kernel_wgs(ctx, prog, names, n, &wgs, 0);
 }
 
 oclf_status oclf_chain_sgemm(oclf_chain *c, const char *op, int trans_b, size_t m, size_t n,

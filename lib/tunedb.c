@@ -65,9 +65,10 @@ static oclf_status read_file(const oclf_context *ctx, const char *path, char **t
 }
 
 
-oclf_status oclf_tuning_db_default_path(char *buf, size_t len)
+/* Without oclf_enter: the context's first op call reaches this while
+ * loading the databases, and its later errors must still name that op. */
+static oclf_status default_path(char *buf, size_t len)
 {
-    oclf_enter(__func__);
     const char *base = getenv("XDG_DATA_HOME"), *suffix = "/oclfuse/tuning.json";
     if (!base || !*base) {
         base = getenv("HOME");
@@ -79,6 +80,12 @@ oclf_status oclf_tuning_db_default_path(char *buf, size_t len)
     if ((size_t)snprintf(buf, len, "%s%s", base, suffix) >= len)
         return oclf_fail(NULL, OCLF_IO_ERROR, "per-machine database path too long");
     return OCLF_SUCCESS;
+}
+
+oclf_status oclf_tuning_db_default_path(char *buf, size_t len)
+{
+    oclf_enter(__func__);
+    return default_path(buf, len);
 }
 
 oclf_status oclf_tuning_db_check(const char *path, size_t *records)
@@ -164,7 +171,7 @@ static struct oclf_tunedb *tune_load(oclf_context *ctx)
     if (ctx->tuning_db)
         add_file(ctx, tc, "context database", ctx->tuning_db, 1);
     char machine[4096];
-    if (oclf_tuning_db_default_path(machine, sizeof machine) == OCLF_SUCCESS)
+    if (default_path(machine, sizeof machine) == OCLF_SUCCESS)
         add_file(ctx, tc, "per-machine database", machine, 0);
     for (size_t i = 0; i < oclf_embedded_db_count; i++)
         add_source(ctx, tc, "built-in database", oclf_embedded_dbs[i].name,

@@ -311,6 +311,97 @@ START_TEST(test_dropout_exact)
 }
 END_TEST
 
+/* A context created with `name` set to `value` in the environment (the
+ * variable restored after). */
+static oclf_context *ctx_with_env(const char *name, const char *value)
+{
+    th_env *env = th_get();
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    setenv(name, value, 1);
+    oclf_context *ctx = NULL;
+    TH_OK(oclf_context_create(env->cl, env->device, NULL, &ctx));
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+    return ctx;
+}
+
+/* A built kernel that takes fewer work-items than the default WGS (32, as
+ * Mesa's CPU device reports for these kernels): the default is lowered to
+ * fit and the results are the reference's, in both device classes and on
+ * both paths; a WGS the caller names above the limit fails, naming the
+ * limit, with the entry point's name even on a context's first call. */
+START_TEST(test_kernel_wgs_limit)
+{
+    th_env *env = th_get();
+    const size_t rows = 70, cols = 45;
+    float *hx = th_random(OCLF_F32, rows * cols, 0.5f, 5);
+    const char *src = "y = dropout(x, p) * 2 + x;";
+    const char *cls = getenv("OCLF_DEVICE_CLASS");
+    char *saved = cls ? strdup(cls) : NULL;
+    /* a cap that is not a positive integer is refused */
+    static const char *const bad[] = {"0", "-32", "32x", "x"};
+    for (int i = 0; i < 4; i++) {
+        setenv("OCLF_KERNEL_WGS_CAP", bad[i], 1);
+        oclf_context *none = NULL;
+        ck_assert_int_eq(oclf_context_create(env->cl, env->device, NULL, &none),
+                         OCLF_INVALID_ARGUMENT);
+        ck_assert_ptr_null(none);
+        ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "OCLF_KERNEL_WGS_CAP"));
+    }
+    unsetenv("OCLF_KERNEL_WGS_CAP");
+    for (int c = 0; c < 2; c++) {
+        setenv("OCLF_DEVICE_CLASS", c ? "gpu" : "cpu", 1);
+        oclf_context *capped = ctx_with_env("OCLF_KERNEL_WGS_CAP", "32");
+        /* first call: the caller's WGS 64 is over the limit */
+        const oclf_expr_decl in[2] = {{"x", OCLF_EXPR_MATRIX, OCLF_F32},
+                                      {"p", OCLF_EXPR_SCALAR, OCLF_F32}};
+        const oclf_expr_decl out = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
+        oclf_expr *e = NULL;
+        TH_OK(oclf_expr_compile(capped, src, in, 2, &out, 1, &e));
+        cl_mem x = th_upload(hx, rows * cols * sizeof(float));
+        cl_mem y = th_alloc(rows * cols * sizeof(float));
+        oclf_expr_arg a[2] = {{{x, 0, 0}, 0}, {{NULL, 0, 0}, 0.25f}};
+        oclf_buf ob = {y, 0, 0};
+        oclf_choice big = th_choice(OCLF_PATH_AUTO);
+        oclf_params_set(&big.params, "WGS", 64);
+        ck_assert_int_eq(oclf_expr_run(e, env->queue, rows, cols, a, &ob, 3, 0, &big, 0, NULL,
+                                       NULL),
+                         OCLF_OUT_OF_RESOURCES);
+        const char *msg = oclf_last_error(capped);
+        ck_assert_msg(strncmp(msg, "oclf_expr_run: ", 15) == 0 &&
+                          strstr(msg, "CL_KERNEL_WORK_GROUP_SIZE 32"),
+                      "%s", msg);
+        clReleaseMemObject(x);
+        clReleaseMemObject(y);
+        oclf_expr_release(e);
+        dropout_ctx = capped;
+        for (int path = 0; path <= 2; path++) {
+            oclf_choice ch = th_choice((oclf_path)path);
+            float *got = run_dropout(src, rows, cols, hx, 0.25f, 3, 0, &ch);
+            for (size_t i = 0; i < rows * cols; i++) {
+                const double want = oclf_ref_dropout(hx[i], 0.25f, 3, i, 0) * 2 + hx[i];
+                ck_assert_msg(fabs(got[i] - want) <= 1e-5 * (1 + fabs(want)),
+                              "element %zu (class %s, path %d): %g != %g", i, c ? "gpu" : "cpu",
+                              path, (double)got[i], want);
+            }
+            free(got);
+        }
+        dropout_ctx = NULL;
+        oclf_context_destroy(capped);
+    }
+    if (saved)
+        setenv("OCLF_DEVICE_CLASS", saved, 1);
+    else
+        unsetenv("OCLF_DEVICE_CLASS");
+    free(saved);
+    free(hx);
+}
+END_TEST
+
 /* Keep fraction within 5 standard deviations of 1 - p; kept values scaled
  * by exactly 1 / (1 - p). */
 START_TEST(test_dropout_statistics)
@@ -1064,6 +1155,7 @@ static Suite *expr_suite(void)
     tcase_add_test(t, test_special_values);
     tcase_add_test(t, test_philox_kat);
     tcase_add_test(t, test_dropout_exact);
+    tcase_add_test(t, test_kernel_wgs_limit);
     tcase_add_test(t, test_dropout_statistics);
     tcase_add_test(t, test_reuse_and_canonical);
     suite_add_tcase(s, t);

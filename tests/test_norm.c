@@ -40,6 +40,9 @@ typedef struct norm_result {
     size_t stride;
 } norm_result;
 
+/* The context run_case calls on when set (else the harness's). */
+static oclf_context *case_ctx;
+
 static size_t elems(const norm_case *c) { return c->offset + c->rows * (c->cols + c->pad) + 1; }
 
 /* Runs one case on the device and checks it against the reference, the
@@ -64,21 +67,22 @@ static norm_result run_case(const norm_case *c)
     const oclf_buf *pw = c->weight ? &bw : NULL, *pb = c->bias ? &bb : NULL;
     const float eps = 1e-5f;
     cl_event ev = NULL;
+    oclf_context *ctx = case_ctx ? case_ctx : e->ctx;
     switch (c->op) {
     case RMS:
-        TH_OK(oclf_rms_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, eps, c->choice, 0,
+        TH_OK(oclf_rms_norm(ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, eps, c->choice, 0,
                             NULL, &ev));
         break;
     case ADD_RMS:
-        TH_OK(oclf_add_rms_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, br, pw, eps,
+        TH_OK(oclf_add_rms_norm(ctx, e->queue, dt, c->rows, c->cols, bx, br, pw, eps,
                                 c->choice, 0, NULL, &ev));
         break;
     case LN:
-        TH_OK(oclf_layer_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, pb, eps,
+        TH_OK(oclf_layer_norm(ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, pb, eps,
                               c->choice, 0, NULL, &ev));
         break;
     case ADD_LN:
-        TH_OK(oclf_add_layer_norm(e->ctx, e->queue, dt, c->rows, c->cols, bx, br, by, pw, pb, eps,
+        TH_OK(oclf_add_layer_norm(ctx, e->queue, dt, c->rows, c->cols, bx, br, by, pw, pb, eps,
                                   c->choice, 0, NULL, &ev));
         break;
     }
@@ -234,6 +238,53 @@ START_TEST(test_structures)
             fused_vs_unfused(c);
         }
     }
+}
+END_TEST
+
+/* Built kernels that take fewer work-items (32) than the GPU heuristic's
+ * WGS for a wide row: the decision lowers WGS to 32, rebuilding the
+ * program (WGS is compiled in), and both paths match the reference. */
+START_TEST(test_kernel_wgs_limit)
+{
+    th_env *e = th_get();
+    const char *names[] = {"OCLF_DEVICE_CLASS", "OCLF_KERNEL_WGS_CAP"};
+    const char *values[] = {"gpu", "32"};
+    char *saved[2];
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        setenv(names[i], values[i], 1);
+    }
+    oclf_context *capped = NULL;
+    TH_OK(oclf_context_create(e->cl, e->device, NULL, &capped));
+    for (int i = 0; i < 2; i++) {
+        if (saved[i])
+            setenv(names[i], saved[i], 1);
+        else
+            unsetenv(names[i]);
+        free(saved[i]);
+    }
+    /* quick: a row of 261 still gets WGS 128 from the GPU heuristic */
+    const size_t rows = quick() ? 3 : 7, cols = quick() ? 261 : 5125;
+    for (int op = 0; op < NOPS; op++) {
+        const uint64_t dims[2] = {rows, cols};
+        for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
+            oclf_tuning_decision d;
+            TH_OK(oclf_tuning_resolve(capped, op_names[op], OCLF_F32, dims, 2, (oclf_path)path,
+                                      &d));
+            int64_t heur = 0, wgs = 0;
+            ck_assert(oclf_params_get(&d.heuristic.params, "WGS", &heur));
+            ck_assert(oclf_params_get(&d.decision.params, "WGS", &wgs));
+            ck_assert_msg(heur > 32 && wgs == 32 && !d.from_record,
+                          "%s path %d: heuristic WGS %lld, decision %lld", op_names[op], path,
+                          (long long)heur, (long long)wgs);
+        }
+        case_ctx = capped;
+        norm_case c = {op, OCLF_F32, rows, cols, 3, 5, 1, 1, 0.0f, NULL};
+        fused_vs_unfused(c);
+        case_ctx = NULL;
+    }
+    oclf_context_destroy(capped);
 }
 END_TEST
 
@@ -469,6 +520,10 @@ static Suite *norm_suite(void)
     tcase_add_loop_test(t, test_large_mean, 0, 3);
     tcase_add_test(t, test_in_place);
     suite_add_tcase(s, t);
+    TCase *k = tcase_create("kernel-limit");
+    tcase_set_timeout(k, 0);
+    tcase_add_test(k, test_kernel_wgs_limit);
+    suite_add_tcase(s, k);
     TCase *l = tcase_create("launch");
     tcase_set_timeout(l, 600);
     tcase_add_test(l, test_launch_range);

@@ -238,7 +238,8 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
 /* Path and parameters of a run: the caller's, laid over the tuning record
  * for this expression (its form) and shape, else this device's defaults. */
 static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows, size_t cols,
-                              const oclf_choice *choice, oclf_path *path, expr_cfg *cfg)
+                              const oclf_choice *choice, oclf_path *path, expr_cfg *cfg,
+                              int *wgs_default)
 {
     const oclf_shape shape = {{rows, cols, e->form, 0}};
     oclf_resolved r;
@@ -247,6 +248,7 @@ static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows
                                      &shape, choice, &r)))
         return st;
     *path = r.path;
+    *wgs_default = r.wgs_default;
     if (r.has_cfg) {
         memcpy(cfg, &r.cfg, sizeof *cfg);
         return OCLF_SUCCESS;
@@ -356,9 +358,11 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", OP_RUN);
     oclf_path path;
     expr_cfg cfg;
-    if ((st = run_config(ctx, e, rows, cols, choice, &path, &cfg)))
+    int wgs_default = 0;
+    if ((st = run_config(ctx, e, rows, cols, choice, &path, &cfg, &wgs_default)))
         return st;
-    const int vec = cfg.vec, wgs = cfg.wgs, rpb = cfg.rows;
+    const int vec = cfg.vec, rpb = cfg.rows;
+    size_t wgs = (size_t)cfg.wgs;
 
     oclf_operand in[OCLF_EXPR_MAX_INPUTS], out[OCLF_EXPR_MAX_OUTPUTS];
     unsigned in_place[OCLF_EXPR_MAX_INPUTS] = {0}; /* outputs in place on input i */
@@ -414,8 +418,10 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
                          rows, cols);
     oclf_program *prog;
     static const char *const fused_kernel[] = {"expr_fused"};
+    /* WGS is only the launch's here, so a default above the built kernel's
+     * limit is lowered to fit with no rebuild; a named one must fit. */
     if ((st = expr_program(ctx, e, vec, &prog)) ||
-        (st = oclf_check_kernel_wgs(ctx, prog, fused_kernel, 1, (size_t)wgs)))
+        (st = oclf_fit_kernel_wgs(ctx, prog, fused_kernel, 1, &wgs, wgs_default)))
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
@@ -470,7 +476,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     args[na++] = OCLF_ARG(ncols);
     args[na++] = OCLF_ARG(s);
     args[na++] = OCLF_ARG(o);
-    const size_t local = (size_t)wgs, global = oclf_round_up(rows * nch, local);
+    const size_t local = wgs, global = oclf_round_up(rows * nch, local);
 
     if (path == OCLF_PATH_FUSED) {
         const cl_ulong r = (cl_ulong)rpb;
