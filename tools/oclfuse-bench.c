@@ -265,7 +265,7 @@ static int holds_uncached(const op_desc *op, const char *list, double llc)
 /* The shapes of op's rows: `shapes` where given, else the op's list (or
  * `short_list`, --short's part of it), --full's shapes, then the
  * out-of-cache shape for a last-level cache of `llc` bytes unless the list
- * already has a shape that large (a 4096x4096 operand is past twice a
+ * (before --full's shapes) already has a shape that large (a 4096x4096 operand is past twice a
  * 32 MiB cache, not a 260 MiB one). */
 static void row_shapes(const op_desc *op, const char *shapes, int full, const char *short_list,
                        double llc, char *list, size_t len)
@@ -275,12 +275,13 @@ static void row_shapes(const op_desc *op, const char *shapes, int full, const ch
         return;
     }
     size_t used = (size_t)snprintf(list, len, "%s", short_list ? short_list : op->bench_shapes);
+    /* decided on the list before --full's shapes, so --full only adds rows */
+    const int add_uncached = used < len && llc > 0 && !holds_uncached(op, list, llc);
     if (full && op->bench_full_shapes && used < len)
         used += (size_t)snprintf(list + used, len - used, ",%s", op->bench_full_shapes);
     op_shape big;
     char text[128];
-    if (used < len && llc > 0 && !holds_uncached(op, list, llc) &&
-        op_uncached_shape(op, (uint64_t)llc, &big)) {
+    if (add_uncached && used < len && op_uncached_shape(op, (uint64_t)llc, &big)) {
         op_format_shape(&big, text, sizeof text);
         snprintf(list + used, len - used, ",%s", text);
     }
