@@ -250,11 +250,8 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
  * sizes its shape by). */
 static int holds_uncached(const op_desc *op, const char *list, double llc)
 {
-    for (const char *p = list; *p;) {
-        const size_t len = strcspn(p, ",");
-        char text[128];
-        snprintf(text, sizeof text, "%.*s", (int)len, p);
-        p += len + (p[len] ? 1 : 0);
+    char text[128];
+    for (const char *p = list; op_list_next(&p, text, sizeof text);) {
         op_shape shape;
         if (op_parse_shape(op, text, &shape) && op->min_bytes(&shape, OCLF_F16) > 2 * llc)
             return 1;
@@ -304,12 +301,8 @@ static void list_rows(const char *ops, const char *dtypes, const char *shapes, i
             const oclf_dtype dt = (oclf_dtype)d;
             if (!op_listed(dtypes, oclf_dtype_name(dt)))
                 continue;
-            for (const char *p = list; *p;) {
-                const char *end = strchr(p, ',');
-                const size_t len = end ? (size_t)(end - p) : strlen(p);
-                char text[128];
-                snprintf(text, sizeof text, "%.*s", (int)len, p);
-                p += len + (end ? 1 : 0);
+            char text[128];
+            for (const char *p = list; op_list_next(&p, text, sizeof text);) {
                 op_shape shape;
                 if (!op_parse_shape(op, text, &shape))
                     continue;

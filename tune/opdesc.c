@@ -38,6 +38,16 @@ const op_desc *const op_table[] = {
 
 const char *op_lib_op(const op_desc *op) { return op->lib_op ? op->lib_op : op->name; }
 
+int op_list_next(const char **p, char *text, size_t n)
+{
+    if (!**p)
+        return 0;
+    const size_t len = strcspn(*p, ",");
+    snprintf(text, n, "%.*s", (int)len, *p);
+    *p += len + ((*p)[len] ? 1 : 0);
+    return 1;
+}
+
 char *op_short_shapes(const op_desc *op)
 {
     const char *list = op->bench_shapes;
@@ -45,11 +55,8 @@ char *op_short_shapes(const op_desc *op)
     if (!out)
         return NULL;
     double least = INFINITY;
-    for (const char *p = list; *p;) {
-        const size_t len = strcspn(p, ",");
-        char text[128];
-        snprintf(text, sizeof text, "%.*s", (int)len, p);
-        p += len + (p[len] ? 1 : 0);
+    char text[128];
+    for (const char *p = list; op_list_next(&p, text, sizeof text);) {
         op_shape shape;
         if (!op_parse_shape(op, text, &shape))
             continue;

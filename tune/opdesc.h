@@ -131,6 +131,9 @@ const char *op_lib_op(const op_desc *op);
 
 /* "4096x4096" -> shape; 0 on a malformed string or wrong dimension count. */
 int op_parse_shape(const op_desc *op, const char *text, op_shape *out);
+/* The next shape of comma list *p: its text into text[n], *p past it.
+ * Returns 0 at the end of the list. */
+int op_list_next(const char **p, char *text, size_t n);
 void op_format_shape(const op_shape *shape, char *buf, size_t len);
 /* The library's dims of `shape` into dims (OP_MAX_DIMS), their JSON names
  * into *names (may be NULL); returns how many. */
