@@ -842,6 +842,114 @@ OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, o
                                     const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
+/* Paged KV cache: decode, chunked prefill and mixed batches, and the cache
+ * write.                                                                    */
+
+/* A paged KV cache: K and V each [num_blocks, block_size, heads, head_dim]
+ * of the call's dtype, packed (the layout of FlashAttention's paged KV and
+ * vLLM's reshape_and_cache_flash): the element (block, slot, head, e) of K
+ * is at k_offset + ((block * block_size + slot) * heads + head) * head_dim
+ * + e of `k`, and the same for V. K and V may share one buffer (at
+ * different offsets) but must not overlap. */
+typedef struct oclf_kv_cache {
+    cl_mem k, v;
+    size_t k_offset, v_offset; /* elements */
+    size_t num_blocks;         /* >= 1 */
+    size_t block_size;         /* tokens a block, >= 1 */
+    size_t heads;              /* Hk */
+    size_t head_dim;           /* 1..256 */
+} oclf_kv_cache;
+
+/* Attention of `total_q` query tokens over a paged KV cache, for `batch`
+ * sequences. Sequence b's queries are the tokens [cu_seqlens_q[b],
+ * cu_seqlens_q[b + 1]) of q and o (device int32, batch + 1 offsets from 0
+ * ending at total_q, each sequence at most max_seqlen_q queries: 1 a
+ * sequence for decode, more for chunked prefill, mixed in one call); its
+ * keys are the first seq_lens[b] (device int32 [batch]) slots of the blocks
+ * block_tables[b][0..] (device int32, row b at block_tables.offset + b *
+ * block_tables.stride, stride 0: max_blocks), which already include the
+ * new tokens: the Sq queries are the last Sq of the Sk = seq_lens[b] keys,
+ * so `causal` aligns them bottom-right as in oclf_attention. Every option
+ * of oclf_attention_options applies as there (scale, causal, window,
+ * softcap, ALiBi, sinks, LSE). q and o are oclf_heads of cache->head_dim
+ * elements with Hq heads, Hq % cache->heads == 0.
+ *
+ * A sequence may hold at most max_blocks * block_size keys; seq_lens above
+ * that are clamped to it, and a block id outside [0, num_blocks) is never
+ * read (its keys read as zeros). With the context's `validate` option (and
+ * always on the unfused path, which sizes its work on the host) the call
+ * first reads the offsets, lengths and the blocks they use (blocking, after
+ * the wait list) and rejects a length above the table's reach or a block id
+ * out of range with OCLF_INVALID_ARGUMENT naming the sequence.
+ *
+ * Fused: the kernel of oclf_attention with its keys gathered through the
+ * block table (each K/V element read once per KV-head group: all Hq / Hk
+ * query heads of a group against one read). Split KV (flash-decoding): with
+ * PART > 0 the keys of each sequence are cut into partitions of PART keys
+ * (a multiple of BK) handled by separate work-groups, each writing an fp32
+ * partial output and its LSE into a temporary of
+ * ceil(max_blocks * block_size / PART) x total_q x Hq x (head_dim + 1)
+ * floats, then merged by a second kernel (attention_merge), which adds the
+ * sinks once. Parameters: those of oclf_attention plus PART (0: no split).
+ * Unfused, as a user writes it: the paged K and V gathered into contiguous
+ * f32 temporaries, then oclf_attention's unfused path.
+ *
+ * Aliasing: o must not overlap q, the cache, the offsets, lengths, block
+ * table, slopes, sinks or lse; lse must share no byte with any operand.
+ * Statuses: those of oclf_attention, plus a NULL cache, num_blocks,
+ * block_size or heads of 0, max_blocks of 0, a cache buffer smaller than
+ * its blocks, K and V overlapping, a block table smaller than batch rows of
+ * max_blocks or with a stride below it, and a head_dim that is not the
+ * cache's (cache->head_dim is the call's head dim). batch, total_q or
+ * max_seqlen_q of 0 enqueues a marker. */
+OCLF_API oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue,
+                                          oclf_dtype dtype, size_t batch, size_t total_q,
+                                          size_t max_seqlen_q, oclf_buf cu_seqlens_q,
+                                          oclf_buf seq_lens, oclf_buf block_tables,
+                                          size_t max_blocks, oclf_heads q,
+                                          const oclf_kv_cache *cache, oclf_heads o,
+                                          const oclf_attention_options *options,
+                                          const oclf_choice *choice, cl_uint num_events,
+                                          const cl_event *wait_list, cl_event *event);
+
+/* Writes `tokens` new K and V heads (k.count = v.count = cache->heads heads
+ * of cache->head_dim elements each, as oclf_heads views) into the cache:
+ * token t goes to slot s = slot_mapping[t] (device int64 [tokens]), block
+ * s / block_size, position s % block_size; a token with s < 0 is skipped
+ * (padding). A slot at or beyond num_blocks * block_size is never written;
+ * with the context's `validate` option the call reads the slots first
+ * (blocking) and rejects it with OCLF_INVALID_ARGUMENT naming the token.
+ * Two tokens with the same slot are the caller's error (one of them wins).
+ * One kernel; there is no unfused form (choice selects nothing).
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles or cache, head counts
+ * other than cache->heads, a head stride below head_dim, buffers smaller
+ * than described, k or v overlapping the cache or the slots, K and V of
+ * the cache overlapping; OCLF_UNSUPPORTED for an unknown dtype. tokens 0
+ * enqueues a marker. */
+OCLF_API oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue,
+                                         oclf_dtype dtype, size_t tokens, oclf_heads k,
+                                         oclf_heads v, oclf_buf slot_mapping,
+                                         const oclf_kv_cache *cache, cl_uint num_events,
+                                         const cl_event *wait_list, cl_event *event);
+
+/* oclf_qk_norm_rope that also writes its rotated K heads and the V heads
+ * into a paged cache at slot_mapping (device int64 [tokens], as
+ * oclf_kv_cache_write: s < 0 skipped, slots beyond the cache never
+ * written), so the new keys are written once: fused, in the same kernel
+ * (the qkv keeps its rotated K heads too); unfused, oclf_qk_norm_rope's
+ * unfused path and then the cache-write kernel. Requires nk = nv =
+ * cache->heads and cache->head_dim = rope->head_dim. Statuses: those of
+ * oclf_qk_norm_rope and oclf_kv_cache_write, and a cache overlapping qkv. */
+OCLF_API oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue,
+                                             oclf_dtype dtype, size_t tokens,
+                                             const oclf_rope *rope, oclf_buf qkv, size_t nq,
+                                             size_t nk, size_t nv, const oclf_buf *q_weight,
+                                             const oclf_buf *k_weight, float eps,
+                                             oclf_buf slot_mapping, const oclf_kv_cache *cache,
+                                             const oclf_choice *choice, cl_uint num_events,
+                                             const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (see README "Elementwise expressions").
  *
  * Source: statements `name = expr;` over declared names; `#` starts a
