@@ -566,6 +566,15 @@ OCLF_HIDDEN oclf_status oclf_check_heads(const oclf_context *ctx, const char *wh
                                          oclf_operand *out, oclf_blocks *blocks,
                                          size_t *head_stride);
 
+/* A paged KV cache (oclf_kv_cache) checked: handles, sizes, head_dim
+ * 1..256, both buffers large enough for num_blocks x block_size x heads x
+ * head_dim elements of `elem` bytes, K and V disjoint. *k and *v: the two
+ * ranges (a token stride of heads x head_dim). `what` names the caller:
+ * "attention_paged: cache". */
+OCLF_HIDDEN oclf_status oclf_check_kv_cache(const oclf_context *ctx, const char *what,
+                                            const oclf_kv_cache *cache, size_t elem,
+                                            oclf_operand *k, oclf_operand *v);
+
 /* Zero rows: nothing to do, but the caller's event must still exist. */
 OCLF_HIDDEN oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue queue,
                                             cl_uint num_events, const cl_event *wait_list,

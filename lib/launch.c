@@ -3,6 +3,7 @@
 
 #include <clblast_c.h>
 #include <limits.h>
+#include <stdint.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -413,6 +414,42 @@ oclf_status oclf_chain_sgemm(oclf_chain *c, const char *op, int trans_b, size_t 
     if (c->prev)
         clReleaseEvent(c->prev);
     c->prev = ev;
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_kv_cache(const oclf_context *ctx, const char *what,
+                                const oclf_kv_cache *cache, size_t elem, oclf_operand *k,
+                                oclf_operand *v)
+{
+    if (!cache)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s is NULL", what);
+    if (!cache->num_blocks || !cache->block_size || !cache->heads)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: num_blocks (%zu), block_size (%zu) and heads (%zu) must be above 0",
+                         what, cache->num_blocks, cache->block_size, cache->heads);
+    if (cache->head_dim == 0 || cache->head_dim > 256)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head_dim %zu is not in 1..256", what,
+                         cache->head_dim);
+    size_t slots, width;
+    /* Device indices are 64-bit, but slot numbers travel as int64 and the
+     * kernels count tokens in 32 bits of a block: keep both in range. */
+    if (__builtin_mul_overflow(cache->num_blocks, cache->block_size, &slots) ||
+        slots > (size_t)INT64_MAX || cache->block_size > UINT_MAX ||
+        __builtin_mul_overflow(cache->heads, cache->head_dim, &width))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu blocks of %zu slots overflow", what,
+                         cache->num_blocks, cache->block_size);
+    char name[96];
+    oclf_status st;
+    snprintf(name, sizeof name, "%s k", what);
+    if ((st = oclf_check_2d(ctx, name, (oclf_buf){cache->k, cache->k_offset, width}, slots, width,
+                            elem, k)))
+        return st;
+    snprintf(name, sizeof name, "%s v", what);
+    if ((st = oclf_check_2d(ctx, name, (oclf_buf){cache->v, cache->v_offset, width}, slots, width,
+                            elem, v)))
+        return st;
+    if (oclf_overlap(k, v))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: K and V overlap", what);
     return OCLF_SUCCESS;
 }
 
