@@ -59,7 +59,23 @@
 #ifndef OCLF_PAGED
 #define OCLF_PAGED 0
 #endif
+/* 1: K/V blocks staged in local memory, widened once for every row of the
+ * group (a GPU, where rows are work-items running side by side). 0: each
+ * row reads its keys and values straight from global memory with vector
+ * loads, and the head dim OCLF_HD is compiled in (a CPU, where a group's
+ * work-items run one after another on one core: a block the first row
+ * read is in L1 for the next, and copying it into local memory element by
+ * element cost more than the arithmetic). */
+#ifndef OCLF_STAGE
+#define OCLF_STAGE 1
+#endif
+#if !OCLF_STAGE
+#endif
+/* vectors a padded head holds */
+#define ATTN_NV (OCLF_DP / OCLF_VEC)
 #define ATTN_RS (OCLF_DP + 1)
+/* the staged K and V blocks at the start of `stage` */
+#define ATTN_KV_FLOATS (OCLF_STAGE ? 2 * OCLF_BK * OCLF_DP : 0)
 /* With rows in local memory, a block's scores join them there, the loops
  * over keys stay loops and those over the head dim unroll 4 times: fully
  * unrolled, the compiler keeps the query and the scores in registers
@@ -105,6 +121,47 @@ static inline float attn_drop(float x, float p, float dscale, ulong seed, ulong 
     const uint w = philox_first((uint4)((uint)j, (uint)t, (uint)c23, (uint)(c23 >> 32)),
                                 (uint2)((uint)seed, (uint)(seed >> 32)));
     return philox_uniform(w) >= p ? x * dscale : 0.0f;
+}
+
+/* Elements [e, e + OCLF_VEC) of a head starting at element `row`, of
+ * which the first n are real: one vector load where the whole vector is,
+ * else element by element with zeros past n (a head dim that is no
+ * multiple of the width; n is a constant where the head dim is compiled
+ * in, and the branch folds away). */
+static inline floatv attn_load(global const stor_t *p, ulong row, uint e, uint n)
+{
+    if (e + OCLF_VEC <= n)
+        return LDV(p, row + e);
+    float t[OCLF_VEC];
+    for (uint x = 0; x < OCLF_VEC; x++)
+        t[x] = e + x < n ? LD(p, row + e + x) : 0.0f;
+    return LDV_F(t, 0);
+}
+
+/* The inverse for an output head of n elements: past n nothing is written. */
+static inline void attn_store_head(global stor_t *p, ulong row, uint e, uint n, floatv v)
+{
+    if (e + OCLF_VEC <= n) {
+        STV(p, row + e, v);
+        return;
+    }
+    float t[OCLF_VEC];
+    STV_F(t, 0, v);
+    for (uint x = 0; e + x < n && x < OCLF_VEC; x++)
+        ST(p, row + e + x, t[x]);
+}
+
+/* The same into an f32 temporary (split KV's partials). */
+static inline void attn_store_f32(global float *p, ulong row, uint e, uint n, floatv v)
+{
+    if (e + OCLF_VEC <= n) {
+        STV_F(p, row + e, v);
+        return;
+    }
+    float t[OCLF_VEC];
+    STV_F(t, 0, v);
+    for (uint x = 0; e + x < n && x < OCLF_VEC; x++)
+        p[row + e + x] = t[x];
 }
 
 kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
@@ -162,21 +219,34 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     }
 
 #if OCLF_ACC
-    local float *qv = stage + 2 * OCLF_BK * OCLF_DP + lid * ATTN_RS;
+    local float *qv = stage + ATTN_KV_FLOATS + lid * ATTN_RS;
     local float *acc = qv + OCLF_WGS * ATTN_RS;
-    local float *s = stage + 2 * OCLF_BK * OCLF_DP + 2 * OCLF_WGS * ATTN_RS + lid * OCLF_BK;
+    local float *s = stage + ATTN_KV_FLOATS + 2 * OCLF_WGS * ATTN_RS + lid * OCLF_BK;
+#define QV(c) LDV_F(qv, (c) * OCLF_VEC)
+#define QV_SET(c, x) STV_F(qv, (c) * OCLF_VEC, (x))
+#define ACCV(c) LDV_F(acc, (c) * OCLF_VEC)
+#define ACC_SET(c, x) STV_F(acc, (c) * OCLF_VEC, (x))
 #else
-    float qv[OCLF_DP], acc[OCLF_DP];
+    /* whole vectors only, indexed by constants once the loops unroll, so
+     * the compiler can keep the query and the accumulator in registers */
+    floatv qv[ATTN_NV], acc[ATTN_NV];
+#define QV(c) qv[c]
+#define QV_SET(c, x) (qv[c] = (x))
+#define ACCV(c) acc[c]
+#define ACC_SET(c, x) (acc[c] = (x))
 #endif
-    for (uint e = 0; e < OCLF_DP; e++) {
-        qv[e] = active && e < d ? LD(q, qo + (ulong)t * qts + h * qhs + e) : 0.0f;
-        acc[e] = 0.0f;
+    const ulong qrow = qo + (ulong)t * qts + h * qhs;
+    ATTN_DIM_LOOP
+    for (uint c = 0; c < ATTN_NV; c++) {
+        QV_SET(c, active ? attn_load(q, qrow, c * OCLF_VEC, d) : VSPLAT(0.0f));
+        ACC_SET(c, VSPLAT(0.0f));
     }
     const float slope = has_alibi && active ? slopes[slo + h] : 0.0f;
     const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
     float m = -INFINITY, l = 0.0f;
     for (long j0 = jlo; j0 <= jhi; j0 += OCLF_BK) {
         const long nb = min((long)OCLF_BK, jhi - j0 + 1);
+#if OCLF_STAGE
         barrier(CLK_LOCAL_MEM_FENCE);
 #if OCLF_PAGED
         for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS) {
@@ -208,40 +278,76 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
             lv[x] = vx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         if (!active)
             continue;
 #if !OCLF_ACC
         float s[OCLF_BK];
 #endif
+#if !OCLF_STAGE
+        long ktok[OCLF_BK]; /* each key's token (slot), -1 when not read */
+#endif
         float bm = -INFINITY;
         ATTN_KEY_LOOP
         for (uint kk = 0; kk < OCLF_BK; kk++) {
+#if OCLF_STAGE
             floatv dv = VSPLAT(0.0f);
             ATTN_DIM_LOOP
-            for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
-                dv += LDV_F(qv, e) * LDV_F(lk + kk * OCLF_DP, e);
+            for (uint c = 0; c < ATTN_NV; c++)
+                dv += QV(c) * LDV_F(lk + kk * OCLF_DP, c * OCLF_VEC);
             const float x = kk < nb ? attn_score(scale * VSUM(dv), j0 + kk, i + shift, left,
                                                  right, cap, slope)
                                     : -INFINITY;
+#else
+            long tok = -1;
+            if (kk < nb) {
+#if OCLF_PAGED
+                const long j = j0 + kk;
+                const int blk = bt[btrow + (ulong)(j / bs)];
+                if (blk >= 0 && (uint)blk < nblk)
+                    tok = (long)blk * bs + j % bs;
+#else
+                tok = ks + j0 + kk;
+#endif
+            }
+            ktok[kk] = tok;
+            float x = -INFINITY;
+            if (tok >= 0) {
+                const ulong krow = ko + (ulong)tok * kts + kh * khs;
+                floatv dv = VSPLAT(0.0f);
+                for (uint c = 0; c < ATTN_NV; c++)
+                    dv += QV(c) * attn_load(k, krow, c * OCLF_VEC, OCLF_HD);
+                x = attn_score(scale * VSUM(dv), j0 + kk, i + shift, left, right, cap, slope);
+            }
+#endif
             s[kk] = x;
             bm = fmax(bm, x);
         }
         if (bm == -INFINITY)
             continue;
-        const float mn = fmax(m, bm), c = exp(m - mn);
-        l *= c;
+        const float mn = fmax(m, bm), cm = exp(m - mn);
+        l *= cm;
         ATTN_DIM_LOOP
-        for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
-            STV_F(acc, e, LDV_F(acc, e) * c);
+        for (uint c = 0; c < ATTN_NV; c++)
+            ACC_SET(c, ACCV(c) * cm);
         ATTN_KEY_LOOP
         for (uint kk = 0; kk < OCLF_BK; kk++) {
-            float p = exp(s[kk] - mn);
-            l += p;
-            if (has_drop && p > 0.0f)
-                p = attn_drop(p, drop_p, dscale, seed, doff, j0 + kk, (ulong)t, h);
+            float pk = exp(s[kk] - mn);
+            l += pk;
+            if (has_drop && pk > 0.0f)
+                pk = attn_drop(pk, drop_p, dscale, seed, doff, j0 + kk, (ulong)t, h);
+#if OCLF_STAGE
             ATTN_DIM_LOOP
-            for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
-                STV_F(acc, e, LDV_F(acc, e) + p * LDV_F(lv + kk * OCLF_DP, e));
+            for (uint c = 0; c < ATTN_NV; c++)
+                ACC_SET(c, ACCV(c) + pk * LDV_F(lv + kk * OCLF_DP, c * OCLF_VEC));
+#else
+            /* a hidden or dropped key adds nothing: its value is not read */
+            if (pk == 0.0f)
+                continue;
+            const ulong vrow = vo + (ulong)ktok[kk] * vts + kh * vhs;
+            for (uint c = 0; c < ATTN_NV; c++)
+                ACC_SET(c, ACCV(c) + pk * attn_load(v, vrow, c * OCLF_VEC, OCLF_HD));
+#endif
         }
         m = mn;
     }
@@ -252,23 +358,28 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
          * sinks */
         const ulong row = ((ulong)p * total_q + (ulong)t) * (hk * grp) + h;
         const float pinv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (uint e = 0; e < d; e++)
-            pout[row * d + e] = acc[e] * pinv;
+        for (uint c = 0; c < ATTN_NV; c++)
+            attn_store_f32(pout, row * d, c * OCLF_VEC, d, ACCV(c) * pinv);
         plse[row] = l > 0.0f ? m + log(l) : -INFINITY;
         return;
     }
     if (has_sinks) {
-        const float sv = sinks[sio + h], mn = fmax(m, sv), c = exp(m - mn);
-        l = l * c + exp(sv - mn);
-        for (uint e = 0; e < OCLF_DP; e++)
-            acc[e] *= c;
+        const float sv = sinks[sio + h], mn = fmax(m, sv), cm = exp(m - mn);
+        l = l * cm + exp(sv - mn);
+        for (uint c = 0; c < ATTN_NV; c++)
+            ACC_SET(c, ACCV(c) * cm);
         m = mn;
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (uint e = 0; e < d; e++)
-        ST(o, oo + (ulong)t * ots + h * ohs + e, acc[e] * inv);
+    const ulong orow = oo + (ulong)t * ots + h * ohs;
+    for (uint c = 0; c < ATTN_NV; c++)
+        attn_store_head(o, orow, c * OCLF_VEC, d, ACCV(c) * inv);
     if (has_lse)
         lse[lso + h * lss + (ulong)t] = l > 0.0f ? m + log(l) : -INFINITY;
+#undef QV
+#undef QV_SET
+#undef ACCV
+#undef ACC_SET
 }
 
 /* Split KV's second step: row x = t Hq + h of every partition's partial

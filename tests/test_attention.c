@@ -319,14 +319,17 @@ END_TEST
  * in private and in local memory. */
 START_TEST(test_structures)
 {
-    static const int cfg[][4] = {{1, 1, 1, 0}, {4, 3, 4, 0}, {16, 64, 16, 0},
-                                 {2, 5, 2, 1}, {64, 8, 8, 1}};
+    /* WGS, BK, VEC, ACC, STAGE */
+    static const int cfg[][5] = {{1, 1, 1, 0, 1}, {4, 3, 4, 0, 1}, {16, 64, 16, 0, 1},
+                                 {2, 5, 2, 1, 1}, {64, 8, 8, 1, 1}, {4, 3, 4, 0, 0},
+                                 {8, 32, 16, 0, 0}, {2, 5, 2, 1, 0}};
     oclf_params p;
     memset(&p, 0, sizeof p);
     oclf_params_set(&p, "WGS", cfg[_i][0]);
     oclf_params_set(&p, "BK", cfg[_i][1]);
     oclf_params_set(&p, "VEC", cfg[_i][2]);
     oclf_params_set(&p, "ACC", cfg[_i][3]);
+    oclf_params_set(&p, "STAGE", cfg[_i][4]);
     for (size_t di = 0; di < 3; di++) {
         acase c = {.dt = dtypes[di], .hq = 6, .hk = 2, .d = 20, .batch = VB, .sq = vsq,
                    .sk = vsk, .causal = 1, .window = 1, .left = 4, .right = 0, .sinks = 1,
@@ -607,7 +610,7 @@ static Suite *attention_suite(void)
     tcase_add_loop_test(t, test_dims, 0, 6);
     tcase_add_loop_test(t, test_heads, 0, 4);
     tcase_add_test(t, test_packed_qkv);
-    tcase_add_loop_test(t, test_structures, 0, 5);
+    tcase_add_loop_test(t, test_structures, 0, 8);
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_empty);
     suite_add_tcase(s, t);

@@ -296,8 +296,9 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
  * sizes that leave partial key blocks and several groups per head. */
 static const op_kernel_check attn_check = {
     "2x5x7x4x2x20,1x6x3x3x1x3",
-    "WGS=4,BK=4,VEC=4,ACC=0;WGS=8,BK=3,VEC=1,ACC=0;WGS=2,BK=16,VEC=16,ACC=0;"
-    "WGS=4,BK=5,VEC=2,ACC=1",
+    "WGS=4,BK=4,VEC=4,ACC=0,STAGE=0;WGS=8,BK=3,VEC=1,ACC=0,STAGE=1;"
+    "WGS=2,BK=16,VEC=16,ACC=0,STAGE=0;WGS=4,BK=5,VEC=2,ACC=1,STAGE=1;"
+    "WGS=4,BK=5,VEC=8,ACC=1,STAGE=0",
     "WGS=16,BK=16,VEC=4,ACC=0", "1x16x16x2x1x32", 1, 0};
 
 const op_desc op_attention = {
@@ -336,9 +337,9 @@ const op_desc op_attention = {
  * decode row of a group of 4 query heads, K and V read once. */
 static const op_kernel_check attn_paged_check = {
     "2x3x19x4x2x20x4,1x1x9x3x1x3x1",
-    "WGS=4,BK=4,VEC=4,ACC=0,PART=8;WGS=8,BK=3,VEC=1,ACC=0,PART=0;"
-    "WGS=4,BK=5,VEC=2,ACC=1,PART=7",
-    "WGS=4,BK=16,VEC=4,ACC=0,PART=0", "1x1x64x4x1x32x16", 1, 1};
+    "WGS=4,BK=4,VEC=4,ACC=0,PART=8,STAGE=0;WGS=8,BK=3,VEC=1,ACC=0,PART=0,STAGE=1;"
+    "WGS=4,BK=5,VEC=2,ACC=1,PART=7,STAGE=1;WGS=4,BK=8,VEC=16,ACC=0,PART=0,STAGE=0",
+    "WGS=4,BK=16,VEC=4,ACC=0,PART=0,STAGE=1", "1x1x64x4x1x32x16", 1, 1};
 
 /* q and o once, and the keys and values of the cache once each. */
 static double attn_paged_bytes(const op_shape *s, oclf_dtype dt) { return attn_bytes(s, dt); }

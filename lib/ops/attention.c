@@ -14,8 +14,9 @@
  *
  * Fused parameters: WGS (rows per work-group), BK (keys per staged block),
  * VEC (dot-product width; head_dim is padded to it), ACC (rows' queries and
- * accumulators in private (0) or local (1) memory), PART (paged only: keys
- * per split-KV partition, 0 none). The unfused path has none: the GEMM
+ * accumulators in private (0) or local (1) memory), STAGE (K/V blocks
+ * staged in local memory (1) or read by each row from global memory (0)),
+ * PART (paged only: keys per split-KV partition, 0 none). The unfused path has none: the GEMM
  * library tunes itself.
  */
 #include "../internal.h"
@@ -41,12 +42,13 @@ static const oclf_param_spec attn_params[] = {
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"ACC", 0, 1, 0, OCLF_PARAM_DEFINE},
     {"PART", 0, 1 << 24, 0, OCLF_PARAM_ARG},
+    {"STAGE", 0, 1, 0, OCLF_PARAM_DEFINE},
 };
-enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_COUNT };
+enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_STAGE, P_COUNT };
 _Static_assert(sizeof attn_params / sizeof attn_params[0] == P_COUNT, "one spec per parameter");
 
 typedef struct attn_cfg {
-    int wgs, bk, vec, acc, dp, paged;
+    int wgs, bk, vec, acc, dp, paged, stage;
     size_t part;
     char defines[OCLF_DEFINES_MAX];
 } attn_cfg;
@@ -54,12 +56,14 @@ OCLF_CFG_FITS(attn_cfg);
 
 static size_t pad_dim(size_t d, size_t vec) { return (d + vec - 1) / vec * vec; }
 
-/* Local memory of the fused kernel: the staged K and V blocks (f32), then
- * with ACC 1 each row's query and accumulator at a stride of dp + 1 and
- * its block of scores. */
-static size_t stage_bytes(size_t wgs, size_t bk, size_t dp, int acc)
+/* Local memory of the fused kernel: the staged K and V blocks (f32, with
+ * STAGE 1), then with ACC 1 each row's query and accumulator at a stride
+ * of dp + 1 and its block of scores; one float at least, since a local
+ * argument cannot be empty. */
+static size_t stage_bytes(size_t wgs, size_t bk, size_t dp, int acc, int stage)
 {
-    return (2 * bk * dp + (acc ? wgs * (2 * (dp + 1) + bk) : 0)) * sizeof(float);
+    const size_t n = (stage ? 2 * bk * dp : 0) + (acc ? wgs * (2 * (dp + 1) + bk) : 0);
+    return (n ? n : 1) * sizeof(float);
 }
 
 /* shape: tokens (queries), Hq, Hk, head_dim */
@@ -74,15 +78,17 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     while (vec < 16 && (uint64_t)vec * 2 <= d)
         vec *= 2;
     const size_t dp = pad_dim((size_t)d, (size_t)vec);
-    int wgs, bk, acc;
+    int wgs, bk, acc, stage;
     if (ctx->info.type & CL_DEVICE_TYPE_CPU) {
         /* A CPU runs a group's work-items one after another on one core:
          * few rows a group keep their queries and accumulators in cache,
-         * and a long key block amortizes the two barriers per block. */
+         * each reads its keys from L1 after the first (no staging), and a
+         * long key block amortizes the barrier per block. */
         wgs = 8;
         bk = 32;
         acc = 0;
-        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem / 2)
+        stage = 0;
+        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem / 2)
             bk /= 2;
     } else {
         /* A GPU: two lockstep widths of rows share each staged block, and
@@ -91,19 +97,21 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
         wgs = ctx->info.simd_width >= 32 ? (int)ctx->info.simd_width * 2 : 64;
         bk = 32;
         acc = 1;
+        stage = 1;
         while ((size_t)wgs > ctx->info.max_wgs && wgs > 1)
             wgs /= 2;
-        while (bk > 8 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem)
+        while (bk > 8 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
             bk /= 2;
-        while (wgs > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem)
+        while (wgs > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
             wgs /= 2;
-        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc) > ctx->info.local_mem)
+        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
             bk /= 2;
     }
     oclf_params_set(out, "WGS", wgs);
     oclf_params_set(out, "BK", bk);
     oclf_params_set(out, "VEC", vec);
     oclf_params_set(out, "ACC", acc);
+    oclf_params_set(out, "STAGE", stage);
     /* Split KV where sequences x KV heads (tokens stand for sequences: a
      * decode batch has one each) leave the device short of work-groups: 8
      * a compute unit keep a CPU's cores and a GPU's schedulers busy. A
@@ -128,10 +136,11 @@ static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, si
     cfg->bk = (int)v[P_BK];
     cfg->vec = (int)v[P_VEC];
     cfg->acc = (int)v[P_ACC];
+    cfg->stage = (int)v[P_STAGE];
     cfg->paged = paged;
     cfg->part = paged ? (size_t)v[P_PART] : 0;
     cfg->dp = (int)pad_dim(d ? d : 1, (size_t)cfg->vec);
-    if (stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc) >
+    if (stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc, cfg->stage) >
         ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "attention: BK = %d keys of %d floats (K and V)%s do not fit %llu "
@@ -140,8 +149,13 @@ static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, si
                          (unsigned long long)ctx->info.local_mem);
     /* PART is a kernel argument: only the compiled-in parameters go into
      * the program's options. */
-    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_DP=%d%s ", cfg->dp,
-                              paged ? " -DOCLF_PAGED=1" : "");
+    /* reading straight from global memory, the head dim is compiled in
+     * (whole vectors, then a tail of known length) */
+    char hd[32] = "";
+    if (!cfg->stage)
+        snprintf(hd, sizeof hd, " -DOCLF_HD=%zu", d ? d : 1);
+    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_DP=%d%s%s ", cfg->dp,
+                              hd, paged ? " -DOCLF_PAGED=1" : "");
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, attn_params,
                        P_COUNT, v);
     return OCLF_SUCCESS;
@@ -611,8 +625,9 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
                     OCLF_ARG(pom),         OCLF_ARG(plm),   OCLF_ARG(c->drop_p), OCLF_ARG(seed),
                     OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk,
-                                                   (size_t)cfg->dp, cfg->acc)),
-                    OCLF_ARG_LOCAL((c->paged ? (size_t)cfg->bk : 1) * sizeof(cl_long))};
+                                                   (size_t)cfg->dp, cfg->acc, cfg->stage)),
+                    OCLF_ARG_LOCAL((c->paged && cfg->stage ? (size_t)cfg->bk : 1) *
+                                   sizeof(cl_long))};
     if (nparts == 1) {
         st = oclf_enqueue(ctx, queue, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs,
                           wgs, num_events, wait_list, event);
