@@ -102,67 +102,51 @@ typedef float8 hfloatv;
 #define GPTJ_VEND(rot) ((rot) / OCLF_VEC * OCLF_VEC)
 #endif
 
-/* STV / ST into head `p` and, where `c` is not null, the same rounded
- * values into `c` as well (the cache's copy of a K head, so both hold the
- * same bits). A null constant `c` folds the second store away. */
-#define STV2(p, c, i, v)                                                       \
-    do {                                                                       \
-        const floatv w2_ = (v);                                                \
-        STV(p, i, w2_);                                                        \
-        if (c)                                                                 \
-            STV(c, i, w2_);                                                    \
-    } while (0)
-#define ST2(p, c, i, v)                                                        \
-    do {                                                                       \
-        const float w2_ = (v);                                                 \
-        ST(p, i, w2_);                                                         \
-        if (c)                                                                 \
-            ST(c, i, w2_);                                                     \
-    } while (0)
-
-/* The rotation of the first `nrot` dims of one head `hp`, on values that
+/* The rotation of the first `nrot` dims of one head, on values that
  * LOADV/LOADS (vector, scalar at element index) produce, with cos/sin from
- * CV(n, j) (n cache elements from j as floatn) and CS(j). The loaders let
- * the fused kernel rotate normalized fp32 values that never went through
- * storage, and the staged kernels read the head and the cache row from
- * local memory. Pairs belong to one work-item, so in-place is safe. `cp`
- * (null: none) receives every rotated element too (STV2). */
-#define ROTATE_HEAD(hp, cp, nrot, LOADV, LOADS, CV, CS)                            \
+ * CV(n, j) (n cache elements from j as floatn) and CS(j), its results
+ * stored by PUTV(i, v) / PUTS(i, v) (a vector, a scalar at element i). The
+ * loaders let the fused kernel rotate normalized fp32 values that never
+ * went through storage, and the staged kernels read the head and the
+ * cache row from local memory; the stores let the cache-writing
+ * qk_norm_rope store each result twice. Pairs belong to one work-item, so
+ * in-place is safe. */
+#define ROTATE_HEAD(nrot, LOADV, LOADS, CV, CS, PUTV, PUTS)                    \
     do {                                                                       \
         const uint half_ = (nrot) / 2;                                         \
         if (neox) {                                                            \
             FOR_VEC_IN(j, 0, half_) {                                          \
                 floatv x_ = LOADV(j), y_ = LOADV(j + half_);                   \
                 floatv c_ = CV(OCLF_VEC, j), s_ = CV(OCLF_VEC, half_ + j);     \
-                STV2(hp, cp, j, x_ * c_ - y_ * s_);                               \
-                STV2(hp, cp, j + half_, y_ * c_ + x_ * s_);                       \
+                PUTV(j, x_ * c_ - y_ * s_);                                    \
+                PUTV(j + half_, y_ * c_ + x_ * s_);                            \
             }                                                                  \
             FOR_TAIL_IN(j, 0, half_) {                                         \
                 float x_ = LOADS(j), y_ = LOADS(j + half_);                    \
                 float c_ = CS(j), s_ = CS(half_ + j);                          \
-                ST2(hp, cp, j, x_ * c_ - y_ * s_);                                \
-                ST2(hp, cp, j + half_, y_ * c_ + x_ * s_);                        \
+                PUTS(j, x_ * c_ - y_ * s_);                                    \
+                PUTS(j + half_, y_ * c_ + x_ * s_);                            \
             }                                                                  \
         } else {                                                               \
-            GPTJ_VECTORS(hp, cp, nrot, LOADV, CV);                                 \
+            GPTJ_VECTORS(nrot, LOADV, CV, PUTV);                               \
             for (uint j = GPTJ_VEND(nrot) / 2 + lane; j < half_; j += nlanes) { \
                 float x_ = LOADS(2 * j), y_ = LOADS(2 * j + 1);                \
                 float c_ = CS(j), s_ = CS(half_ + j);                          \
-                ST2(hp, cp, 2 * j, x_ * c_ - y_ * s_);                            \
-                ST2(hp, cp, 2 * j + 1, y_ * c_ + x_ * s_);                        \
+                PUTS(2 * j, x_ * c_ - y_ * s_);                                \
+                PUTS(2 * j + 1, y_ * c_ + x_ * s_);                            \
             }                                                                  \
         }                                                                      \
     } while (0)
 
 #if OCLF_VEC == 1
-#define GPTJ_VECTORS(hp, cp, nrot, LOADV, CV) (void)0
+#define GPTJ_VECTORS(nrot, LOADV, CV, PUTV) (void)0
 #else
-#define GPTJ_VECTORS(hp, cp, nrot, LOADV, CV)                                  \
+#define GPTJ_VECTORS(nrot, LOADV, CV, PUTV)                                    \
     FOR_VEC_IN(i, 0, GPTJ_VEND(nrot)) {                                        \
         floatv v_ = LOADV(i);                                                  \
         hfloatv c_ = CV(OCLF_HVEC, i / 2);                                     \
         hfloatv s_ = CV(OCLF_HVEC, half_ + i / 2);                             \
-        STV2(hp, cp, i, v_ * DUP(c_) + SWAP(v_) * (DUP(s_) * ALT));               \
+        PUTV(i, v_ * DUP(c_) + SWAP(v_) * (DUP(s_) * ALT));                    \
     }
 #endif
 
@@ -463,9 +447,13 @@ kernel void rotary_embedding(ROTARY_ARGS)
             h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
 #define LOAD_V(i) LDV(hp, (i))
 #define LOAD_S(i) LD(hp, (i))
-        ROTATE_HEAD(hp, (global stor_t *)0, trot, LOAD_V, LOAD_S, CACHE_V, CACHE_S);
+#define PUT_V(i, v) STV(hp, (i), (v))
+#define PUT_S(i, v) ST(hp, (i), (v))
+        ROTATE_HEAD(trot, LOAD_V, LOAD_S, CACHE_V, CACHE_S, PUT_V, PUT_S);
 #undef LOAD_V
 #undef LOAD_S
+#undef PUT_V
+#undef PUT_S
     }
     END_HEADS
 }
@@ -588,13 +576,30 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
 #endif
 #if OCLF_CACHE_WRITE
         /* thd is 0 only for a staged token that is not rotated: its K head
-         * goes to the cache as it is. */
+         * goes to the cache as it is. Each result is stored into the head
+         * and, for a K head with a slot, from the same value into the
+         * cache. */
         global stor_t *const cp =
             h < nq ? 0
                    : cache_put_head(x, xo, ts, nq, nk, hd, t, h, slots, so, nslots, ck, cko, cv,
                                     cvo, thd == 0, lane, nlanes);
+#define PUT_V(i, v)                                                            \
+    do {                                                                       \
+        const floatv w_ = (v);                                                 \
+        STV(hp, (i), w_);                                                      \
+        if (cp)                                                                \
+            STV(cp, (i), w_);                                                  \
+    } while (0)
+#define PUT_S(i, v)                                                            \
+    do {                                                                       \
+        const float w_ = (v);                                                  \
+        ST(hp, (i), w_);                                                       \
+        if (cp)                                                                \
+            ST(cp, (i), w_);                                                   \
+    } while (0)
 #else
-        global stor_t *const cp = 0;
+#define PUT_V(i, v) STV(hp, (i), (v))
+#define PUT_S(i, v) ST(hp, (i), (v))
 #endif
         /* The same products as head_rms_norm: (v * r) * w. Without a
          * weight `wv` is the head itself and its values are replaced by 1:
@@ -602,11 +607,13 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
          * no branch and the rotation is compiled once. */
 #define NORM_V(i) (VLD(hv, (i)) * r * (has_w ? VLD(wv, (i)) : VSPLAT(1.0f)))
 #define NORM_S(i) (SLD(hv, (i)) * r * (has_w ? SLD(wv, (i)) : 1.0f))
-        ROTATE_HEAD(hp, cp, trot, NORM_V, NORM_S, CACHE_V, CACHE_S);
-        FOR_VEC_IN(i, trot, thd) STV2(hp, cp, i, NORM_V(i));
-        FOR_TAIL_IN(i, trot, thd) ST2(hp, cp, i, NORM_S(i));
+        ROTATE_HEAD(trot, NORM_V, NORM_S, CACHE_V, CACHE_S, PUT_V, PUT_S);
+        FOR_VEC_IN(i, trot, thd) PUT_V(i, NORM_V(i));
+        FOR_TAIL_IN(i, trot, thd) PUT_S(i, NORM_S(i));
 #undef NORM_V
 #undef NORM_S
+#undef PUT_V
+#undef PUT_S
     }
     END_HEADS
 }
