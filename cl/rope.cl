@@ -2,7 +2,11 @@
  * Rotary embedding and fused QK-norm + RoPE.
  *
  * Fused kernel: qk_norm_rope. Building blocks: rotary_embedding (also the
- * public op) and head_rms_norm (the unfused norm half).
+ * public op) and head_rms_norm (the unfused norm half). kv_cache_write
+ * copies K and V heads into a paged cache (the public op, and the last
+ * kernel of qk_norm_rope_cache's unfused path); built with
+ * OCLF_CACHE_WRITE=1, qk_norm_rope also writes its rotated K heads and the
+ * V heads into the cache itself (qk_norm_rope_cache's fused path).
  *
  * Two kernel structures, chosen at build time:
  *   item (OCLF_STAGE 0): OCLF_LAYOUT 0 gives each work-item one token and
@@ -98,48 +102,51 @@ typedef float8 hfloatv;
 #define GPTJ_VEND(rot) ((rot) / OCLF_VEC * OCLF_VEC)
 #endif
 
-/* The rotation of the first `nrot` dims of one head `hp`, on values that
+/* The rotation of the first `nrot` dims of one head, on values that
  * LOADV/LOADS (vector, scalar at element index) produce, with cos/sin from
- * CV(n, j) (n cache elements from j as floatn) and CS(j). The loaders let
- * the fused kernel rotate normalized fp32 values that never went through
- * storage, and the staged kernels read the head and the cache row from
- * local memory. Pairs belong to one work-item, so in-place is safe. */
-#define ROTATE_HEAD(hp, nrot, LOADV, LOADS, CV, CS)                            \
+ * CV(n, j) (n cache elements from j as floatn) and CS(j), its results
+ * stored by PUTV(i, v) / PUTS(i, v) (a vector, a scalar at element i). The
+ * loaders let the fused kernel rotate normalized fp32 values that never
+ * went through storage, and the staged kernels read the head and the
+ * cache row from local memory; the stores let the cache-writing
+ * qk_norm_rope store each result twice. Pairs belong to one work-item, so
+ * in-place is safe. */
+#define ROTATE_HEAD(nrot, LOADV, LOADS, CV, CS, PUTV, PUTS)                    \
     do {                                                                       \
         const uint half_ = (nrot) / 2;                                         \
         if (neox) {                                                            \
             FOR_VEC_IN(j, 0, half_) {                                          \
                 floatv x_ = LOADV(j), y_ = LOADV(j + half_);                   \
                 floatv c_ = CV(OCLF_VEC, j), s_ = CV(OCLF_VEC, half_ + j);     \
-                STV(hp, j, x_ * c_ - y_ * s_);                                 \
-                STV(hp, j + half_, y_ * c_ + x_ * s_);                         \
+                PUTV(j, x_ * c_ - y_ * s_);                                    \
+                PUTV(j + half_, y_ * c_ + x_ * s_);                            \
             }                                                                  \
             FOR_TAIL_IN(j, 0, half_) {                                         \
                 float x_ = LOADS(j), y_ = LOADS(j + half_);                    \
                 float c_ = CS(j), s_ = CS(half_ + j);                          \
-                ST(hp, j, x_ * c_ - y_ * s_);                                  \
-                ST(hp, j + half_, y_ * c_ + x_ * s_);                          \
+                PUTS(j, x_ * c_ - y_ * s_);                                    \
+                PUTS(j + half_, y_ * c_ + x_ * s_);                            \
             }                                                                  \
         } else {                                                               \
-            GPTJ_VECTORS(hp, nrot, LOADV, CV);                                 \
+            GPTJ_VECTORS(nrot, LOADV, CV, PUTV);                               \
             for (uint j = GPTJ_VEND(nrot) / 2 + lane; j < half_; j += nlanes) { \
                 float x_ = LOADS(2 * j), y_ = LOADS(2 * j + 1);                \
                 float c_ = CS(j), s_ = CS(half_ + j);                          \
-                ST(hp, 2 * j, x_ * c_ - y_ * s_);                              \
-                ST(hp, 2 * j + 1, y_ * c_ + x_ * s_);                          \
+                PUTS(2 * j, x_ * c_ - y_ * s_);                                \
+                PUTS(2 * j + 1, y_ * c_ + x_ * s_);                            \
             }                                                                  \
         }                                                                      \
     } while (0)
 
 #if OCLF_VEC == 1
-#define GPTJ_VECTORS(hp, nrot, LOADV, CV) (void)0
+#define GPTJ_VECTORS(nrot, LOADV, CV, PUTV) (void)0
 #else
-#define GPTJ_VECTORS(hp, nrot, LOADV, CV)                                      \
+#define GPTJ_VECTORS(nrot, LOADV, CV, PUTV)                                    \
     FOR_VEC_IN(i, 0, GPTJ_VEND(nrot)) {                                        \
         floatv v_ = LOADV(i);                                                  \
         hfloatv c_ = CV(OCLF_HVEC, i / 2);                                     \
         hfloatv s_ = CV(OCLF_HVEC, half_ + i / 2);                             \
-        STV(hp, i, v_ * DUP(c_) + SWAP(v_) * (DUP(s_) * ALT));                 \
+        PUTV(i, v_ * DUP(c_) + SWAP(v_) * (DUP(s_) * ALT));                    \
     }
 #endif
 
@@ -215,6 +222,10 @@ typedef float8 hfloatv;
 #ifndef OCLF_STAGE
 #define OCLF_STAGE 0
 #endif
+#ifndef OCLF_CACHE_WRITE
+#define OCLF_CACHE_WRITE 0
+#endif
+#define SKIPPED_HEADS(t, h0, h1) (void)0
 
 /* ---- the two structures --------------------------------------------------
  * Each kernel is written once, over:
@@ -226,6 +237,11 @@ typedef float8 hfloatv;
  *     rotary and head dims its loops run over and CACHE_V / CACHE_S
  *     reading the token's cos/sin row; FOR_NORMED_HEADS the same for the
  *     kernels that normalize heads (it may find their 1 / rms ahead).
+ *   SKIPPED_HEADS(t, h0, h1): what a kernel does for heads [h0, h1) of a
+ *     token whose position is outside the cache, in the item structure,
+ *     which returns early for them (nothing, but in the cache-writing
+ *     qk_norm_rope); the staged structure runs its body over 0 elements
+ *     for them instead (`thd` 0).
  *   QK_HEAD(): in that body, head h of token t of a packed qkv as `hp`,
  *     its 1/rms as `r`, its values as `hv` and its norm weight as `wv`
  *     (read with VLD / SLD; `has_w` 0: no weight, and `wv` is the head). */
@@ -252,8 +268,10 @@ typedef float8 hfloatv;
         if (t >= tokens)                                                       \
             return;                                                            \
         const long p = TOKEN_POSITION(t);                                      \
-        if (p < 0 || (ulong)p >= max_pos)                                      \
+        if (p < 0 || (ulong)p >= max_pos) {                                    \
+            SKIPPED_HEADS(t, 0, (nh));                                         \
             return;                                                            \
+        }                                                                      \
         const uint trot = rot, thd = hd;                                       \
         global const cstor_t *cr = cache + co + (ulong)p * cs;                 \
         for (uint h0_ = 0; h0_ < (nh); h0_ += RSTD_BATCH) {                    \
@@ -292,8 +310,10 @@ typedef float8 hfloatv;
         const ulong t = item_ / (nh);                                          \
         const uint h = (uint)(item_ % (nh));                                   \
         const long p = TOKEN_POSITION(t);                                      \
-        if (p < 0 || (ulong)p >= max_pos)                                      \
+        if (p < 0 || (ulong)p >= max_pos) {                                    \
+            SKIPPED_HEADS(t, h, h + 1);                                        \
             return;                                                            \
+        }                                                                      \
         const uint trot = rot, thd = hd;                                       \
         global const cstor_t *cr = cache + co + (ulong)p * cs;
 #define END_HEADS }
@@ -427,9 +447,13 @@ kernel void rotary_embedding(ROTARY_ARGS)
             h < nq ? q + qo + t * qts + h * qhs : k + ko + t * kts + (h - nq) * khs;
 #define LOAD_V(i) LDV(hp, (i))
 #define LOAD_S(i) LD(hp, (i))
-        ROTATE_HEAD(hp, trot, LOAD_V, LOAD_S, CACHE_V, CACHE_S);
+#define PUT_V(i, v) STV(hp, (i), (v))
+#define PUT_S(i, v) ST(hp, (i), (v))
+        ROTATE_HEAD(trot, LOAD_V, LOAD_S, CACHE_V, CACHE_S, PUT_V, PUT_S);
 #undef LOAD_V
 #undef LOAD_S
+#undef PUT_V
+#undef PUT_S
     }
     END_HEADS
 }
@@ -462,10 +486,85 @@ kernel void head_rms_norm(HEAD_NORM_ARGS)
     END_HEADS
 }
 
+/* ---- the paged KV cache ---------------------------------------------------
+ * K and V each [nslots, nk, hd] of the heads' storage type: slot s's head h
+ * starts at (s * nk + h) * hd, the same offset in both (a block of
+ * block_size slots is block_size consecutive slots, so the host passes
+ * nslots = num_blocks * block_size and no division by the block size is
+ * needed). A token whose slot is negative (padding) or at or beyond nslots
+ * is not written. */
+
+/* n storage elements from src to dst as they are (the cache takes the bits
+ * the heads hold), this work-item's share, as 16-bit pieces: any element
+ * offset may use them, and no value is converted. */
+#define STOR_USHORTS (OCLF_DTYPE == 0 ? 2u : 1u)
+static inline void copy_head(global stor_t *dst, global const stor_t *src, uint n, uint lane,
+                             uint nlanes)
+{
+    global ushort *const d = (global ushort *)dst;
+    global const ushort *const s = (global const ushort *)src;
+    const uint m = n * STOR_USHORTS;
+#if OCLF_VEC > 1
+    FOR_VEC_IN(i, 0, m) ST16V(OCLF_VEC, d + i, LD16V(OCLF_VEC, s + i));
+    FOR_TAIL_IN(i, 0, m) d[i] = s[i];
+#else
+    for (uint i = lane; i < m; i += nlanes)
+        d[i] = s[i];
+#endif
+}
+
+/* Where head kh of the token with slot `slot` goes: its element offset in
+ * K (and in V), or CACHE_SKIP. */
+#define CACHE_SKIP ((ulong)-1)
+static inline ulong cache_offset(long slot, ulong nslots, uint nk, uint kh, uint hd)
+{
+    return slot < 0 || (ulong)slot >= nslots ? CACHE_SKIP : ((ulong)slot * nk + kh) * hd;
+}
+
+/* K head h (nq <= h < nq + nk) of token t of the packed qkv `x`: copies
+ * its V head into the cache and, with copy_k, the K head as it is (a token
+ * left unrotated). Returns the K head's place in the cache, for the
+ * rotation to write; null where the token's slot is skipped. */
+static inline global stor_t *cache_put_head(global stor_t *x, ulong xo, ulong ts, uint nq,
+                                            uint nk, uint hd, ulong t, uint h,
+                                            global const long *slots, ulong so, ulong nslots,
+                                            global stor_t *ck, ulong cko, global stor_t *cv,
+                                            ulong cvo, int copy_k, uint lane, uint nlanes)
+{
+    const ulong at = cache_offset(slots[so + t], nslots, nk, h - nq, hd);
+    if (at == CACHE_SKIP)
+        return 0;
+    global stor_t *const kp = x + xo + t * ts + (ulong)h * hd;
+    /* V head h - nq sits nk heads after K head h */
+    copy_head(cv + cvo + at, kp + (ulong)nk * hd, hd, lane, nlanes);
+    if (copy_k)
+        copy_head(ck + cko + at, kp, hd, lane, nlanes);
+    return ck + cko + at;
+}
+
+#if OCLF_CACHE_WRITE
+/* The cache-writing qk_norm_rope's extra arguments, after the stage. */
+#define CACHE_WRITE_ARGS                                                       \
+    , global const long *slots, ulong so, ulong nslots, global stor_t *ck, ulong cko,          \
+        global stor_t *cv, ulong cvo
+/* A token the rotation skips still goes into the cache as it stands, as
+ * the unfused path (which writes the cache after the rope kernels) leaves
+ * it. */
+#undef SKIPPED_HEADS
+#define SKIPPED_HEADS(t, h0, h1)                                               \
+    for (uint h_ = max((uint)(h0), nq); h_ < (uint)(h1); h_++)                 \
+    (void)cache_put_head(x, xo, ts, nq, nk, hd, t, h_, slots, so, nslots, ck, cko, cv, cvo, 1, \
+                         lane, nlanes)
+#else
+#define CACHE_WRITE_ARGS
+#endif
+
 /* Fused: per-head RMSNorm, then the rotation of the normalized fp32 values
  * (normalized again on the fly from the head, so nothing is rounded to
- * storage in between), one store per element. */
-kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
+ * storage in between), one store per element. With OCLF_CACHE_WRITE each K
+ * head's rotated values are stored into the cache as well, and its V head
+ * copied there, so the new keys are written once. */
+kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
 {
     HEADS_PROLOGUE(qw ? qw + qwo : 0, kw ? kw + kwo : 0);
     FOR_NORMED_HEADS(nq + nk) {
@@ -475,17 +574,74 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS)
          * of squares; the reduction's barriers fence local memory only. */
         barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
+#if OCLF_CACHE_WRITE
+        /* thd is 0 only for a staged token that is not rotated: its K head
+         * goes to the cache as it is. Each result is stored into the head
+         * and, for a K head with a slot, from the same value into the
+         * cache. */
+        global stor_t *const cp =
+            h < nq ? 0
+                   : cache_put_head(x, xo, ts, nq, nk, hd, t, h, slots, so, nslots, ck, cko, cv,
+                                    cvo, thd == 0, lane, nlanes);
+#define PUT_V(i, v)                                                            \
+    do {                                                                       \
+        const floatv w_ = (v);                                                 \
+        STV(hp, (i), w_);                                                      \
+        if (cp)                                                                \
+            STV(cp, (i), w_);                                                  \
+    } while (0)
+#define PUT_S(i, v)                                                            \
+    do {                                                                       \
+        const float w_ = (v);                                                  \
+        ST(hp, (i), w_);                                                       \
+        if (cp)                                                                \
+            ST(cp, (i), w_);                                                   \
+    } while (0)
+#else
+#define PUT_V(i, v) STV(hp, (i), (v))
+#define PUT_S(i, v) ST(hp, (i), (v))
+#endif
         /* The same products as head_rms_norm: (v * r) * w. Without a
          * weight `wv` is the head itself and its values are replaced by 1:
          * both sides of the choice are safe to evaluate, so the loops need
          * no branch and the rotation is compiled once. */
 #define NORM_V(i) (VLD(hv, (i)) * r * (has_w ? VLD(wv, (i)) : VSPLAT(1.0f)))
 #define NORM_S(i) (SLD(hv, (i)) * r * (has_w ? SLD(wv, (i)) : 1.0f))
-        ROTATE_HEAD(hp, trot, NORM_V, NORM_S, CACHE_V, CACHE_S);
-        FOR_VEC_IN(i, trot, thd) STV(hp, i, NORM_V(i));
-        FOR_TAIL_IN(i, trot, thd) ST(hp, i, NORM_S(i));
+        ROTATE_HEAD(trot, NORM_V, NORM_S, CACHE_V, CACHE_S, PUT_V, PUT_S);
+        FOR_VEC_IN(i, trot, thd) PUT_V(i, NORM_V(i));
+        FOR_TAIL_IN(i, trot, thd) PUT_S(i, NORM_S(i));
 #undef NORM_V
 #undef NORM_S
+#undef PUT_V
+#undef PUT_S
     }
     END_HEADS
+}
+
+/* K and V heads [tokens, heads, hd] (any token and head strides) copied
+ * into the cache at their tokens' slots: the public kv_cache_write.
+ * LAYOUT 0 a (token, head) item per work-item, LAYOUT 1 a work-group per
+ * item with the head's vectors spread over its work-items (coalesced on a
+ * GPU); the rope structures' other parameters do not apply. */
+kernel void kv_cache_write(global const stor_t *k, ulong ko, ulong kts, ulong khs,
+                           global const stor_t *v, ulong vo, ulong vts, ulong vhs, uint heads,
+                           uint hd, global const long *slots, ulong so, ulong nslots,
+                           ulong tokens, global stor_t *ck, ulong cko, global stor_t *cv,
+                           ulong cvo)
+{
+#if OCLF_LAYOUT == 0
+    const ulong item = get_global_id(0);
+#else
+    const ulong item = get_group_id(0);
+#endif
+    ROW_LANES;
+    if (item >= tokens * heads)
+        return;
+    const ulong t = item / heads;
+    const uint h = (uint)(item % heads);
+    const ulong at = cache_offset(slots[so + t], nslots, heads, h, hd);
+    if (at == CACHE_SKIP)
+        return;
+    copy_head(ck + cko + at, k + ko + t * kts + h * khs, hd, lane, nlanes);
+    copy_head(cv + cvo + at, v + vo + t * vts + h * vhs, hd, lane, nlanes);
 }

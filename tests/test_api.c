@@ -502,6 +502,12 @@ START_TEST(test_error_prefix)
     expect_prefix(oclf_qk_norm_rope(c, q, OCLF_F32, 1, &rope, b, 0, 0, 0, NULL, NULL, 1e-6f, NULL,
                                     0, NULL, NULL),
                   c, "oclf_qk_norm_rope");
+    oclf_heads kvh = {b, 1, 0};
+    expect_prefix(oclf_kv_cache_write(c, q, OCLF_F32, 1, kvh, kvh, b, NULL, 0, NULL, NULL), c,
+                  "oclf_kv_cache_write");
+    expect_prefix(oclf_qk_norm_rope_cache(c, q, OCLF_F32, 1, &rope, b, 1, 1, 1, NULL, NULL, 1e-6f,
+                                          b, NULL, NULL, 0, NULL, NULL),
+                  c, "oclf_qk_norm_rope_cache");
     expect_prefix(oclf_l2_topk(c, q, OCLF_F32, 1, 4, 0, 1, b, b, b, b, NULL, NULL, 0, NULL, NULL),
                   c, "oclf_l2_topk");
     expect_prefix(oclf_l2_topk_sharded(NULL, 0, 1, 1, 1, hq, 1, hd, hi, NULL), NULL,

@@ -1,9 +1,17 @@
 /*
- * Rotary embedding family: rotary_embedding and qk_norm_rope.
+ * Rotary embedding family: rotary_embedding, qk_norm_rope and the paged
+ * KV-cache write.
  *
- *   rotary_embedding  one kernel (rotary_embedding); it has no unfused form
- *   qk_norm_rope      fused: qk_norm_rope
- *                     unfused: head_rms_norm -> rotary_embedding
+ *   rotary_embedding    one kernel (rotary_embedding); it has no unfused form
+ *   qk_norm_rope        fused: qk_norm_rope
+ *                       unfused: head_rms_norm -> rotary_embedding
+ *   kv_cache_write      one kernel (kv_cache_write)
+ *   qk_norm_rope_cache  fused: qk_norm_rope built with OCLF_CACHE_WRITE=1
+ *                       unfused: head_rms_norm -> rotary_embedding ->
+ *                       kv_cache_write
+ *
+ * The two cache calls dispatch as qk_norm_rope (their kernels are its
+ * kernels, or sit in its program), so its tuning records apply.
  *
  * Parameters: LAYOUT (0 a (token, head) item per work-item, 1 a work-group
  * per item), WGS (work-group size, a power of two), VEC (vector width
@@ -230,6 +238,7 @@ typedef struct rope_args {
  * rope kernel takes: tokens per staged group and the stage's size. */
 typedef struct rope_launch {
     size_t global, local;
+    int layout;
     cl_uint rpg;
     size_t stage_size;
 } rope_launch;
@@ -251,25 +260,29 @@ static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, s
     return a;
 }
 
-/* Resolves the parameters, builds the program, sizes the launch. */
-static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype, size_t tokens,
-                                size_t heads, const oclf_rope *rope, const oclf_choice *choice,
+/* Resolves the parameters, builds the program, sizes the launch. The
+ * heads are hd elements with a rotary part of rot and a cos/sin cache of
+ * cdtype; with cache_write the fused path's program is the one whose
+ * qk_norm_rope also writes the KV cache. `name` names the call in errors. */
+static oclf_status rope_prepare(oclf_context *ctx, const char *name, oclf_op op, oclf_dtype dtype,
+                                size_t tokens, size_t heads, size_t hd, size_t rot,
+                                oclf_dtype cdtype, int cache_write, const oclf_choice *choice,
                                 oclf_resolved *r, oclf_program **prog, rope_launch *l)
 {
-    oclf_shape shape = {{tokens, heads, rope->head_dim, rope->rot_dim}};
+    oclf_shape shape = {{tokens, heads, hd, rot}};
     rope_cfg cfg;
     oclf_status st;
     if ((st = oclf_dispatch_resolve(ctx, op, &oclf_rope_hooks, dtype, &shape, choice, r)))
         return st;
     if (r->has_cfg)
         memcpy(&cfg, &r->cfg, sizeof cfg);
-    else if ((st = rope_config(ctx, op, r->path, &r->params, rope->head_dim, rope->rot_dim,
-                               &cfg)))
+    else if ((st = rope_config(ctx, op, r->path, &r->params, hd, rot, &cfg)))
         return st;
     l->local = (size_t)cfg.row.wgs;
+    l->layout = cfg.row.layout;
     if (heads != 0 && tokens > OCLF_MAX_LAUNCH_ITEMS / heads / l->local)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range",
-                         oclf_op_name(op), tokens);
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range", name,
+                         tokens);
     if (cfg.stage)
         l->global = (tokens + (size_t)cfg.rpg - 1) / (size_t)cfg.rpg * l->local;
     else if (cfg.row.layout == 0)
@@ -278,10 +291,11 @@ static oclf_status rope_prepare(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
         l->global = tokens * heads * l->local;
     l->rpg = (cl_uint)cfg.rpg;
     /* unstaged kernels ignore the stage; a local argument cannot be empty */
-    l->stage_size = cfg.stage ? stage_bytes(rope->head_dim, rope->rot_dim, (size_t)cfg.rpg)
-                              : sizeof(float);
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, (int)rope->cache_dtype, cfg.defines);
+    l->stage_size = cfg.stage ? stage_bytes(hd, rot, (size_t)cfg.rpg) : sizeof(float);
+    char defines[OCLF_DEFINES_MAX + 32], opts[OCLF_OPTIONS_MAX + 32];
+    snprintf(defines, sizeof defines, "%s%s", cfg.defines,
+             cache_write && r->path == OCLF_PATH_FUSED ? " -DOCLF_CACHE_WRITE=1" : "");
+    oclf_program_options(opts, sizeof opts, dtype, (int)cdtype, defines);
     return oclf_program_get(ctx, "rope.cl", opts, prog);
 }
 
@@ -348,8 +362,8 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
-    if ((st = rope_prepare(ctx, OCLF_OP_ROTARY_EMBEDDING, dtype, tokens, heads, rope, choice, &r,
-                           &prog, &l)) ||
+    if ((st = rope_prepare(ctx, op, OCLF_OP_ROTARY_EMBEDDING, dtype, tokens, heads, hd,
+                           rope->rot_dim, rope->cache_dtype, 0, choice, &r, &prog, &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
         return st;
     if (tokens == 0)
@@ -367,81 +381,198 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
                         num_events, wait_list, event);
 }
 
-oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                              size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
-                              size_t nk, size_t nv, const oclf_buf *q_weight,
-                              const oclf_buf *k_weight, float eps, const oclf_choice *choice,
-                              cl_uint num_events, const cl_event *wait_list, cl_event *event)
-{
-    const char *op = oclf_op_name(OCLF_OP_QK_NORM_ROPE);
-    oclf_status st;
+/* A checked qk_norm_rope call: the packed qkv, the weights, the rope. */
+typedef struct qk_operands {
     rope_operands ro;
-    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
-        (st = check_rope(ctx, op, tokens, rope, &ro)))
+    oclf_operand x, qw, kw;
+    size_t heads; /* nq + nk: the heads normalized and rotated */
+} qk_operands;
+
+static oclf_status check_qk(oclf_context *ctx, const char *op, oclf_dtype dtype, size_t tokens,
+                            const oclf_rope *rope, oclf_buf qkv, size_t nq, size_t nk, size_t nv,
+                            const oclf_buf *q_weight, const oclf_buf *k_weight, float eps,
+                            qk_operands *o)
+{
+    oclf_status st;
+    if ((st = check_rope(ctx, op, tokens, rope, &o->ro)))
         return st;
     if (!(eps >= 0.0f) || !isfinite(eps))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
     if (nq == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: nq is 0", op);
     const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
-    size_t heads, width;
-    if (__builtin_add_overflow(nq, nk, &heads) || heads > UINT_MAX / 2 ||
-        __builtin_add_overflow(heads, nv, &width) || __builtin_mul_overflow(width, hd, &width))
+    size_t width;
+    if (__builtin_add_overflow(nq, nk, &o->heads) || o->heads > UINT_MAX / 2 ||
+        __builtin_add_overflow(o->heads, nv, &width) || __builtin_mul_overflow(width, hd, &width))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu + %zu + %zu heads of %zu overflow",
                          op, nq, nk, nv, hd);
-    oclf_operand ox, oqw, okw;
-    memset(&oqw, 0, sizeof oqw);
-    memset(&okw, 0, sizeof okw);
+    memset(&o->qw, 0, sizeof o->qw);
+    memset(&o->kw, 0, sizeof o->kw);
     char what[64];
     snprintf(what, sizeof what, "%s: qkv", op);
-    if ((st = oclf_check_2d(ctx, what, qkv, tokens, width, el, &ox)))
+    if ((st = oclf_check_2d(ctx, what, qkv, tokens, width, el, &o->x)))
         return st;
     snprintf(what, sizeof what, "%s: q_weight", op);
-    if (q_weight && (st = oclf_check_vector(ctx, what, *q_weight, hd, el, &oqw)))
+    if (q_weight && (st = oclf_check_vector(ctx, what, *q_weight, hd, el, &o->qw)))
         return st;
     snprintf(what, sizeof what, "%s: k_weight", op);
-    if (k_weight && (st = oclf_check_vector(ctx, what, *k_weight, hd, el, &okw)))
+    if (k_weight && (st = oclf_check_vector(ctx, what, *k_weight, hd, el, &o->kw)))
         return st;
-    if (oclf_overlap(&oqw, &ox) || oclf_overlap(&okw, &ox))
+    if (oclf_overlap(&o->qw, &o->x) || oclf_overlap(&o->kw, &o->x))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: a weight overlaps qkv", op);
-    if (oclf_overlap(&ro.pos, &ox) || oclf_overlap(&ro.cache, &ox))
+    if (oclf_overlap(&o->ro.pos, &o->x) || oclf_overlap(&o->ro.cache, &o->x))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: positions or cos_sin overlaps qkv", op);
+    return OCLF_SUCCESS;
+}
 
+/* A checked paged-cache write: the cache's K and V ranges, the slots, and
+ * the number of slots (num_blocks x block_size). */
+typedef struct cache_operands {
+    oclf_operand k, v, slots;
+    cl_mem kmem, vmem;
+    cl_ulong ko, vo, so, nslots;
+} cache_operands;
+
+static oclf_status check_cache(oclf_context *ctx, const char *op, oclf_dtype dtype, size_t tokens,
+                               oclf_buf slot_mapping, const oclf_kv_cache *cache,
+                               cache_operands *c)
+{
+    oclf_status st;
+    char what[64];
+    snprintf(what, sizeof what, "%s: cache", op);
+    if ((st = oclf_check_kv_cache(ctx, what, cache, oclf_dtype_size(dtype), &c->k, &c->v)))
+        return st;
+    snprintf(what, sizeof what, "%s: slot_mapping", op);
+    if ((st = oclf_check_vector(ctx, what, slot_mapping, tokens, sizeof(int64_t), &c->slots)))
+        return st;
+    if (oclf_overlap(&c->slots, &c->k) || oclf_overlap(&c->slots, &c->v))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: slot_mapping overlaps the cache", op);
+    c->kmem = cache->k, c->vmem = cache->v;
+    c->ko = cache->k_offset, c->vo = cache->v_offset, c->so = slot_mapping.offset;
+    c->nslots = (cl_ulong)cache->num_blocks * cache->block_size;
+    return OCLF_SUCCESS;
+}
+
+/* 1 when `a` shares a byte with the cache's K or V. */
+static int overlaps_cache(const oclf_operand *a, const cache_operands *c)
+{
+    return oclf_overlap(a, &c->k) || oclf_overlap(a, &c->v);
+}
+
+/* With ctx->validate: reads the slots (after the caller's wait list) and
+ * names the first token whose slot lies beyond the cache (negative slots
+ * are padding, skipped by design). */
+static oclf_status validate_slots(oclf_context *ctx, const char *op, cl_command_queue queue,
+                                  size_t tokens, const cache_operands *c,
+                                  cl_uint num_events, const cl_event *wait_list)
+{
+    if (!ctx->validate || tokens == 0)
+        return OCLF_SUCCESS;
+    int64_t *host = malloc(tokens * sizeof *host);
+    if (!host)
+        return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "%s: out of host memory", op);
+    cl_int err = clEnqueueReadBuffer(queue, c->slots.mem, CL_TRUE, c->slots.lo,
+                                     tokens * sizeof *host, host, num_events, wait_list, NULL);
+    if (err != CL_SUCCESS) {
+        free(host);
+        return oclf_fail_cl(ctx, err, "reading slot_mapping to validate it");
+    }
+    oclf_status st = OCLF_SUCCESS;
+    for (size_t t = 0; t < tokens; t++)
+        if (host[t] >= 0 && (uint64_t)host[t] >= c->nslots) {
+            st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                           "%s: slot %lld of token %zu is beyond the cache's %llu slots", op,
+                           (long long)host[t], t, (unsigned long long)c->nslots);
+            break;
+        }
+    free(host);
+    return st;
+}
+
+/* The K and V heads kv_cache_write copies. */
+typedef struct kv_views {
+    cl_mem k, v;
+    cl_ulong ko, kts, khs, vo, vts, vhs;
+    cl_uint heads, hd;
+} kv_views;
+
+/* kv_cache_write's launch over tokens x heads (token, head) items, as the
+ * next link of a chain. */
+static oclf_status launch_cache_write(oclf_chain *ch, const char *op, oclf_program *prog,
+                                      const rope_launch *l, size_t tokens, const kv_views *v,
+                                      const cache_operands *c)
+{
+    const size_t items = tokens * v->heads;
+    if (items > OCLF_MAX_LAUNCH_ITEMS / l->local)
+        return oclf_fail(ch->ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range", op,
+                         tokens);
+    /* LAYOUT 0 an item per work-item, LAYOUT 1 a work-group per item */
+    const size_t global = l->layout == 0 ? oclf_round_up(items, l->local) : items * l->local;
+    cl_ulong ntok = tokens;
+    oclf_arg a[] = {OCLF_ARG(v->k),      OCLF_ARG(v->ko),    OCLF_ARG(v->kts), OCLF_ARG(v->khs),
+                    OCLF_ARG(v->v),      OCLF_ARG(v->vo),    OCLF_ARG(v->vts), OCLF_ARG(v->vhs),
+                    OCLF_ARG(v->heads),  OCLF_ARG(v->hd),    OCLF_ARG(c->slots.mem),
+                    OCLF_ARG(c->so),     OCLF_ARG(c->nslots), OCLF_ARG(ntok),
+                    OCLF_ARG(c->kmem),   OCLF_ARG(c->ko),    OCLF_ARG(c->vmem), OCLF_ARG(c->vo)};
+    return oclf_chain_launch(ch, prog, "kv_cache_write", a, OCLF_NARGS(a), global, l->local);
+}
+
+/* qk_norm_rope, and with `c` (qk_norm_rope_cache) the cache write: fused in
+ * its kernel, or as a third kernel after the unfused two. */
+static oclf_status run_qk(oclf_context *ctx, const char *op, cl_command_queue queue,
+                          oclf_dtype dtype, size_t tokens, const oclf_rope *rope, size_t nq,
+                          size_t nk, const oclf_buf *q_weight, const oclf_buf *k_weight, float eps,
+                          const qk_operands *o, const cache_operands *c,
+                          const oclf_choice *choice, cl_uint num_events,
+                          const cl_event *wait_list, cl_event *event)
+{
+    const size_t hd = rope->head_dim;
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
-    if ((st = rope_prepare(ctx, OCLF_OP_QK_NORM_ROPE, dtype, tokens, heads, rope, choice, &r,
-                           &prog, &l)) ||
-        (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
+    oclf_status st;
+    if ((st = rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, o->heads, hd,
+                           rope->rot_dim, rope->cache_dtype, c != NULL, choice, &r, &prog, &l)) ||
+        (st = validate_positions(ctx, op, queue, tokens, rope, &o->ro, num_events, wait_list)) ||
+        (c && (st = validate_slots(ctx, op, queue, tokens, c, num_events, wait_list))))
         return st;
     if (tokens == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
 
-    rope_args ra = make_rope_args(rope, &ro, tokens);
-    cl_ulong xo = ox.offset, ts = ox.stride;
+    rope_args ra = make_rope_args(rope, &o->ro, tokens);
+    const oclf_operand *ox = &o->x;
+    cl_ulong xo = ox->offset, ts = ox->stride;
     cl_uint nq32 = (cl_uint)nq, nk32 = (cl_uint)nk;
     cl_mem qwm = q_weight ? q_weight->mem : NULL, kwm = k_weight ? k_weight->mem : NULL;
     cl_ulong qwo = q_weight ? q_weight->offset : 0, kwo = k_weight ? k_weight->offset : 0;
 
     if (r.path == OCLF_PATH_FUSED) {
-        oclf_arg a[] = {OCLF_ARG(ox.mem),    OCLF_ARG(xo),     OCLF_ARG(ts),     OCLF_ARG(nq32),
+        cache_operands none;
+        memset(&none, 0, sizeof none);
+        const cache_operands *cw = c ? c : &none;
+        oclf_arg a[] = {OCLF_ARG(ox->mem),   OCLF_ARG(xo),     OCLF_ARG(ts),     OCLF_ARG(nq32),
                         OCLF_ARG(nk32),      OCLF_ARG(qwm),    OCLF_ARG(qwo),    OCLF_ARG(kwm),
                         OCLF_ARG(kwo),       OCLF_ARG(eps),    OCLF_ARG(ra.pos), OCLF_ARG(ra.po),
                         OCLF_ARG(ra.pos64),  OCLF_ARG(ra.cache), OCLF_ARG(ra.co), OCLF_ARG(ra.cs),
                         OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens), OCLF_ARG(ra.hd),
                         OCLF_ARG(ra.rot),    OCLF_ARG(ra.neox), OCLF_ARG(l.rpg),
-                        OCLF_ARG_LOCAL(l.stage_size)};
-        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, OCLF_NARGS(a), l.global, l.local,
-                            num_events, wait_list, event);
+                        OCLF_ARG_LOCAL(l.stage_size),
+                        /* the cache-writing kernel's (ignored without `c`) */
+                        OCLF_ARG(cw->slots.mem), OCLF_ARG(cw->so), OCLF_ARG(cw->nslots),
+                        OCLF_ARG(cw->kmem), OCLF_ARG(cw->ko), OCLF_ARG(cw->vmem),
+                        OCLF_ARG(cw->vo)};
+        return oclf_enqueue(ctx, queue, prog, "qk_norm_rope", a, OCLF_NARGS(a) - (c ? 0 : 7),
+                            l.global, l.local, num_events, wait_list, event);
     }
 
     /* Unfused: the norm in place (rounded to storage, as a separate call
      * would leave it), then the public rotary kernel over the q and k views
-     * of the same rows. */
+     * of the same rows, then (qk_norm_rope_cache) the cache write of the
+     * rotated K and the V heads. */
     oclf_chain ch;
     oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
     {
-        oclf_arg a[] = {OCLF_ARG(ox.mem),  OCLF_ARG(xo),     OCLF_ARG(ts),       OCLF_ARG(nq32),
+        oclf_arg a[] = {OCLF_ARG(ox->mem), OCLF_ARG(xo),     OCLF_ARG(ts),       OCLF_ARG(nq32),
                         OCLF_ARG(nk32),    OCLF_ARG(qwm),    OCLF_ARG(qwo),      OCLF_ARG(kwm),
                         OCLF_ARG(kwo),     OCLF_ARG(eps),    OCLF_ARG(ra.pos),   OCLF_ARG(ra.po),
                         OCLF_ARG(ra.pos64), OCLF_ARG(ra.max_pos), OCLF_ARG(ra.tokens),
@@ -450,12 +581,128 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
     }
     if (st == OCLF_SUCCESS) {
         rotary_views v;
-        v.q = ox.mem, v.qo = xo, v.qts = ts, v.qhs = hd, v.nq = nq32;
-        v.k = nk ? ox.mem : NULL, v.ko = xo + nq * hd, v.kts = ts, v.khs = hd, v.nk = nk32;
+        v.q = ox->mem, v.qo = xo, v.qts = ts, v.qhs = hd, v.nq = nq32;
+        v.k = nk ? ox->mem : NULL, v.ko = xo + nq * hd, v.kts = ts, v.khs = hd, v.nk = nk32;
         oclf_arg a[ROTARY_MAX_ARGS];
         const unsigned na = rotary_arglist(a, &v, &ra, &l);
         st = oclf_chain_launch(&ch, prog, "rotary_embedding", a, na, l.global, l.local);
     }
+    if (st == OCLF_SUCCESS && c) {
+        kv_views v;
+        v.k = v.v = ox->mem;
+        v.ko = xo + nq * hd, v.vo = xo + (nq + nk) * hd;
+        v.kts = v.vts = ts, v.khs = v.vhs = hd;
+        v.heads = nk32, v.hd = (cl_uint)hd;
+        st = launch_cache_write(&ch, op, prog, &l, tokens, &v, c);
+    }
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}
+
+oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                              size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
+                              size_t nk, size_t nv, const oclf_buf *q_weight,
+                              const oclf_buf *k_weight, float eps, const oclf_choice *choice,
+                              cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+    const char *op = oclf_op_name(OCLF_OP_QK_NORM_ROPE);
+    oclf_status st;
+    qk_operands o;
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_qk(ctx, op, dtype, tokens, rope, qkv, nq, nk, nv, q_weight, k_weight, eps,
+                       &o)))
+        return st;
+    return run_qk(ctx, op, queue, dtype, tokens, rope, nq, nk, q_weight, k_weight, eps, &o, NULL,
+                  choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                    size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
+                                    size_t nk, size_t nv, const oclf_buf *q_weight,
+                                    const oclf_buf *k_weight, float eps, oclf_buf slot_mapping,
+                                    const oclf_kv_cache *cache, const oclf_choice *choice,
+                                    cl_uint num_events, const cl_event *wait_list,
+                                    cl_event *event)
+{
+    const char *op = "qk_norm_rope_cache";
+    oclf_status st;
+    qk_operands o;
+    cache_operands c;
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_qk(ctx, op, dtype, tokens, rope, qkv, nq, nk, nv, q_weight, k_weight, eps,
+                       &o)) ||
+        (st = check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
+        return st;
+    if (nk != cache->heads || nv != cache->heads)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: nk (%zu) and nv (%zu) must both be the cache's %zu heads", op, nk,
+                         nv, cache->heads);
+    if (cache->head_dim != rope->head_dim)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: the cache's head_dim %zu is not rope->head_dim %zu", op,
+                         cache->head_dim, rope->head_dim);
+    if (overlaps_cache(&o.x, &c))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: the cache overlaps qkv", op);
+    if (overlaps_cache(&o.qw, &c) || overlaps_cache(&o.kw, &c) || overlaps_cache(&o.ro.pos, &c) ||
+        overlaps_cache(&o.ro.cache, &c))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: a weight, positions or cos_sin overlaps the cache", op);
+    if (oclf_overlap(&c.slots, &o.x))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: slot_mapping overlaps qkv", op);
+    return run_qk(ctx, op, queue, dtype, tokens, rope, nq, nk, q_weight, k_weight, eps, &o, &c,
+                  choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                size_t tokens, oclf_heads k, oclf_heads v, oclf_buf slot_mapping,
+                                const oclf_kv_cache *cache, cl_uint num_events,
+                                const cl_event *wait_list, cl_event *event)
+{
+    const char *op = "kv_cache_write";
+    oclf_status st;
+    cache_operands c;
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
+        return st;
+    const size_t hd = cache->head_dim, el = oclf_dtype_size(dtype);
+    const oclf_heads *sets[2] = {&k, &v};
+    oclf_operand ops[2];
+    size_t hs[2];
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "v" : "k";
+        if (sets[i]->count != cache->heads)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s has %zu heads, the cache %zu",
+                             op, name, sets[i]->count, cache->heads);
+        char what[64];
+        oclf_blocks b;
+        snprintf(what, sizeof what, "%s: %s", op, name);
+        if ((st = oclf_check_heads(ctx, what, *sets[i], tokens, hd, el, &ops[i], &b, &hs[i])))
+            return st;
+        if (overlaps_cache(&ops[i], &c))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s overlaps the cache", op, name);
+        if (oclf_overlap(&ops[i], &c.slots))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s overlaps slot_mapping", op,
+                             name);
+    }
+
+    /* No parameters of its own: the copy runs in the row structure
+     * qk_norm_rope would take for these heads, from the same program. */
+    oclf_resolved r;
+    oclf_program *prog = NULL;
+    rope_launch l;
+    if ((st = rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, cache->heads, hd,
+                           hd - hd % 2, dtype, 0, NULL, &r, &prog, &l)) ||
+        (st = validate_slots(ctx, op, queue, tokens, &c, num_events, wait_list)))
+        return st;
+    if (tokens == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+    kv_views kv;
+    kv.k = ops[0].mem, kv.ko = ops[0].offset, kv.kts = ops[0].stride, kv.khs = hs[0];
+    kv.v = ops[1].mem, kv.vo = ops[1].offset, kv.vts = ops[1].stride, kv.vhs = hs[1];
+    kv.heads = (cl_uint)cache->heads, kv.hd = (cl_uint)hd;
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    st = launch_cache_write(&ch, op, prog, &l, tokens, &kv, &c);
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;
 }
