@@ -2,10 +2,14 @@
  * Attention over sequences packed along tokens (FlashAttention's varlen
  * layout), with contiguous K and V.
  *
- * Fused (attention_fused): a work-group takes OCLF_WGS rows of one KV head
- * of one sequence, a row being a (query, query head of the KV group) pair,
- * so the Hq / Hk heads that read the same KV head share every K/V block the
- * group stages. Keys go through local memory OCLF_BK at a time, widened to
+ * Fused (attention_fused): with STAGE 1 a work-group takes OCLF_WGS rows
+ * of one KV head of one sequence, a row being a (query, query head of the
+ * KV group) pair, so the Hq / Hk heads that read the same KV head share
+ * every K/V block the group stages. With STAGE 0 (CPUs) its rows are
+ * (query, query head) pairs over every head, each reading its own keys:
+ * a block's tokens then stream through the cache with all their heads,
+ * and the query heads of a KV group read each K/V element from L1 after
+ * the first. Keys go through local memory OCLF_BK at a time, widened to
  * f32 and padded to OCLF_DP (head_dim rounded up to OCLF_VEC) with zeros,
  * so the dot products and the accumulator update are whole vectors with no
  * tail. Each row keeps its query, its accumulator and the running max and
@@ -184,7 +188,16 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     const ulong gid0 = get_group_id(0);
     const uint p = (uint)(gid0 % nparts);
     const ulong gid = gid0 / nparts;
-    const uint qb = (uint)(gid % nqb), kh = (uint)((gid / nqb) % hk), b = (uint)(gid / nqb / hk);
+#if OCLF_STAGE
+    /* a group: rows of one KV head (its grp query heads) */
+    const uint rpq = grp, qb = (uint)(gid % nqb), b = (uint)(gid / nqb / hk);
+    const uint kh0 = (uint)((gid / nqb) % hk);
+#else
+    /* a group: rows of every query head, so that its rows together read
+     * each staged token's heads where they lie side by side in memory */
+    const uint rpq = hk * grp, qb = (uint)(gid % nqb), b = (uint)(gid / nqb);
+    const uint kh0 = 0;
+#endif
     long qs, sq, ks, sk;
     attn_seq(cuq, cuqo, b, total_q, &qs, &sq);
 #if OCLF_PAGED
@@ -196,18 +209,18 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     attn_seq(cuk, cuko, b, total_k, &ks, &sk);
 #endif
     sq = min(sq, (long)max_sq);
-    const long rows = sq * grp, r0 = (long)qb * OCLF_WGS;
+    const long rows = sq * rpq, r0 = (long)qb * OCLF_WGS;
     /* the whole group leaves together, before any barrier */
     if (r0 >= rows)
         return;
     const long r = r0 + lid, shift = sk - sq;
     const int active = r < rows;
-    const long i = active ? r / grp : 0;
-    const uint h = kh * grp + (active ? (uint)(r % grp) : 0);
+    const long i = active ? r / rpq : 0;
+    const uint h = kh0 * grp + (active ? (uint)(r % rpq) : 0), kh = h / grp;
     const long t = qs + i;
 
     /* The keys any row of the group can see: blocks outside are skipped. */
-    const long i0 = r0 / grp, i1 = (min(r0 + OCLF_WGS, rows) - 1) / grp;
+    const long i0 = r0 / rpq, i1 = (min(r0 + OCLF_WGS, rows) - 1) / rpq;
     long jlo = 0, jhi = sk - 1;
     if (left >= 0)
         jlo = max(jlo, i0 + shift - left);
@@ -246,8 +259,10 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     float m = -INFINITY, l = 0.0f;
     for (long j0 = jlo; j0 <= jhi; j0 += OCLF_BK) {
         const long nb = min((long)OCLF_BK, jhi - j0 + 1);
-#if OCLF_STAGE
+        /* With STAGE 0 the barrier stages nothing: it keeps the rows on the
+         * same block, which the first of them brought into the cache. */
         barrier(CLK_LOCAL_MEM_FENCE);
+#if OCLF_STAGE
 #if OCLF_PAGED
         for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS) {
             long tok = -1;

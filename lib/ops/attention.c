@@ -556,9 +556,12 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
                              cl_event *event)
 {
     const size_t g = c->hq / c->hk, wgs = (size_t)cfg->wgs;
-    if (c->max_sq > (size_t)INT_MAX / g)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: max_seqlen_q x Hq / Hk exceeds 2^31", c->op);
-    const size_t nqb = (c->max_sq * g + wgs - 1) / wgs;
+    /* rows of a query in one group: its heads of one KV head (STAGE 1), or
+     * all its heads (STAGE 0, whose groups span the KV heads) */
+    const size_t rpq = cfg->stage ? g : c->hq, kgroups = cfg->stage ? c->hk : 1;
+    if (c->max_sq > (size_t)INT_MAX / rpq)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: max_seqlen_q x heads exceeds 2^31", c->op);
+    const size_t nqb = (c->max_sq * rpq + wgs - 1) / wgs;
     /* Split KV: partitions of PART keys over the longest sequence the keys
      * allow, PART doubled until the partials fit their bound. */
     size_t part = cfg->part, nparts = 1;
@@ -572,7 +575,7 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
     if (!part || part >= c->tk)
         nparts = 1;
     size_t groups;
-    if (__builtin_mul_overflow(nqb, c->batch * c->hk, &groups) ||
+    if (__builtin_mul_overflow(nqb, c->batch * kgroups, &groups) ||
         __builtin_mul_overflow(groups, nparts, &groups) ||
         groups > OCLF_MAX_LAUNCH_ITEMS / wgs)
         return oclf_fail(ctx, OCLF_UNSUPPORTED,
