@@ -15,6 +15,18 @@
  * With OCLF_ACC 1 the rows' queries, accumulators and block scores sit in
  * local memory after the K/V blocks instead.
  *
+ * With OCLF_PAGED 1 the keys come from a paged cache [blocks, block_size,
+ * Hk, D]: `cuk` holds each sequence's key count (seq_lens) and key j of
+ * sequence b lives in block block_tables[b][j / block_size]. The group
+ * resolves a block's token addresses once into local memory, so the
+ * staging loop reads them instead of dividing per element; a block id
+ * outside the cache is never read (its keys stage as zeros).
+ *
+ * Split KV (nparts > 1): the group of partition p walks only the keys
+ * [p part, (p + 1) part) and writes each row's normalized partial output
+ * and its LSE (without the sinks) to fp32 temporaries; attention_merge
+ * then weighs the partitions by their LSEs and adds the sinks once.
+ *
  * Unfused: attn_widen (16-bit heads to packed f32 copies for the GEMM
  * library), attn_softmax (a tile of scores, scaled by the GEMM, to
  * probabilities in place, with softcap, ALiBi, mask, sinks and LSE) and
@@ -38,6 +50,9 @@
  * that neighbouring work-items start in different banks. */
 #ifndef OCLF_ACC
 #define OCLF_ACC 0
+#endif
+#ifndef OCLF_PAGED
+#define OCLF_PAGED 0
 #endif
 #define ATTN_RS (OCLF_DP + 1)
 /* With rows in local memory, a block's scores join them there, the loops
@@ -86,15 +101,26 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
                             global const float *slopes, ulong slo, uint has_alibi,
                             global const float *sinks, ulong sio, uint has_sinks,
                             global float *lse, ulong lso, ulong lss, uint has_lse,
-                            local float *stage)
+                            global const int *bt, ulong bto, ulong bts, uint bs, uint nblk,
+                            uint part, uint nparts, global float *pout, global float *plse,
+                            local float *stage, local long *ltok)
 {
     local float *lk = stage, *lv = stage + OCLF_BK * OCLF_DP;
     const uint lid = get_local_id(0);
-    const ulong gid = get_group_id(0);
+    const ulong gid0 = get_group_id(0);
+    const uint p = (uint)(gid0 % nparts);
+    const ulong gid = gid0 / nparts;
     const uint qb = (uint)(gid % nqb), kh = (uint)((gid / nqb) % hk), b = (uint)(gid / nqb / hk);
     long qs, sq, ks, sk;
     attn_seq(cuq, cuqo, b, total_q, &qs, &sq);
+#if OCLF_PAGED
+    /* total_k is the block table's reach, max_blocks x block_size */
+    ks = 0;
+    sk = clamp((long)cuk[cuko + b], 0L, (long)total_k);
+    const ulong btrow = bto + (ulong)b * bts;
+#else
     attn_seq(cuk, cuko, b, total_k, &ks, &sk);
+#endif
     sq = min(sq, (long)max_sq);
     const long rows = sq * grp, r0 = (long)qb * OCLF_WGS;
     /* the whole group leaves together, before any barrier */
@@ -113,6 +139,10 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
         jlo = max(jlo, i0 + shift - left);
     if (right >= 0)
         jhi = min(jhi, i1 + shift + right);
+    if (nparts > 1) {
+        jlo = max(jlo, (long)p * part);
+        jhi = min(jhi, (long)p * part + (long)part - 1);
+    }
 
 #if OCLF_ACC
     local float *qv = stage + 2 * OCLF_BK * OCLF_DP + lid * ATTN_RS;
@@ -130,11 +160,29 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     for (long j0 = jlo; j0 <= jhi; j0 += OCLF_BK) {
         const long nb = min((long)OCLF_BK, jhi - j0 + 1);
         barrier(CLK_LOCAL_MEM_FENCE);
+#if OCLF_PAGED
+        for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS) {
+            long tok = -1;
+            if (kk < nb) {
+                const long j = j0 + kk;
+                const int blk = bt[btrow + (ulong)(j / bs)];
+                if (blk >= 0 && (uint)blk < nblk)
+                    tok = (long)blk * bs + j % bs;
+            }
+            ltok[kk] = tok;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         for (uint x = lid; x < OCLF_BK * OCLF_DP; x += OCLF_WGS) {
             const uint kk = x / OCLF_DP, e = x % OCLF_DP;
             float kx = 0.0f, vx = 0.0f;
+#if OCLF_PAGED
+            if (kk < nb && e < d && ltok[kk] >= 0) {
+                const ulong tok = (ulong)ltok[kk];
+#else
             if (kk < nb && e < d) {
                 const ulong tok = (ulong)(ks + j0 + kk);
+#endif
                 kx = LD(k, ko + tok * kts + kh * khs + e);
                 vx = LD(v, vo + tok * vts + kh * vhs + e);
             }
@@ -179,6 +227,16 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
     }
     if (!active)
         return;
+    if (nparts > 1) {
+        /* a partition's share, normalized on its own; the merge adds the
+         * sinks */
+        const ulong row = ((ulong)p * total_q + (ulong)t) * (hk * grp) + h;
+        const float pinv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (uint e = 0; e < d; e++)
+            pout[row * d + e] = acc[e] * pinv;
+        plse[row] = l > 0.0f ? m + log(l) : -INFINITY;
+        return;
+    }
     if (has_sinks) {
         const float sv = sinks[sio + h], mn = fmax(m, sv), c = exp(m - mn);
         l = l * c + exp(sv - mn);
@@ -191,6 +249,59 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
         ST(o, oo + (ulong)t * ots + h * ohs + e, acc[e] * inv);
     if (has_lse)
         lse[lso + h * lss + (ulong)t] = l > 0.0f ? m + log(l) : -INFINITY;
+}
+
+/* Split KV's second step: row x = t Hq + h of every partition's partial
+ * output, weighed by exp(lse_p - M), over the sum of the weights and the
+ * sink's. A partition that saw no key (LSE -inf) weighs nothing and its
+ * output is never read. */
+kernel void attention_merge(global const float *pout, global const float *plse, uint nparts,
+                            uint total_q, uint hq, uint d, global stor_t *o, ulong oo, ulong ots,
+                            ulong ohs, global const float *sinks, ulong sio, uint has_sinks,
+                            global float *lse, ulong lso, ulong lss, uint has_lse)
+{
+    const ulong x = get_global_id(0), rows = (ulong)total_q * hq;
+    if (x >= rows)
+        return;
+    const ulong t = x / hq;
+    const uint h = (uint)(x % hq);
+    float m = has_sinks ? sinks[sio + h] : -INFINITY;
+    for (uint p = 0; p < nparts; p++)
+        m = fmax(m, plse[p * rows + x]);
+    float l = 0.0f;
+    if (m > -INFINITY) {
+        for (uint p = 0; p < nparts; p++) {
+            const float w = plse[p * rows + x];
+            if (w > -INFINITY)
+                l += exp(w - m);
+        }
+        if (has_sinks)
+            l += exp(sinks[sio + h] - m);
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (uint e = 0; e < d; e++) {
+        float acc = 0.0f;
+        for (uint p = 0; p < nparts; p++) {
+            const float w = plse[p * rows + x];
+            if (w > -INFINITY)
+                acc += exp(w - m) * pout[(p * rows + x) * d + e];
+        }
+        ST(o, oo + t * ots + h * ohs + e, acc * inv);
+    }
+    if (has_lse)
+        lse[lso + h * lss + t] = l > 0.0f ? m + log(l) : -INFINITY;
+}
+
+/* Paged keys to a packed f32 copy for the unfused path: token x of the
+ * copy is the cache slot slots[x], every head and element of it. */
+kernel void attn_gather(global const stor_t *src, ulong so, uint heads, uint d,
+                        global const long *slots, ulong tokens, global float *dst)
+{
+    const ulong x = get_global_id(0), w = (ulong)heads * d;
+    if (x >= tokens * w)
+        return;
+    const ulong t = x / w, r = x % w;
+    dst[x] = LD(src, so + (ulong)slots[t] * w + r);
 }
 
 /* ---- unfused ------------------------------------------------------------ */

@@ -886,11 +886,14 @@ typedef struct oclf_kv_cache {
  * block table (each K/V element read once per KV-head group: all Hq / Hk
  * query heads of a group against one read). Split KV (flash-decoding): with
  * PART > 0 the keys of each sequence are cut into partitions of PART keys
- * (a multiple of BK) handled by separate work-groups, each writing an fp32
- * partial output and its LSE into a temporary of
- * ceil(max_blocks * block_size / PART) x total_q x Hq x (head_dim + 1)
- * floats, then merged by a second kernel (attention_merge), which adds the
- * sinks once. Parameters: those of oclf_attention plus PART (0: no split).
+ * handled by separate work-groups, each writing an fp32 partial output and
+ * its LSE into a temporary of P x total_q x Hq x (head_dim + 1) floats, P
+ * = ceil(max_blocks * block_size / PART), then merged by a second kernel
+ * (attention_merge), which adds the sinks once; PART is doubled until that
+ * temporary fits 64 MiB, and a single partition is no split. Parameters:
+ * those of oclf_attention plus PART (0: no split; the default splits where
+ * tokens x Hk is below 8 work-groups a compute unit: 1024 keys on a CPU,
+ * 512 on a GPU).
  * Unfused, as a user writes it: the paged K and V gathered into contiguous
  * f32 temporaries, then oclf_attention's unfused path.
  *

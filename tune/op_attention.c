@@ -1,7 +1,10 @@
-/* Descriptor of attention for the benchmark and the tuner: `batch`
+/* Descriptors of attention for the benchmark and the tuner: `batch`
  * sequences of SQ queries and SK keys each, packed q [B SQ, Hq, D], k and
  * v [B SK, Hk, D] in buffers of their own, causal mask (bottom-right), no
- * other option. */
+ * other option. attention_paged: the same keys and values in a paged cache
+ * of blocks of BS slots, the blocks of all sequences shuffled over the
+ * cache, one spare block and the unused slots of the last ones holding
+ * other values. */
 #include "opdesc.h"
 
 #include "ref.h"
@@ -17,6 +20,10 @@ typedef struct attn_inst {
     int32_t *cuq, *cuk;
     double *want, *vmax; /* reference, computed on first verify */
     cl_mem q, k, v, o, mcq, mck;
+    /* paged: blocks of bs slots, nbs a sequence, nblk in all */
+    int paged;
+    size_t bs, nbs, nblk;
+    cl_mem kc, vc, mbt, mlen;
 } attn_inst;
 
 static void attn_destroy(void *p)
@@ -24,8 +31,8 @@ static void attn_destroy(void *p)
     attn_inst *in = p;
     if (!in)
         return;
-    cl_mem mems[6] = {in->q, in->k, in->v, in->o, in->mcq, in->mck};
-    for (int i = 0; i < 6; i++)
+    cl_mem mems[10] = {in->q, in->k, in->v, in->o, in->mcq, in->mck, in->kc, in->vc, in->mbt, in->mlen};
+    for (int i = 0; i < 10; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
     free(in->hq_), free(in->hk_), free(in->hv), free(in->cuq), free(in->cuk);
@@ -76,6 +83,70 @@ static void *attn_create(const op_env *env, const op_shape *s, oclf_dtype dt, ch
     return in;
 }
 
+/* The contiguous instance, then its keys and values copied into a paged
+ * cache through a shuffled block table (the contiguous K and V stay on
+ * the host only, for the reference). */
+static void *attn_paged_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err,
+                               size_t errlen)
+{
+    if (!s->d[6]) {
+        snprintf(err, errlen, "block size 0");
+        return NULL;
+    }
+    attn_inst *in = attn_create(env, s, dt, err, errlen);
+    if (!in)
+        return NULL;
+    clReleaseMemObject(in->k), clReleaseMemObject(in->v);
+    in->k = in->v = NULL;
+    in->paged = 1;
+    in->bs = s->d[6];
+    in->nbs = (in->sk + in->bs - 1) / in->bs;
+    if (!in->nbs)
+        in->nbs = 1;
+    in->nblk = in->b * in->nbs + 1;
+    const size_t es = oclf_dtype_size(dt), w = in->hk * in->d, slots = in->nblk * in->bs;
+    int32_t *bt = malloc(in->b * in->nbs * 4), *lens = malloc((in->b ? in->b : 1) * 4);
+    char *kc = malloc(slots * w * es), *vc = malloc(slots * w * es);
+    void *hosts[2] = {kc, vc};
+    if (!bt || !lens || !kc || !vc) {
+        snprintf(err, errlen, "out of host memory");
+        goto fail;
+    }
+    op_fill_random(dt, kc, slots * w, -3.0f, 3.0f, 4);
+    op_fill_random(dt, vc, slots * w, -3.0f, 3.0f, 5);
+    /* block ids 1.. in a fixed shuffle (block 0 stays spare) */
+    const size_t used = in->b * in->nbs;
+    for (size_t i = 0; i < used; i++)
+        bt[i] = (int32_t)(i + 1);
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = used; i > 1; i--) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        const size_t j = (size_t)(x >> 33) % i;
+        const int32_t t = bt[i - 1];
+        bt[i - 1] = bt[j], bt[j] = t;
+    }
+    for (size_t b = 0; b < in->b; b++) {
+        lens[b] = (int32_t)in->sk;
+        for (size_t j = 0; j < in->sk; j++) {
+            const size_t slot = (size_t)bt[b * in->nbs + j / in->bs] * in->bs + j % in->bs;
+            const size_t src = (b * in->sk + j) * w;
+            memcpy(kc + slot * w * es, (char *)in->hk_ + src * es, w * es);
+            memcpy(vc + slot * w * es, (char *)in->hv + src * es, w * es);
+        }
+    }
+    if (!(in->kc = op_upload(env, kc, slots * w * es, err, errlen)) ||
+        !(in->vc = op_upload(env, vc, slots * w * es, err, errlen)) ||
+        !(in->mbt = op_upload(env, bt, used * 4, err, errlen)) ||
+        !(in->mlen = op_upload(env, lens, (in->b ? in->b : 1) * 4, err, errlen)))
+        goto fail;
+    free(bt), free(lens), free(hosts[0]), free(hosts[1]);
+    return in;
+fail:
+    free(bt), free(lens), free(hosts[0]), free(hosts[1]);
+    attn_destroy(in);
+    return NULL;
+}
+
 static oclf_status attn_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
 {
     attn_inst *in = p;
@@ -83,6 +154,13 @@ static oclf_status attn_run(const op_env *env, void *p, const oclf_choice *ch, c
     opt.causal = 1;
     oclf_heads q = {{in->q, 0, 0}, in->hq, 0}, k = {{in->k, 0, 0}, in->hk, 0};
     oclf_heads v = {{in->v, 0, 0}, in->hk, 0}, o = {{in->o, 0, 0}, in->hq, 0};
+    if (in->paged) {
+        const oclf_kv_cache cache = {in->kc, in->vc, 0, 0, in->nblk, in->bs, in->hk, in->d};
+        return oclf_attention_paged(env->ctx, env->queue, in->dtype, in->b, in->tq, in->sq,
+                                    (oclf_buf){in->mcq, 0, 0}, (oclf_buf){in->mlen, 0, 0},
+                                    (oclf_buf){in->mbt, 0, 0}, in->nbs, q, &cache, o, &opt, ch,
+                                    0, NULL, ev);
+    }
     return oclf_attention(env->ctx, env->queue, in->dtype, in->b, in->d, in->tq, in->tk, in->sq,
                           (oclf_buf){in->mcq, 0, 0}, (oclf_buf){in->mck, 0, 0}, q, k, v, o, &opt,
                           ch, 0, NULL, ev);
@@ -180,9 +258,16 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
     int gpu_vec = 1;
     while (gpu_vec < 16 && (uint64_t)gpu_vec * 2 <= s->d[5])
         gpu_vec *= 2;
+    /* Split KV (paged only): no split, or partitions that leave two or
+     * more of them in the longest sequence. */
+    static const int parts[] = {0, 256, 512, 1024, 2048};
+    const int paged = op->ndims == 7;
+    for (int pt = 0; pt < (paged ? 5 : 1); pt++)
     for (int w = 0; w < 5; w++)
         for (int b = 0; b < 4; b++)
             for (int v = 0; v < 3; v++) {
+                if (parts[pt] && (uint64_t)parts[pt] * 2 > s->d[2])
+                    continue;
                 if ((uint64_t)vec[v] > s->d[5] * 2)
                     continue; /* the padding would be most of the work */
                 /* On a GPU the vector width stays the heuristic's (the
@@ -199,6 +284,8 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
                 oclf_params_set(&p, "BK", bk[b]);
                 oclf_params_set(&p, "VEC", vec[v]);
                 oclf_params_set(&p, "ACC", acc);
+                if (paged)
+                    oclf_params_set(&p, "PART", parts[pt]);
                 op_space_add_valid(&c, out, &n, max, &p);
             }
     return n;
@@ -241,4 +328,47 @@ const op_desc op_attention = {
     .lib_shape = attn_lib_shape,
     .lib_dim_names = {"tokens", "q_heads", "kv_heads", "head_dim"},
     .kernel_check = &attn_check,
+};
+
+/* B x SQ x SK x Hq x Hk x D x BS: decode rows and a chunk of queries,
+ * blocks of 1 and 4 slots and partial blocks, split KV with partitions
+ * that end inside a key block and a block of the cache. The traffic: one
+ * decode row of a group of 4 query heads, K and V read once. */
+static const op_kernel_check attn_paged_check = {
+    "2x3x19x4x2x20x4,1x1x9x3x1x3x1",
+    "WGS=4,BK=4,VEC=4,ACC=0,PART=8;WGS=8,BK=3,VEC=1,ACC=0,PART=0;"
+    "WGS=4,BK=5,VEC=2,ACC=1,PART=7",
+    "WGS=4,BK=16,VEC=4,ACC=0,PART=0", "1x1x64x4x1x32x16", 1, 0};
+
+/* q and o once, and the keys and values of the cache once each. */
+static double attn_paged_bytes(const op_shape *s, oclf_dtype dt) { return attn_bytes(s, dt); }
+
+const op_desc op_attention_paged = {
+    .name = "attention_paged",
+    .shape_help = "BxSQxSKxHQxHKxDxBS (sequences, queries (the last of the keys) and keys per "
+                  "sequence, query and KV heads, head dim, slots per cache block; causal)",
+    .ndims = 7,
+    .dim_names = {"batch", "seqlen_q", "seqlen_k", "q_heads", "kv_heads", "head_dim",
+                  "block_size"},
+    /* Llama-3-8B's heads: a decode batch of 16 sequences of 4096 tokens,
+     * one sequence of 32768 (split KV), and a chunk of 256 queries at the
+     * end of 2048 keys (chunked prefill) */
+    .bench_shapes = "16x1x4096x32x8x128x16,1x1x32768x32x8x128x16,1x256x2048x32x8x128x16",
+    .tune_shapes = "16x1x4096x32x8x128x16,1x1x32768x32x8x128x16",
+    /* decode streams the cache once: more sequences until it is out of
+     * cache */
+    .uncached_shape = "16x1x4096x32x8x128x16",
+    .uncached_dim = 0,
+    .test_shape = "2x3x21x4x2x40x4",
+    .has_unfused = 1,
+    .create = attn_paged_create,
+    .run = attn_run,
+    .verify = attn_verify,
+    .min_bytes = attn_paged_bytes,
+    .flops = attn_flops,
+    .destroy = attn_destroy,
+    .space = attn_space,
+    .lib_shape = attn_lib_shape,
+    .lib_dim_names = {"tokens", "q_heads", "kv_heads", "head_dim"},
+    .kernel_check = &attn_paged_check,
 };

@@ -1,16 +1,22 @@
 /*
- * Attention family: attention (packed varlen sequences, contiguous K/V).
+ * Attention family: attention (packed varlen sequences, contiguous K/V) and
+ * attention_paged (the same over a paged KV cache, with split KV).
  *
  *   fused:   attention_fused (blocks of keys staged in local memory, online
  *            softmax, every query head of a KV group per work-group)
+ *            paged: the same kernel reading keys through the block table
+ *            (OCLF_PAGED), with PART > 0 one work-group per partition of
+ *            keys writing fp32 partials -> attention_merge
  *   unfused: [attn_widen q, k, v] -> per sequence, query head and tile of
  *            queries: the GEMM library's Sgemm (scale Q K^T) -> attn_softmax
  *            -> Sgemm (P V) -> attn_store
+ *            paged: attn_gather K and V to packed f32 first
  *
  * Fused parameters: WGS (rows per work-group), BK (keys per staged block),
  * VEC (dot-product width; head_dim is padded to it), ACC (rows' queries and
- * accumulators in private (0) or local (1) memory). The unfused path has
- * none: the GEMM library tunes itself.
+ * accumulators in private (0) or local (1) memory), PART (paged only: keys
+ * per split-KV partition, 0 none). The unfused path has none: the GEMM
+ * library tunes itself.
  */
 #include "../internal.h"
 
@@ -25,18 +31,22 @@
 #define ATTN_TILE_SCORES ((size_t)1 << 22)
 /* Work-group size of the unfused kernels. */
 #define ATTN_ELEM_WGS 64
+/* Split KV's partial outputs and LSEs: PART doubles until they fit. */
+#define ATTN_SPLIT_TEMP ((size_t)64 << 20)
 
 static const oclf_param_spec attn_params[] = {
     {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_DEFINE},
     {"BK", 1, 64, 0, OCLF_PARAM_DEFINE},
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"ACC", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"PART", 0, 1 << 24, 0, OCLF_PARAM_ARG},
 };
-enum { P_WGS, P_BK, P_VEC, P_ACC, P_COUNT };
+enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_COUNT };
 _Static_assert(sizeof attn_params / sizeof attn_params[0] == P_COUNT, "one spec per parameter");
 
 typedef struct attn_cfg {
-    int wgs, bk, vec, acc, dp;
+    int wgs, bk, vec, acc, dp, paged;
+    size_t part;
     char defines[OCLF_DEFINES_MAX];
 } attn_cfg;
 OCLF_CFG_FITS(attn_cfg);
@@ -93,10 +103,20 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     oclf_params_set(out, "BK", bk);
     oclf_params_set(out, "VEC", vec);
     oclf_params_set(out, "ACC", acc);
+    /* Split KV where sequences x KV heads (tokens stand for sequences: a
+     * decode batch has one each) leave the device short of work-groups: 8
+     * a compute unit keep a CPU's cores and a GPU's schedulers busy. A
+     * GPU's partitions are shorter, since its groups are many and small. */
+    /* (oclf_attention ignores PART.) */
+    int part = 0;
+    if (shape->dim[0] * shape->dim[2] <
+        8 * (uint64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1))
+        part = ctx->info.type & CL_DEVICE_TYPE_CPU ? 1024 : 512;
+    oclf_params_set(out, "PART", part);
 }
 
 static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, size_t d,
-                               attn_cfg *cfg)
+                               int paged, attn_cfg *cfg)
 {
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
@@ -107,6 +127,8 @@ static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, si
     cfg->bk = (int)v[P_BK];
     cfg->vec = (int)v[P_VEC];
     cfg->acc = (int)v[P_ACC];
+    cfg->paged = paged;
+    cfg->part = paged ? (size_t)v[P_PART] : 0;
     cfg->dp = (int)pad_dim(d ? d : 1, (size_t)cfg->vec);
     if (stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc) >
         ctx->info.local_mem)
@@ -115,7 +137,10 @@ static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, si
                          "bytes of local memory",
                          cfg->bk, cfg->dp, cfg->acc ? " and WGS rows (ACC = 1)" : "",
                          (unsigned long long)ctx->info.local_mem);
-    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_DP=%d ", cfg->dp);
+    /* PART is a kernel argument: only the compiled-in parameters go into
+     * the program's options. */
+    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_DP=%d%s ", cfg->dp,
+                              paged ? " -DOCLF_PAGED=1" : "");
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, attn_params,
                        P_COUNT, v);
     return OCLF_SUCCESS;
@@ -133,9 +158,9 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
                                            const oclf_shape *shape, const oclf_resolved *r,
                                            int deep, oclf_op_cfg *out)
 {
-    (void)op;
     oclf_program *prog;
     oclf_status st;
+    const int paged = op == OCLF_OP_ATTENTION_PAGED;
     if (r->path == OCLF_PATH_UNFUSED) {
         if (out)
             memset(out, 0, sizeof(attn_cfg));
@@ -143,20 +168,22 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
             return OCLF_SUCCESS;
         if ((st = attn_program(ctx, dtype, "-DOCLF_UNFUSED=1", &prog)))
             return st;
-        static const char *const names[] = {"attn_widen", "attn_softmax", "attn_store"};
+        static const char *const names[] = {"attn_widen", "attn_softmax", "attn_store",
+                                            "attn_gather"};
         return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), ATTN_ELEM_WGS);
     }
     attn_cfg cfg;
-    if ((st = attn_config(ctx, &r->params, (size_t)shape->dim[3], &cfg)))
+    if ((st = attn_config(ctx, &r->params, (size_t)shape->dim[3], paged, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
     if (!deep)
         return OCLF_SUCCESS;
-    static const char *const fused[] = {"attention_fused"};
-    if ((st = attn_program(ctx, dtype, cfg.defines, &prog)))
+    static const char *const fused[] = {"attention_fused"}, *const merge[] = {"attention_merge"};
+    if ((st = attn_program(ctx, dtype, cfg.defines, &prog)) ||
+        (st = oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)))
         return st;
-    return oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs);
+    return cfg.part ? oclf_check_kernel_wgs(ctx, prog, merge, 1, ATTN_ELEM_WGS) : OCLF_SUCCESS;
 }
 
 const oclf_op_hooks oclf_attention_hooks = {oclf_attention_heuristic, oclf_attention_validate};
@@ -177,21 +204,28 @@ typedef struct attn_heads {
 } attn_heads;
 
 typedef struct attn_call {
+    const char *op; /* "attention" or "attention_paged", for messages */
     oclf_dtype dtype;
+    /* tk: contiguous, the key tokens; paged, the block table's reach
+     * (max_blocks x block_size), the most keys a sequence can have */
     size_t batch, d, tq, tk, max_sq, hq, hk;
     attn_heads q, k, v, o;
+    /* cuk: contiguous, cu_seqlens_k; paged, seq_lens */
     oclf_operand cuq, cuk, slopes, sinks, lse;
     int has_alibi, has_sinks, has_lse;
     float scale, cap;
     int64_t left, right; /* causal folded in; -1 unbounded */
+    int paged;
+    oclf_operand bt; /* block tables */
+    size_t bts, bs, nblk, maxb;
 } attn_call;
 
-static oclf_status check_heads(oclf_context *ctx, const char *name, oclf_heads h, size_t tokens,
-                               size_t d, size_t el, attn_heads *out)
+static oclf_status check_heads(oclf_context *ctx, const attn_call *c, const char *name,
+                               oclf_heads h, size_t tokens, size_t el, attn_heads *out)
 {
     char what[64];
-    snprintf(what, sizeof what, "attention: %s", name);
-    return oclf_check_heads(ctx, what, h, tokens, d, el, &out->op, &out->blocks, &out->hs);
+    snprintf(what, sizeof what, "%s: %s", c->op, name);
+    return oclf_check_heads(ctx, what, h, tokens, c->d, el, &out->op, &out->blocks, &out->hs);
 }
 
 /* 1 when an output head view can share an element with another operand. */
@@ -200,25 +234,27 @@ static int heads_meet(const attn_heads *a, const attn_heads *b)
     return oclf_overlap(&a->op, &b->op) && !oclf_blocks_disjoint(&a->op, a->blocks, &b->op, b->blocks);
 }
 
-static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t batch, size_t d,
-                              size_t tq, size_t tk, size_t max_sq, oclf_buf cuq, oclf_buf cuk,
-                              oclf_heads q, oclf_heads k, oclf_heads v, oclf_heads o,
-                              const oclf_attention_options *options, attn_call *c)
+/* What both entry points check the same way: options, the head dim,
+ * sizes, q and o, the query offsets and the optional operands. c->op, d,
+ * batch, tq and hk are set by the caller. */
+static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max_sq, oclf_buf cuq,
+                                 oclf_heads q, oclf_heads o,
+                                 const oclf_attention_options *options, attn_call *c)
 {
-    const char *op = "attention";
-    memset(c, 0, sizeof *c);
+    const char *op = c->op;
     oclf_attention_options opt;
     oclf_status st;
+    char what[64];
     if ((st = oclf_options_read(ctx, "options", options, sizeof opt, &opt, sizeof opt,
                                 _Alignof(oclf_attention_options))))
         return st;
-    if (d == 0 || d > ATTN_MAX_D)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head_dim %zu is not in 1..%d", op, d,
+    if (c->d == 0 || c->d > ATTN_MAX_D)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: head_dim %zu is not in 1..%d", op, c->d,
                          ATTN_MAX_D);
-    if (tq > INT_MAX || tk > INT_MAX || batch > INT_MAX - 1)
+    if (c->tq > INT_MAX || c->tk > INT_MAX || c->batch > INT_MAX - 1)
         return oclf_fail(ctx, OCLF_UNSUPPORTED,
-                         "%s: total_q (%zu), total_k (%zu) and batch (%zu) must be below 2^31", op,
-                         tq, tk, batch);
+                         "%s: total_q (%zu), the keys (%zu) and batch (%zu) must be below 2^31", op,
+                         c->tq, c->tk, c->batch);
     if (!isfinite(opt.scale) || !isfinite(opt.softcap))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: scale (%g) and softcap (%g) must be finite",
                          op, (double)opt.scale, (double)opt.softcap);
@@ -229,51 +265,36 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t batch,
                          "%s: window sides (%lld, %lld) must be -1 (unbounded) or >= 0", op,
                          (long long)opt.window_left, (long long)opt.window_right);
     const size_t el = oclf_dtype_size(dtype);
-    if ((st = check_heads(ctx, "q", q, tq, d, el, &c->q)) ||
-        (st = check_heads(ctx, "k", k, tk, d, el, &c->k)) ||
-        (st = check_heads(ctx, "v", v, tk, d, el, &c->v)) ||
-        (st = check_heads(ctx, "o", o, tq, d, el, &c->o)))
+    if ((st = check_heads(ctx, c, "q", q, c->tq, el, &c->q)) ||
+        (st = check_heads(ctx, c, "o", o, c->tq, el, &c->o)))
         return st;
     if (q.count != o.count)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: q has %zu heads and o %zu", op, q.count,
                          o.count);
-    if (k.count != v.count)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: k has %zu heads and v %zu", op, k.count,
-                         v.count);
-    if (q.count % k.count)
+    if (q.count % c->hk)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: Hq = %zu query heads is not a multiple of Hk = %zu KV heads", op,
-                         q.count, k.count);
-    if ((st = oclf_check_vector(ctx, "attention: cu_seqlens_q", cuq, batch + 1, 4, &c->cuq)) ||
-        (st = oclf_check_vector(ctx, "attention: cu_seqlens_k", cuk, batch + 1, 4, &c->cuk)))
+                         q.count, c->hk);
+    snprintf(what, sizeof what, "%s: cu_seqlens_q", op);
+    if ((st = oclf_check_vector(ctx, what, cuq, c->batch + 1, 4, &c->cuq)))
         return st;
+    snprintf(what, sizeof what, "%s: alibi_slopes", op);
     if (opt.alibi_slopes &&
-        (st = oclf_check_vector(ctx, "attention: alibi_slopes", *opt.alibi_slopes, q.count, 4,
-                                &c->slopes)))
+        (st = oclf_check_vector(ctx, what, *opt.alibi_slopes, q.count, 4, &c->slopes)))
         return st;
-    if (opt.sinks &&
-        (st = oclf_check_vector(ctx, "attention: sinks", *opt.sinks, q.count, 4, &c->sinks)))
+    snprintf(what, sizeof what, "%s: sinks", op);
+    if (opt.sinks && (st = oclf_check_vector(ctx, what, *opt.sinks, q.count, 4, &c->sinks)))
         return st;
-    if (opt.lse &&
-        (st = oclf_check_2d(ctx, "attention: lse", *opt.lse, q.count, tq, 4, &c->lse)))
+    snprintf(what, sizeof what, "%s: lse", op);
+    if (opt.lse && (st = oclf_check_2d(ctx, what, *opt.lse, q.count, c->tq, 4, &c->lse)))
         return st;
-    if (heads_meet(&c->o, &c->q) || heads_meet(&c->o, &c->k) || heads_meet(&c->o, &c->v))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: o overlaps q, k or v", op);
-    const oclf_operand *ins[] = {&c->cuq, &c->cuk, &c->slopes, &c->sinks};
-    for (int i = 0; i < 4; i++)
-        if (oclf_overlap(&c->o.op, ins[i]) || (opt.lse && oclf_overlap(&c->lse, ins[i])))
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "%s: o or lse overlaps the offsets, slopes or sinks", op);
-    if (opt.lse && (oclf_overlap(&c->lse, &c->o.op) || oclf_overlap(&c->lse, &c->q.op) ||
-                    oclf_overlap(&c->lse, &c->k.op) || oclf_overlap(&c->lse, &c->v.op)))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: lse overlaps q, k, v or o", op);
     c->dtype = dtype;
-    c->batch = batch, c->d = d, c->tq = tq, c->tk = tk, c->max_sq = max_sq;
-    c->hq = q.count, c->hk = k.count;
+    c->max_sq = max_sq;
+    c->hq = q.count;
     c->has_alibi = opt.alibi_slopes != NULL;
     c->has_sinks = opt.sinks != NULL;
     c->has_lse = opt.lse != NULL;
-    c->scale = opt.scale != 0.0f ? opt.scale : (float)(1.0 / sqrt((double)d));
+    c->scale = opt.scale != 0.0f ? opt.scale : (float)(1.0 / sqrt((double)c->d));
     c->cap = opt.softcap > 0.0f ? opt.softcap : 0.0f;
     c->left = opt.window ? opt.window_left : -1;
     c->right = opt.window ? opt.window_right : -1;
@@ -282,6 +303,93 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t batch,
     if (opt.causal)
         c->right = 0;
     return OCLF_SUCCESS;
+}
+
+/* o and lse against everything else, once every operand is checked. */
+static oclf_status check_outputs(oclf_context *ctx, const attn_call *c)
+{
+    const char *op = c->op;
+    if (heads_meet(&c->o, &c->q) || heads_meet(&c->o, &c->k) || heads_meet(&c->o, &c->v))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: o overlaps q, %s", op,
+                         c->paged ? "the cache" : "k or v");
+    const oclf_operand *ins[] = {&c->cuq, &c->cuk, &c->slopes, &c->sinks, &c->bt};
+    for (int i = 0; i < 5; i++)
+        if (oclf_overlap(&c->o.op, ins[i]) || (c->has_lse && oclf_overlap(&c->lse, ins[i])))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: o or lse overlaps the offsets, %sslopes or sinks", op,
+                             c->paged ? "lengths, block table, " : "");
+    if (c->has_lse && (oclf_overlap(&c->lse, &c->o.op) || oclf_overlap(&c->lse, &c->q.op) ||
+                       oclf_overlap(&c->lse, &c->k.op) || oclf_overlap(&c->lse, &c->v.op)))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: lse overlaps q, %s or o", op,
+                         c->paged ? "the cache" : "k, v");
+    return OCLF_SUCCESS;
+}
+
+static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t batch, size_t d,
+                              size_t tq, size_t tk, size_t max_sq, oclf_buf cuq, oclf_buf cuk,
+                              oclf_heads q, oclf_heads k, oclf_heads v, oclf_heads o,
+                              const oclf_attention_options *options, attn_call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->op = "attention";
+    c->batch = batch, c->d = d, c->tq = tq, c->tk = tk;
+    c->hk = k.count ? k.count : 1;
+    oclf_status st;
+    if ((st = check_queries(ctx, dtype, max_sq, cuq, q, o, options, c)))
+        return st;
+    const size_t el = oclf_dtype_size(dtype);
+    if ((st = check_heads(ctx, c, "k", k, tk, el, &c->k)) ||
+        (st = check_heads(ctx, c, "v", v, tk, el, &c->v)))
+        return st;
+    if (k.count != v.count)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: k has %zu heads and v %zu",
+                         k.count, v.count);
+    if ((st = oclf_check_vector(ctx, "attention: cu_seqlens_k", cuk, batch + 1, 4, &c->cuk)))
+        return st;
+    return check_outputs(ctx, c);
+}
+
+static oclf_status check_paged_args(oclf_context *ctx, oclf_dtype dtype, size_t batch, size_t tq,
+                                    size_t max_sq, oclf_buf cuq, oclf_buf seq_lens, oclf_buf bt,
+                                    size_t maxb, oclf_heads q, const oclf_kv_cache *cache,
+                                    oclf_heads o, const oclf_attention_options *options,
+                                    attn_call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->op = "attention_paged";
+    c->paged = 1;
+    oclf_status st;
+    oclf_operand ck, cv;
+    if ((st = oclf_check_kv_cache(ctx, "attention_paged: cache", cache, oclf_dtype_size(dtype),
+                                  &ck, &cv)))
+        return st;
+    if (maxb == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention_paged: max_blocks is 0");
+    size_t reach;
+    if (__builtin_mul_overflow(maxb, cache->block_size, &reach) || reach > INT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "attention_paged: max_blocks x block_size (%zu x %zu) must be below 2^31",
+                         maxb, cache->block_size);
+    c->batch = batch, c->d = cache->head_dim, c->tq = tq, c->tk = reach, c->hk = cache->heads;
+    if ((st = check_queries(ctx, dtype, max_sq, cuq, q, o, options, c)))
+        return st;
+    if ((st = oclf_check_vector(ctx, "attention_paged: seq_lens", seq_lens, batch, 4, &c->cuk)))
+        return st;
+    if (bt.stride && bt.stride < maxb)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "attention_paged: block_tables stride %zu is below max_blocks %zu",
+                         bt.stride, maxb);
+    if (!bt.stride)
+        bt.stride = maxb;
+    if ((st = oclf_check_2d(ctx, "attention_paged: block_tables", bt, batch, maxb, 4, &c->bt)))
+        return st;
+    /* The cache as two head views: a token is a slot, heads packed. */
+    const size_t w = cache->heads * cache->head_dim;
+    c->k = (attn_heads){ck, {cache->heads, cache->head_dim, cache->head_dim}, cache->head_dim};
+    c->v = (attn_heads){cv, {cache->heads, cache->head_dim, cache->head_dim}, cache->head_dim};
+    c->k.op.stride = c->v.op.stride = w;
+    c->bts = bt.stride, c->bs = cache->block_size, c->nblk = cache->num_blocks, c->maxb = maxb;
+    return check_outputs(ctx, c);
 }
 
 /* Reads both offset arrays (blocking, after the wait list) into cu (2 x
@@ -323,6 +431,100 @@ static oclf_status read_offsets(oclf_context *ctx, cl_command_queue queue, const
     return OCLF_SUCCESS;
 }
 
+/* The paged form of read_offsets: cu_seqlens_q, then seq_lens turned into
+ * cumulative key offsets (cu + batch + 1), and into *slots the cache slot
+ * of every key of every sequence in that order (for the unfused gather),
+ * checking the lengths against the table's reach and each block id used
+ * against the cache. *slots is malloc'ed (NULL when there are no keys). */
+static oclf_status read_paged(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
+                              cl_uint num_events, const cl_event *wait_list, int32_t *cu,
+                              int64_t **slots)
+{
+    const size_t n = c->batch + 1;
+    *slots = NULL;
+    int32_t *lens = malloc((c->batch ? c->batch : 1) * sizeof *lens);
+    const size_t btn = c->batch * c->bts;
+    int32_t *bt = malloc((btn ? btn : 1) * sizeof *bt);
+    oclf_status st = OCLF_SUCCESS;
+    if (!lens || !bt) {
+        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention_paged: out of host memory");
+        goto done;
+    }
+    /* the table's rows are read whole, padding included: c->bt spans them */
+    cl_int err = clEnqueueReadBuffer(queue, c->cuq.mem, CL_TRUE, c->cuq.lo, n * 4, cu, num_events,
+                                     wait_list, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(queue, c->cuk.mem, CL_TRUE, c->cuk.lo, c->batch * 4, lens,
+                                  num_events, wait_list, NULL);
+    if (err == CL_SUCCESS && c->bt.hi > c->bt.lo)
+        err = clEnqueueReadBuffer(queue, c->bt.mem, CL_TRUE, c->bt.lo, c->bt.hi - c->bt.lo, bt,
+                                  num_events, wait_list, NULL);
+    if (err != CL_SUCCESS) {
+        st = oclf_fail_cl(ctx, err, "reading cu_seqlens_q, seq_lens and block_tables");
+        goto done;
+    }
+    if (cu[0] != 0) {
+        st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention_paged: cu_seqlens_q[0] is %d, not 0",
+                       (int)cu[0]);
+        goto done;
+    }
+    int32_t *cuk = cu + n;
+    cuk[0] = 0;
+    for (size_t b = 0; b < c->batch; b++) {
+        if (cu[b + 1] < cu[b] || (size_t)(cu[b + 1] - cu[b]) > c->max_sq) {
+            st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                           "attention_paged: sequence %zu has %d queries (cu_seqlens_q %d to %d), "
+                           "not 0 to max_seqlen_q = %zu",
+                           b, (int)(cu[b + 1] - cu[b]), (int)cu[b], (int)cu[b + 1], c->max_sq);
+            goto done;
+        }
+        if (lens[b] < 0 || (size_t)lens[b] > c->tk) {
+            st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                           "attention_paged: sequence %zu has seq_lens %d, outside 0..%zu "
+                           "(max_blocks x block_size)",
+                           b, (int)lens[b], c->tk);
+            goto done;
+        }
+        if ((int64_t)cuk[b] + lens[b] > INT_MAX) {
+            st = oclf_fail(ctx, OCLF_UNSUPPORTED, "attention_paged: 2^31 keys or more in all");
+            goto done;
+        }
+        cuk[b + 1] = cuk[b] + lens[b];
+    }
+    if ((size_t)cu[c->batch] != c->tq) {
+        st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                       "attention_paged: cu_seqlens_q ends at %d, not at the %zu tokens given",
+                       (int)cu[c->batch], c->tq);
+        goto done;
+    }
+    const size_t total = (size_t)cuk[c->batch];
+    if (total && !(*slots = malloc(total * sizeof **slots))) {
+        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention_paged: out of host memory");
+        goto done;
+    }
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t blk = 0; blk * c->bs < (size_t)lens[b]; blk++) {
+            const int32_t id = bt[b * c->bts + blk];
+            if (id < 0 || (size_t)id >= c->nblk) {
+                st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                               "attention_paged: sequence %zu reads block_tables[%zu][%zu] = %d, "
+                               "outside the cache's %zu blocks",
+                               b, b, blk, (int)id, c->nblk);
+                goto done;
+            }
+            for (size_t j = blk * c->bs; j < (blk + 1) * c->bs && j < (size_t)lens[b]; j++)
+                (*slots)[(size_t)cuk[b] + j] = (int64_t)id * (int64_t)c->bs + (int64_t)(j % c->bs);
+        }
+done:
+    if (st != OCLF_SUCCESS) {
+        free(*slots);
+        *slots = NULL;
+    }
+    free(lens);
+    free(bt);
+    return st;
+}
+
 /* ---- fused -------------------------------------------------------------- */
 
 static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
@@ -331,19 +533,37 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
 {
     const size_t g = c->hq / c->hk, wgs = (size_t)cfg->wgs;
     if (c->max_sq > (size_t)INT_MAX / g)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "attention: max_seqlen_q x Hq / Hk exceeds 2^31");
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: max_seqlen_q x Hq / Hk exceeds 2^31", c->op);
     const size_t nqb = (c->max_sq * g + wgs - 1) / wgs;
+    /* Split KV: partitions of PART keys over the longest sequence the keys
+     * allow, PART doubled until the partials fit their bound. */
+    size_t part = cfg->part, nparts = 1;
+    const size_t row_floats = c->tq * c->hq * (c->d + 1);
+    while (part && part < c->tk) {
+        nparts = (c->tk + part - 1) / part;
+        if (nparts * row_floats * 4 <= ATTN_SPLIT_TEMP || nparts == 1)
+            break;
+        part *= 2;
+    }
+    if (!part || part >= c->tk)
+        nparts = 1;
     size_t groups;
     if (__builtin_mul_overflow(nqb, c->batch * c->hk, &groups) ||
+        __builtin_mul_overflow(groups, nparts, &groups) ||
         groups > OCLF_MAX_LAUNCH_ITEMS / wgs)
         return oclf_fail(ctx, OCLF_UNSUPPORTED,
-                         "attention: %zu blocks of queries x %zu sequences x %zu KV heads exceed "
-                         "the launch range",
-                         nqb, c->batch, c->hk);
+                         "%s: %zu blocks of queries x %zu sequences x %zu KV heads x %zu "
+                         "partitions exceed the launch range",
+                         c->op, nqb, c->batch, c->hk, nparts);
     oclf_program *prog;
     oclf_status st = attn_program(ctx, c->dtype, cfg->defines, &prog);
     if (st != OCLF_SUCCESS)
         return st;
+    cl_mem pout = NULL, plse = NULL;
+    if (nparts > 1 &&
+        ((st = oclf_temp_buffer(ctx, nparts * c->tq * c->hq * c->d * 4, &pout)) ||
+         (st = oclf_temp_buffer(ctx, nparts * c->tq * c->hq * 4, &plse))))
+        goto done;
     cl_ulong qo = c->q.op.offset, qts = c->q.op.stride, qhs = c->q.hs;
     cl_ulong ko = c->k.op.offset, kts = c->k.op.stride, khs = c->k.hs;
     cl_ulong vo = c->v.op.offset, vts = c->v.op.stride, vhs = c->v.hs;
@@ -359,6 +579,11 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
     cl_ulong slo = c->slopes.offset, sio = c->sinks.offset, lso = c->lse.offset;
     cl_ulong lss = c->lse.stride;
     cl_uint ha = (cl_uint)c->has_alibi, hsk = (cl_uint)c->has_sinks, hl = (cl_uint)c->has_lse;
+    cl_mem btm = c->paged ? c->bt.mem : c->o.op.mem;
+    cl_ulong bto = c->bt.offset, bts = c->bts;
+    cl_uint bs = (cl_uint)c->bs, nblk = c->nblk > UINT_MAX ? UINT_MAX : (cl_uint)c->nblk;
+    cl_uint part32 = (cl_uint)(nparts > 1 ? part : 0), np32 = (cl_uint)nparts;
+    cl_mem pom = pout ? pout : c->o.op.mem, plm = plse ? plse : c->o.op.mem;
     oclf_arg a[] = {OCLF_ARG(c->q.op.mem), OCLF_ARG(qo),    OCLF_ARG(qts),   OCLF_ARG(qhs),
                     OCLF_ARG(c->k.op.mem), OCLF_ARG(ko),    OCLF_ARG(kts),   OCLF_ARG(khs),
                     OCLF_ARG(c->v.op.mem), OCLF_ARG(vo),    OCLF_ARG(vts),   OCLF_ARG(vhs),
@@ -369,13 +594,37 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
                     OCLF_ARG(c->cap),      OCLF_ARG(left),  OCLF_ARG(right), OCLF_ARG(sl),
                     OCLF_ARG(slo),         OCLF_ARG(ha),    OCLF_ARG(si),    OCLF_ARG(sio),
                     OCLF_ARG(hsk),         OCLF_ARG(lm),    OCLF_ARG(lso),   OCLF_ARG(lss),
-                    OCLF_ARG(hl),
+                    OCLF_ARG(hl),          OCLF_ARG(btm),   OCLF_ARG(bto),   OCLF_ARG(bts),
+                    OCLF_ARG(bs),          OCLF_ARG(nblk),  OCLF_ARG(part32), OCLF_ARG(np32),
+                    OCLF_ARG(pom),         OCLF_ARG(plm),
                     OCLF_ARG_LOCAL(stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk,
-                                                   (size_t)cfg->dp, cfg->acc))};
-    return oclf_enqueue(ctx, queue, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs, wgs,
-                        num_events, wait_list, event);
+                                                   (size_t)cfg->dp, cfg->acc)),
+                    OCLF_ARG_LOCAL((c->paged ? (size_t)cfg->bk : 1) * sizeof(cl_long))};
+    if (nparts == 1) {
+        st = oclf_enqueue(ctx, queue, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs,
+                          wgs, num_events, wait_list, event);
+        goto done;
+    }
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    st = oclf_chain_launch(&ch, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs, wgs);
+    if (st == OCLF_SUCCESS) {
+        cl_uint hq32 = (cl_uint)c->hq;
+        oclf_arg m[] = {OCLF_ARG(pout), OCLF_ARG(plse), OCLF_ARG(np32), OCLF_ARG(tq),
+                        OCLF_ARG(hq32), OCLF_ARG(d), OCLF_ARG(c->o.op.mem), OCLF_ARG(oo),
+                        OCLF_ARG(ots), OCLF_ARG(ohs), OCLF_ARG(si), OCLF_ARG(sio),
+                        OCLF_ARG(hsk), OCLF_ARG(lm), OCLF_ARG(lso), OCLF_ARG(lss), OCLF_ARG(hl)};
+        st = oclf_chain_launch(&ch, prog, "attention_merge", m, OCLF_NARGS(m),
+                               oclf_round_up(c->tq * c->hq, ATTN_ELEM_WGS), ATTN_ELEM_WGS);
+    }
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+done:
+    if (pout)
+        clReleaseMemObject(pout); /* freed by OpenCL once the launches finish */
+    if (plse)
+        clReleaseMemObject(plse);
+    return st;
 }
-
 /* ---- unfused ------------------------------------------------------------ */
 
 static oclf_status gemm(oclf_chain *ch, int trans_b, size_t m, size_t n, size_t kd, float alpha,
@@ -405,8 +654,10 @@ static oclf_status widen(oclf_chain *ch, oclf_program *prog, const attn_heads *h
                              oclf_round_up(tokens * heads * d, ATTN_ELEM_WGS), ATTN_ELEM_WGS);
 }
 
+/* `kv`: the keys and values already as packed f32 (the paged path's
+ * gathered copies), or NULL to read k and v (widened when 16-bit). */
 static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const attn_call *c,
-                               const int32_t *cu)
+                               const int32_t *cu, const gemm_view *kv)
 {
     oclf_program *prog;
     oclf_status st = attn_program(ctx, c->dtype, "-DOCLF_UNFUSED=1", &prog);
@@ -425,14 +676,16 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const attn_cal
     const int conv = c->dtype != OCLF_F32;
     cl_mem qf = NULL, kf = NULL, vf = NULL, sc = NULL, ot = NULL;
     if (tile * (max_sk ? max_sk : 1) * 4 > cap || (conv && c->tq * c->hq * c->d * 4 > cap) ||
-        (conv && c->tk * c->hk * c->d * 4 > cap)) {
+        (conv && !kv && c->tk * c->hk * c->d * 4 > cap)) {
         st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
-                       "attention: an unfused temporary exceeds the device's largest allocation");
+                       "%s: an unfused temporary exceeds the device's largest allocation", c->op);
         goto done;
     }
     gemm_view gq = {c->q.op.mem, c->q.op.offset, c->q.op.stride, c->q.hs};
     gemm_view gk = {c->k.op.mem, c->k.op.offset, c->k.op.stride, c->k.hs};
     gemm_view gv = {c->v.op.mem, c->v.op.offset, c->v.op.stride, c->v.hs};
+    if (kv)
+        gk = kv[0], gv = kv[1];
     const float zero = 0.0f;
     if ((st = oclf_temp_buffer(ctx, tile * (max_sk ? max_sk : 1) * 4, &sc)) ||
         (st = oclf_temp_buffer(ctx, tile * c->d * 4, &ot)))
@@ -453,7 +706,12 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const attn_cal
             clReleaseEvent(ch->prev);
         ch->prev = ev;
     }
-    if (conv && c->tk > 0) {
+    /* (paged: every key is in the gathered copies, and none means no GEMM) */
+    if (conv && kv && max_sk > 0) {
+        if ((st = oclf_temp_buffer(ctx, c->tq * c->hq * c->d * 4, &qf)) ||
+            (st = widen(ch, prog, &c->q, c->hq, c->d, c->tq, qf, &gq)))
+            goto done;
+    } else if (conv && c->tk > 0) {
         if ((st = oclf_temp_buffer(ctx, c->tq * c->hq * c->d * 4, &qf)) ||
             (st = oclf_temp_buffer(ctx, c->tk * c->hk * c->d * 4, &kf)) ||
             (st = oclf_temp_buffer(ctx, c->tk * c->hk * c->d * 4, &vf)) ||
@@ -537,7 +795,7 @@ oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype
     if (r.path == OCLF_PATH_FUSED) {
         if (r.has_cfg)
             memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = attn_config(ctx, &r.params, head_dim, &cfg)))
+        else if ((st = attn_config(ctx, &r.params, head_dim, 0, &cfg)))
             return st;
     }
     if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
@@ -557,8 +815,116 @@ oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype
     }
     oclf_chain ch;
     oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = run_unfused(ctx, &ch, &c, cu);
+    st = run_unfused(ctx, &ch, &c, cu, NULL);
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     free(cu);
+    return st;
+}
+
+/* The paged unfused path: every sequence's keys gathered from the cache
+ * into packed f32 K and V (in sequence order, so the cumulative lengths
+ * index them as cu_seqlens_k would), then the contiguous unfused path. */
+static oclf_status run_paged_unfused(oclf_context *ctx, oclf_chain *ch, const attn_call *c,
+                                     const int32_t *cu, const int64_t *slots)
+{
+    const size_t total = (size_t)cu[2 * c->batch + 1], w = c->hk * c->d;
+    if (total == 0)
+        return run_unfused(ctx, ch, c, cu, (gemm_view[2]){{c->k.op.mem, 0, w, c->d},
+                                                          {c->v.op.mem, 0, w, c->d}});
+    oclf_program *prog;
+    oclf_status st = attn_program(ctx, c->dtype, "-DOCLF_UNFUSED=1", &prog);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cl_mem ms = NULL, kf = NULL, vf = NULL;
+    if (total * w * 4 > ctx->info.max_alloc) {
+        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
+                       "attention_paged: the gathered keys (%zu x %zu floats) exceed the device's "
+                       "largest allocation",
+                       total, w);
+        goto done;
+    }
+    if ((st = oclf_temp_buffer(ctx, total * 8, &ms)) ||
+        (st = oclf_temp_buffer(ctx, total * w * 4, &kf)) ||
+        (st = oclf_temp_buffer(ctx, total * w * 4, &vf)))
+        goto done;
+    /* blocking: `slots` is the caller's host memory */
+    cl_int err = clEnqueueWriteBuffer(ch->queue, ms, CL_TRUE, 0, total * 8, slots,
+                                      ch->prev ? 1 : ch->num_events,
+                                      ch->prev ? &ch->prev : ch->wait_list, NULL);
+    if (err != CL_SUCCESS) {
+        st = oclf_fail_cl(ctx, err, "clEnqueueWriteBuffer(attention_paged slots)");
+        goto done;
+    }
+    cl_uint heads = (cl_uint)c->hk, d32 = (cl_uint)c->d;
+    cl_ulong tokens = total;
+    for (int i = 0; i < 2; i++) {
+        const attn_heads *h = i ? &c->v : &c->k;
+        cl_ulong so = h->op.offset;
+        cl_mem dst = i ? vf : kf;
+        oclf_arg a[] = {OCLF_ARG(h->op.mem), OCLF_ARG(so),     OCLF_ARG(heads), OCLF_ARG(d32),
+                        OCLF_ARG(ms),        OCLF_ARG(tokens), OCLF_ARG(dst)};
+        if ((st = oclf_chain_launch(ch, prog, "attn_gather", a, OCLF_NARGS(a),
+                                    oclf_round_up(total * w, ATTN_ELEM_WGS), ATTN_ELEM_WGS)))
+            goto done;
+    }
+    st = run_unfused(ctx, ch, c, cu, (gemm_view[2]){{kf, 0, w, c->d}, {vf, 0, w, c->d}});
+done:;
+    cl_mem all[] = {ms, kf, vf};
+    for (int i = 0; i < 3; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    return st;
+}
+
+oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                 size_t batch, size_t total_q, size_t max_seqlen_q,
+                                 oclf_buf cu_seqlens_q, oclf_buf seq_lens, oclf_buf block_tables,
+                                 size_t max_blocks, oclf_heads q, const oclf_kv_cache *cache,
+                                 oclf_heads o, const oclf_attention_options *options,
+                                 const oclf_choice *choice, cl_uint num_events,
+                                 const cl_event *wait_list, cl_event *event)
+{
+    oclf_status st;
+    attn_call c;
+    if ((st = oclf_check_call(ctx, "attention_paged", queue, num_events, wait_list, dtype,
+                              event)) ||
+        (st = check_paged_args(ctx, dtype, batch, total_q, max_seqlen_q, cu_seqlens_q, seq_lens,
+                               block_tables, max_blocks, q, cache, o, options, &c)))
+        return st;
+    oclf_shape shape = {{total_q, c.hq, c.hk, c.d}};
+    oclf_resolved r;
+    attn_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ATTENTION_PAGED, &oclf_attention_hooks, dtype,
+                                     &shape, choice, &r)))
+        return st;
+    if (r.path == OCLF_PATH_FUSED) {
+        if (r.has_cfg)
+            memcpy(&cfg, &r.cfg, sizeof cfg);
+        else if ((st = attn_config(ctx, &r.params, c.d, 1, &cfg)))
+            return st;
+    }
+    if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+    int32_t *cu = NULL;
+    int64_t *slots = NULL;
+    if (ctx->validate || r.path == OCLF_PATH_UNFUSED) {
+        if (!(cu = malloc(2 * (batch + 1) * sizeof *cu)))
+            return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention_paged: out of host memory");
+        if ((st = read_paged(ctx, queue, &c, num_events, wait_list, cu, &slots))) {
+            free(cu);
+            return st;
+        }
+    }
+    if (r.path == OCLF_PATH_FUSED) {
+        free(cu);
+        free(slots);
+        return run_fused(ctx, queue, &c, &cfg, num_events, wait_list, event);
+    }
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    st = run_paged_unfused(ctx, &ch, &c, cu, slots);
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    free(cu);
+    free(slots);
     return st;
 }
