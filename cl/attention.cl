@@ -29,8 +29,13 @@
  *
  * Unfused: attn_widen (16-bit heads to packed f32 copies for the GEMM
  * library), attn_softmax (a tile of scores, scaled by the GEMM, to
- * probabilities in place, with softcap, ALiBi, mask, sinks and LSE) and
+ * probabilities in place, with softcap, ALiBi, mask, sinks, LSE and
+ * dropout) and
  * attn_store (an f32 output tile rounded into o).
+ *
+ * Dropout (has_drop): attn_keep decides each (token, head, key) from
+ * Philox4x32-10 as the header defines it; a row's sum and LSE count every
+ * probability, its output only the kept ones, scaled by 1 / (1 - p).
  *
  * Mask bounds arrive resolved: `left` and `right` are the window's sides
  * with causal folded in (right 0), -1 for an unbounded side; query i of a
@@ -91,6 +96,17 @@ static inline float attn_score(float x, long j, long diag, long left, long right
     return x - slope * (float)(diag > j ? diag - j : j - diag);
 }
 
+/* The probability of packed query token t, query head h and key j scaled
+ * for dropout: kept (times dscale = 1 / (1 - p)) or 0. */
+static inline float attn_drop(float x, float p, float dscale, ulong seed, ulong off, long j,
+                              ulong t, uint h)
+{
+    const ulong c23 = (ulong)h + off;
+    const uint w = philox_first((uint4)((uint)j, (uint)t, (uint)c23, (uint)(c23 >> 32)),
+                                (uint2)((uint)seed, (uint)(seed >> 32)));
+    return philox_uniform(w) >= p ? x * dscale : 0.0f;
+}
+
 kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
                             global const stor_t *k, ulong ko, ulong kts, ulong khs,
                             global const stor_t *v, ulong vo, ulong vts, ulong vhs,
@@ -103,6 +119,7 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
                             global float *lse, ulong lso, ulong lss, uint has_lse,
                             global const int *bt, ulong bto, ulong bts, uint bs, uint nblk,
                             uint part, uint nparts, global float *pout, global float *plse,
+                            float drop_p, ulong seed, ulong doff, uint has_drop,
                             local float *stage, local long *ltok)
 {
     local float *lk = stage, *lv = stage + OCLF_BK * OCLF_DP;
@@ -156,6 +173,7 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
         acc[e] = 0.0f;
     }
     const float slope = has_alibi && active ? slopes[slo + h] : 0.0f;
+    const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
     float m = -INFINITY, l = 0.0f;
     for (long j0 = jlo; j0 <= jhi; j0 += OCLF_BK) {
         const long nb = min((long)OCLF_BK, jhi - j0 + 1);
@@ -217,8 +235,10 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
             STV_F(acc, e, LDV_F(acc, e) * c);
         ATTN_KEY_LOOP
         for (uint kk = 0; kk < OCLF_BK; kk++) {
-            const float p = exp(s[kk] - mn);
+            float p = exp(s[kk] - mn);
             l += p;
+            if (has_drop && p > 0.0f)
+                p = attn_drop(p, drop_p, dscale, seed, doff, j0 + kk, (ulong)t, h);
             ATTN_DIM_LOOP
             for (uint e = 0; e < OCLF_DP; e += OCLF_VEC)
                 STV_F(acc, e, LDV_F(acc, e) + p * LDV_F(lv + kk * OCLF_DP, e));
@@ -324,7 +344,8 @@ kernel void attn_widen(global const stor_t *src, ulong so, ulong sts, ulong shs,
 kernel void attn_softmax(global float *sc, uint rows, uint sk, long i0, long shift, float cap,
                          long left, long right, global const float *slopes, ulong sli,
                          uint has_alibi, global const float *sinks, ulong sii, uint has_sinks,
-                         global float *lse, ulong lsi, uint has_lse)
+                         global float *lse, ulong lsi, uint has_lse, ulong t0, uint head,
+                         float drop_p, ulong seed, ulong doff, uint has_drop)
 {
     const uint rr = get_global_id(0);
     if (rr >= rows)
@@ -345,9 +366,13 @@ kernel void attn_softmax(global float *sc, uint rows, uint sk, long i0, long shi
         if (has_sinks)
             l += exp(sinks[sii] - m);
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (uint j = 0; j < sk; j++)
-        row[j] = l > 0.0f ? exp(row[j] - m) * inv : 0.0f;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f, dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
+    for (uint j = 0; j < sk; j++) {
+        float x = l > 0.0f ? exp(row[j] - m) * inv : 0.0f;
+        if (has_drop && x > 0.0f)
+            x = attn_drop(x, drop_p, dscale, seed, doff, j, t0 + rr, head);
+        row[j] = x;
+    }
     if (has_lse)
         lse[lsi + rr] = l > 0.0f ? m + log(l) : -INFINITY;
 }

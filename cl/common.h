@@ -399,4 +399,25 @@ static inline float wg_broadcast0(float v, __local float *scratch)
     return scratch[0];
 }
 
+/* Philox4x32-10 (Salmon et al., SC'11): the first word of the block for
+ * counter c under key k, 10 rounds with the key bumped between. Dropout's
+ * mask, in generated expressions and in attention, comes from it, so the
+ * same seed gives the same mask on every path, structure and device. */
+static inline uint philox_first(uint4 c, uint2 k)
+{
+    for (int i = 0; i < 10; i++) {
+        if (i) {
+            k.x += 0x9E3779B9u;
+            k.y += 0xBB67AE85u;
+        }
+        const uint lo0 = 0xD2511F53u * c.x, hi0 = mul_hi(0xD2511F53u, c.x);
+        const uint lo1 = 0xCD9E8D57u * c.z, hi1 = mul_hi(0xCD9E8D57u, c.z);
+        c = (uint4)(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+    }
+    return c.x;
+}
+
+/* Philox's uniform in [0, 1): the top 24 bits of the word. */
+static inline float philox_uniform(uint w) { return (float)(w >> 8) * 0x1.0p-24f; }
+
 #endif /* OCLF_COMMON_H */

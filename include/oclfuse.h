@@ -762,10 +762,20 @@ typedef struct oclf_attention_options {
      * row's final scores (the sink included), element (h, t) at
      * offset + h * stride + t (stride 0: Tq). NULL: not written. */
     const oclf_buf *lse;
+    /* Dropout on the probabilities: 0 <= dropout_p < 1 (0: none). The
+     * probability of query token t (its packed index), query head h and key
+     * j (its position in the sequence) is kept, scaled by 1 / (1 - p), when
+     * u >= p, where u is the top 24 bits of the first word of Philox4x32-10
+     * times 2^-24, keyed by (seed mod 2^32, seed >> 32), for the counter
+     * words (j, t, c2, c3) with c2 + 2^32 c3 = h + dropout_offset (mod 2^64).
+     * The LSE is taken before dropout. The mask is the same on every path,
+     * structure and device. */
+    float dropout_p;
+    uint64_t dropout_seed, dropout_offset;
 } oclf_attention_options;
 
-/* No scale (1/sqrt(head_dim)), no mask, window, softcap, ALiBi, sinks or
- * LSE, with `size` set (or, in C, OCLF_ATTENTION_OPTIONS_INIT). */
+/* No scale (1/sqrt(head_dim)), no mask, window, softcap, ALiBi, sinks,
+ * LSE or dropout, with `size` set (or, in C, OCLF_ATTENTION_OPTIONS_INIT). */
 #define OCLF_ATTENTION_OPTIONS_INIT {.size = sizeof(oclf_attention_options)}
 OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
 
@@ -830,7 +840,8 @@ OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
  * parameter, offsets rejected as above; OCLF_UNSUPPORTED for an unknown
  * dtype, a token count or head count of 2^31 or more, or a launch of 2^32
  * work-items or more; OCLF_OUT_OF_RESOURCES when a temporary of the unfused
- * path exceeds the device's largest allocation. batch, total_q or
+ * path exceeds the device's largest allocation; a dropout_p outside [0, 1)
+ * is OCLF_INVALID_ARGUMENT. batch, total_q or
  * max_seqlen_q of 0 enqueues a marker (no query is computed). */
 OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                     size_t batch, size_t head_dim, size_t total_q,

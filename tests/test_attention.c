@@ -3,7 +3,8 @@
  * mask and score option alone and together, head dims 1 to 256, MHA, GQA
  * and MQA, Sq != Sk, varlen batches with empty and 1-token sequences, rows
  * that see no key, q/k/v as views of one packed qkv, explicit kernel
- * structures, fused against unfused, and every bad argument.
+ * structures, dropout's mask (through the reference, on both paths), fused
+ * against unfused, and every bad argument.
  *
  * Every check covers the whole output buffers: computed elements within
  * the tolerance of the contract (tol (1 + max |v|) per row, LSE within tol),
@@ -33,6 +34,8 @@ typedef struct acase {
     float scale, softcap;
     int alibi, sinks, lse;
     int packed; /* q, k, v as views of one qkv buffer (needs sq == sk) */
+    float dropout;
+    uint64_t seed, doff;
     oclf_path path;
     const oclf_params *params; /* NULL: the defaults */
 } acase;
@@ -121,6 +124,8 @@ static void run_case(const acase *c, aresult *res)
     opt.alibi_slopes = c->alibi ? &bsl : NULL;
     opt.sinks = c->sinks ? &bsi : NULL;
     opt.lse = c->lse ? &lse : NULL;
+    opt.dropout_p = c->dropout;
+    opt.dropout_seed = c->seed, opt.dropout_offset = c->doff;
     oclf_choice ch = th_choice(c->path);
     if (c->params)
         ch.params = *c->params;
@@ -141,6 +146,7 @@ static void run_case(const acase *c, aresult *res)
     a.softcap = c->softcap;
     a.alibi = c->alibi ? slopes : NULL;
     a.sinks = c->sinks ? sinks : NULL;
+    a.dropout_p = c->dropout, a.dropout_seed = c->seed, a.dropout_offset = c->doff;
     double *want = malloc((tq * hq * d + 1) * sizeof *want);
     double *wl = malloc((hq * tq + 1) * sizeof *wl), *vmax = malloc((tq * hq + 1) * sizeof *vmax);
     oclf_ref_attention(&a, tq, want, wl, vmax);
@@ -231,10 +237,19 @@ static void option_set(int i, acase *c)
         c->softcap = 1.5f, c->alibi = 1, c->sinks = 1, c->lse = 1;
         break;
     case 11: c->causal = 1, c->sinks = 1, c->lse = 1; break; /* no-key rows get the sink */
+    case 13: /* dropout: a seed with both words set, an offset that carries
+              * into the counter's top word, the LSE before dropout */
+        c->dropout = 0.3f, c->seed = 0x123456789abcdefull, c->doff = 0xfffffffeull, c->lse = 1;
+        break;
+    case 14: /* dropout with everything else */
+        c->causal = 1, c->window = 1, c->left = 2, c->right = 3;
+        c->softcap = 1.5f, c->alibi = 1, c->sinks = 1, c->lse = 1;
+        c->dropout = 0.5f, c->seed = 42, c->doff = 7;
+        break;
     default: c->causal = 1, c->window = 1, c->left = 0, c->right = 0, c->lse = 1; break;
     }
 }
-#define N_OPTION_SETS 13
+#define N_OPTION_SETS 15
 
 START_TEST(test_options)
 {
@@ -316,6 +331,9 @@ START_TEST(test_structures)
         acase c = {.dt = dtypes[di], .hq = 6, .hk = 2, .d = 20, .batch = VB, .sq = vsq,
                    .sk = vsk, .causal = 1, .window = 1, .left = 4, .right = 0, .sinks = 1,
                    .lse = 1, .path = OCLF_PATH_FUSED, .params = &p};
+        run_case(&c, NULL);
+        /* dropout's mask does not depend on the structure */
+        c.dropout = 0.25f, c.seed = 0xfeedull << 32 | 3, c.doff = 11;
         run_case(&c, NULL);
     }
 }
@@ -527,6 +545,12 @@ START_TEST(test_bad_arguments)
     bad = opt;
     bad.softcap = NAN;
     EXPECT(CALL(OCLF_F32, D, q, k, v, o, cq, ck, &bad), OCLF_INVALID_ARGUMENT, "finite");
+    const float bad_p[] = {1.0f, -0.25f, NAN};
+    for (int i = 0; i < 3; i++) {
+        bad = opt;
+        bad.dropout_p = bad_p[i];
+        EXPECT(CALL(OCLF_F32, D, q, k, v, o, cq, ck, &bad), OCLF_INVALID_ARGUMENT, "dropout_p");
+    }
     bad = opt;
     bad.size = 3;
     EXPECT(CALL(OCLF_F32, D, q, k, v, o, cq, ck, &bad), OCLF_INVALID_ARGUMENT, "options");

@@ -338,7 +338,7 @@ static const op_kernel_check attn_paged_check = {
     "2x3x19x4x2x20x4,1x1x9x3x1x3x1",
     "WGS=4,BK=4,VEC=4,ACC=0,PART=8;WGS=8,BK=3,VEC=1,ACC=0,PART=0;"
     "WGS=4,BK=5,VEC=2,ACC=1,PART=7",
-    "WGS=4,BK=16,VEC=4,ACC=0,PART=0", "1x1x64x4x1x32x16", 1, 0};
+    "WGS=4,BK=16,VEC=4,ACC=0,PART=0", "1x1x64x4x1x32x16", 1, 1};
 
 /* q and o once, and the keys and values of the cache once each. */
 static double attn_paged_bytes(const op_shape *s, oclf_dtype dt) { return attn_bytes(s, dt); }

@@ -21,6 +21,7 @@
 #include "../internal.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,8 +213,9 @@ typedef struct attn_call {
     attn_heads q, k, v, o;
     /* cuk: contiguous, cu_seqlens_k; paged, seq_lens */
     oclf_operand cuq, cuk, slopes, sinks, lse;
-    int has_alibi, has_sinks, has_lse;
-    float scale, cap;
+    int has_alibi, has_sinks, has_lse, has_drop;
+    float scale, cap, drop_p;
+    uint64_t seed, doff;
     int64_t left, right; /* causal folded in; -1 unbounded */
     int paged;
     oclf_operand bt; /* block tables */
@@ -245,7 +247,9 @@ static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max
     oclf_attention_options opt;
     oclf_status st;
     char what[64];
-    if ((st = oclf_options_read(ctx, "options", options, sizeof opt, &opt, sizeof opt,
+    /* the first layout ends before the dropout fields */
+    if ((st = oclf_options_read(ctx, "options", options,
+                                offsetof(oclf_attention_options, dropout_p), &opt, sizeof opt,
                                 _Alignof(oclf_attention_options))))
         return st;
     if (c->d == 0 || c->d > ATTN_MAX_D)
@@ -258,6 +262,9 @@ static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max
     if (!isfinite(opt.scale) || !isfinite(opt.softcap))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: scale (%g) and softcap (%g) must be finite",
                          op, (double)opt.scale, (double)opt.softcap);
+    if (!(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: dropout_p %g is not in [0, 1)", op,
+                         (double)opt.dropout_p);
     if ((opt.causal != 0 && opt.causal != 1) || (opt.window != 0 && opt.window != 1))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: causal and window must be 0 or 1", op);
     if (opt.window && (opt.window_left < -1 || opt.window_right < -1))
@@ -294,6 +301,9 @@ static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max
     c->has_alibi = opt.alibi_slopes != NULL;
     c->has_sinks = opt.sinks != NULL;
     c->has_lse = opt.lse != NULL;
+    c->has_drop = opt.dropout_p > 0.0f;
+    c->drop_p = opt.dropout_p;
+    c->seed = opt.dropout_seed, c->doff = opt.dropout_offset;
     c->scale = opt.scale != 0.0f ? opt.scale : (float)(1.0 / sqrt((double)c->d));
     c->cap = opt.softcap > 0.0f ? opt.softcap : 0.0f;
     c->left = opt.window ? opt.window_left : -1;
@@ -584,6 +594,8 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
     cl_uint bs = (cl_uint)c->bs, nblk = c->nblk > UINT_MAX ? UINT_MAX : (cl_uint)c->nblk;
     cl_uint part32 = (cl_uint)(nparts > 1 ? part : 0), np32 = (cl_uint)nparts;
     cl_mem pom = pout ? pout : c->o.op.mem, plm = plse ? plse : c->o.op.mem;
+    cl_ulong seed = c->seed, doff = c->doff;
+    cl_uint hd = (cl_uint)c->has_drop;
     oclf_arg a[] = {OCLF_ARG(c->q.op.mem), OCLF_ARG(qo),    OCLF_ARG(qts),   OCLF_ARG(qhs),
                     OCLF_ARG(c->k.op.mem), OCLF_ARG(ko),    OCLF_ARG(kts),   OCLF_ARG(khs),
                     OCLF_ARG(c->v.op.mem), OCLF_ARG(vo),    OCLF_ARG(vts),   OCLF_ARG(vhs),
@@ -596,7 +608,8 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
                     OCLF_ARG(hsk),         OCLF_ARG(lm),    OCLF_ARG(lso),   OCLF_ARG(lss),
                     OCLF_ARG(hl),          OCLF_ARG(btm),   OCLF_ARG(bto),   OCLF_ARG(bts),
                     OCLF_ARG(bs),          OCLF_ARG(nblk),  OCLF_ARG(part32), OCLF_ARG(np32),
-                    OCLF_ARG(pom),         OCLF_ARG(plm),
+                    OCLF_ARG(pom),         OCLF_ARG(plm),   OCLF_ARG(c->drop_p), OCLF_ARG(seed),
+                    OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk,
                                                    (size_t)cfg->dp, cfg->acc)),
                     OCLF_ARG_LOCAL((c->paged ? (size_t)cfg->bk : 1) * sizeof(cl_long))};
@@ -740,12 +753,14 @@ static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const attn_cal
                 cl_ulong sli = c->slopes.offset + h, sii = c->sinks.offset + h;
                 cl_ulong lsi = c->lse.offset + h * c->lse.stride + t0;
                 cl_uint ha = (cl_uint)c->has_alibi, hs = (cl_uint)c->has_sinks;
-                cl_uint hl = (cl_uint)c->has_lse;
+                cl_uint hl = (cl_uint)c->has_lse, head = (cl_uint)h, hd = (cl_uint)c->has_drop;
+                cl_ulong t0l = t0, seed = c->seed, doff = c->doff;
                 oclf_arg a[] = {OCLF_ARG(sc),   OCLF_ARG(rows32), OCLF_ARG(sk32), OCLF_ARG(i0l),
                                 OCLF_ARG(shift), OCLF_ARG(c->cap), OCLF_ARG(left), OCLF_ARG(right),
                                 OCLF_ARG(sl),   OCLF_ARG(sli),    OCLF_ARG(ha),   OCLF_ARG(si),
                                 OCLF_ARG(sii),  OCLF_ARG(hs),     OCLF_ARG(lm),   OCLF_ARG(lsi),
-                                OCLF_ARG(hl)};
+                                OCLF_ARG(hl),   OCLF_ARG(t0l),    OCLF_ARG(head), OCLF_ARG(c->drop_p),
+                                OCLF_ARG(seed), OCLF_ARG(doff),   OCLF_ARG(hd)};
                 if ((st = oclf_chain_launch(ch, prog, "attn_softmax", a, OCLF_NARGS(a),
                                             oclf_round_up(rows, ATTN_ELEM_WGS), ATTN_ELEM_WGS)))
                     goto done;

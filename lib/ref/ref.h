@@ -145,10 +145,16 @@ typedef struct oclf_ref_attention_args {
     float softcap;       /* <= 0: none */
     const float *alibi;  /* [hq] or NULL */
     const float *sinks;  /* [hq] or NULL */
+    float dropout_p;     /* 0: none */
+    uint64_t dropout_seed, dropout_offset;
 } oclf_ref_attention_args;
+/* 1 when dropout keeps the probability of packed query token t, query
+ * head h and key j (the header's Philox mapping). */
+int oclf_ref_attention_keep(const oclf_ref_attention_args *a, uint64_t t, size_t h, int64_t j);
 /* o: [total_q, hq, d] packed doubles; lse (may be NULL): [hq, total_q];
  * vmax (may be NULL): [total_q, hq], max_j |v_j| over the row's sequence's
- * keys (1 for a sequence without keys), the scale of the tolerance. */
+ * keys (1 for a sequence without keys), times 1 / (1 - p) with dropout:
+ * the scale of the tolerance. */
 void oclf_ref_attention(const oclf_ref_attention_args *a, size_t total_q, double *o, double *lse,
                         double *vmax);
 /* Output rows of got (token t, head h at off + t * ts + h * hs) outside

@@ -24,6 +24,16 @@ static int visible(const oclf_ref_attention_args *a, int64_t i, int64_t j, int64
     return 1;
 }
 
+int oclf_ref_attention_keep(const oclf_ref_attention_args *a, uint64_t t, size_t h, int64_t j)
+{
+    const uint64_t c23 = (uint64_t)h + a->dropout_offset;
+    const uint32_t ctr[4] = {(uint32_t)j, (uint32_t)t, (uint32_t)c23, (uint32_t)(c23 >> 32)};
+    const uint32_t key[2] = {(uint32_t)a->dropout_seed, (uint32_t)(a->dropout_seed >> 32)};
+    uint32_t w[4];
+    oclf_ref_philox4x32_10(ctr, key, w);
+    return (double)(w[0] >> 8) * 0x1.0p-24 >= (double)a->dropout_p;
+}
+
 void oclf_ref_attention(const oclf_ref_attention_args *a, size_t total_q, double *o, double *lse,
                         double *vmax)
 {
@@ -69,17 +79,24 @@ void oclf_ref_attention(const oclf_ref_attention_args *a, size_t total_q, double
                         l += exp((double)a->sinks[h] - m);
                 }
                 double *out = o + (t * a->hq + h) * d;
+                /* dropout: the kept probabilities scaled, after the sum */
+                const double dscale = 1.0 / (1.0 - (double)a->dropout_p);
+                if (a->dropout_p > 0.0f)
+                    for (int64_t j = 0; j < sk; j++)
+                        if (!isnan(s[j]) && !oclf_ref_attention_keep(a, t, h, j))
+                            s[j] = -INFINITY;
                 for (size_t e = 0; e < d; e++) {
                     double acc = 0;
                     for (int64_t j = 0; j < sk; j++)
                         if (!isnan(s[j]))
-                            acc += exp(s[j] - m) * head_get(a->dtype, &a->v, (size_t)(k0 + j), kh, e);
+                            acc += exp(s[j] - m) * head_get(a->dtype, &a->v, (size_t)(k0 + j), kh, e) *
+                                   (a->dropout_p > 0.0f ? dscale : 1.0);
                     out[e] = l > 0 ? acc / l : 0.0;
                 }
                 if (lse)
                     lse[h * total_q + t] = l > 0 ? m + log(l) : -INFINITY;
-                if (vmax)
-                    vmax[t * a->hq + h] = vm;
+                if (vmax) /* the tolerance's scale grows with dropout's */
+                    vmax[t * a->hq + h] = a->dropout_p > 0.0f ? vm * dscale : vm;
             }
         }
         free(s);
