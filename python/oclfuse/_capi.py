@@ -172,6 +172,9 @@ class oclf_attention_options(ctypes.Structure):
         ("alibi_slopes", POINTER(oclf_buf)),
         ("sinks", POINTER(oclf_buf)),
         ("lse", POINTER(oclf_buf)),
+        ("dropout_p", c_float),
+        ("dropout_seed", c_uint64),
+        ("dropout_offset", c_uint64),
     ]
 
 

@@ -260,11 +260,13 @@ def _host(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-def _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks, lse):
+def _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks, lse,
+                       dropout):
     """oclf_attention_options and the oclf_buf objects its pointers keep."""
     o = C.init_struct(C.oclf_attention_options())
     lib.oclf_attention_options_init(ctypes.byref(o))
     o.scale, o.causal, o.softcap = scale, int(causal), softcap
+    o.dropout_p, o.dropout_seed, o.dropout_offset = dropout
     if window is not None:
         left, right = window
         o.window = 1
@@ -291,8 +293,8 @@ def _max_seqlen(cu, given):
 
 def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, *, scale=0.0,
               causal=False, window=None, softcap=0.0, alibi_slopes=None, sinks=None,
-              return_lse=False, out=None, path=None, params=None, ctx=None, queue=None,
-              wait_for=None):
+              dropout_p=0.0, dropout_seed=0, dropout_offset=0, return_lse=False, out=None,
+              path=None, params=None, ctx=None, queue=None, wait_for=None):
     """FlashAttention-style varlen attention: q [Tq, Hq, D], k and v [Tk, Hk,
     D] (Hq % Hk == 0: GQA, MQA; head views of a packed qkv are fine),
     cu_seqlens_q / cu_seqlens_k int32 [batch + 1] offsets from 0 (sequence b
@@ -301,8 +303,10 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, *, scale=0
     scale 0 means 1/sqrt(D); causal aligns bottom-right; window (left,
     right) keeps the keys within left before and right after the diagonal
     (-1 or None: unbounded); softcap > 0 caps scores with tanh; alibi_slopes
-    and sinks float32 [Hq]. Returns out [Tq, Hq, D] (default a new array),
-    or (out, lse [Hq, Tq] float32) with return_lse."""
+    and sinks float32 [Hq]; dropout_p in [0, 1) drops probabilities with
+    the library's Philox mask for (dropout_seed, dropout_offset), the same on
+    every path. Returns out [Tq, Hq, D] (default a new array), or (out, lse
+    [Hq, Tq] float32, taken before dropout) with return_lse."""
     call = _start([q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, out], ctx, queue,
                   wait_for)
     for name, a in (("q", q), ("k", k), ("v", v)):
@@ -322,7 +326,7 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, *, scale=0
     out, new = _out_like(call, out, q.shape, q.dtype)
     lse = call.new((hq, tq), np.float32) if return_lse else None
     opts, keep = _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks,
-                                    lse)
+                                    lse, (dropout_p, dropout_seed, dropout_offset))
     hq_, _ = _heads(call, q, "q", write=False)
     hk_, _ = _heads(call, k, "k", write=False)
     hv_, _ = _heads(call, v, "v", write=False)
@@ -337,8 +341,9 @@ def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, *, scale=0
 
 def attention_paged(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
                     max_seqlen_q=None, *, scale=0.0, causal=False, window=None, softcap=0.0,
-                    alibi_slopes=None, sinks=None, return_lse=False, out=None, path=None,
-                    params=None, ctx=None, queue=None, wait_for=None):
+                    alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0,
+                    dropout_offset=0, return_lse=False, out=None, path=None, params=None,
+                    ctx=None, queue=None, wait_for=None):
     """Attention over a paged KV cache (decode, chunked prefill and mixed
     batches): q [Tq, Hq, D]; k_cache and v_cache [num_blocks, block_size,
     Hk, D] (packed); cu_seqlens_q int32 [batch + 1]; seq_lens int32 [batch]
@@ -367,7 +372,7 @@ def attention_paged(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
     out, new = _out_like(call, out, q.shape, q.dtype)
     lse = call.new((hq, tq), np.float32) if return_lse else None
     opts, keep = _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks,
-                                    lse)
+                                    lse, (dropout_p, dropout_seed, dropout_offset))
     hq_, _ = _heads(call, q, "q", write=False)
     do = call.dev(out, write=True, init=not new)
     ho_, _ = _heads(call, out, "out")

@@ -123,6 +123,9 @@ int main(void)
     F(oclf_attention_options, alibi_slopes);
     F(oclf_attention_options, sinks);
     F(oclf_attention_options, lse);
+    F(oclf_attention_options, dropout_p);
+    F(oclf_attention_options, dropout_seed);
+    F(oclf_attention_options, dropout_offset);
 
     S(oclf_kv_cache);
     F(oclf_kv_cache, k);

@@ -1,6 +1,6 @@
 """attention, attention_paged, kv_cache_write and qk_norm_rope_cache against
 NumPy: varlen batches with empty sequences, causal and not, GQA and MQA,
-the score options, LSE, head views of a packed qkv, a paged cache in a
+the score options, LSE, dropout's determinism, head views of a packed qkv, a paged cache in a
 shuffled block order, every dtype and path."""
 import numpy as np
 import pyopencl.array as cla
@@ -159,6 +159,35 @@ def test_attention_refused(ctx, rng):
     assert e.value.status == oclfuse.INVALID_ARGUMENT and "multiple" in e.value.message
     with pytest.raises(TypeError):
         oclfuse.attention(q.astype(np.float16), k, k, cu([3]), cu([3]))
+
+
+@needs("oclf_attention")
+def test_attention_dropout(ctx, rng):
+    """The mask is the library's (Philox): the same on both paths and for the
+    same seed, another for another seed; p = 0 is no dropout; the LSE is
+    taken before it; p >= 1 is refused."""
+    dt, hq, hk, d = "f32", 2, 1, 8
+    cuq = cuk = cu([6, 5])
+    q = rand(rng, (11, hq, d), dt, -1, 1)
+    k = rand(rng, (11, hk, d), dt, -1, 1)
+    v = rand(rng, (11, hk, d), dt, -1, 1)
+    plain, l0 = oclfuse.attention(q, k, v, cuq, cuk, causal=True, return_lse=True)
+    none = oclfuse.attention(q, k, v, cuq, cuk, causal=True, dropout_p=0.0, dropout_seed=5)
+    np.testing.assert_array_equal(none, plain)
+    got = {}
+    for path in PATHS:
+        for seed in (1, 2):
+            got[path, seed], l1 = oclfuse.attention(q, k, v, cuq, cuk, causal=True,
+                                                    dropout_p=0.5, dropout_seed=seed,
+                                                    return_lse=True, path=path)
+            np.testing.assert_allclose(l1, l0, atol=ATOL[dt])
+    for seed in (1, 2):
+        np.testing.assert_allclose(got["fused", seed], got["unfused", seed], atol=1e-4)
+    assert not np.allclose(got["fused", 1], got["fused", 2])
+    assert not np.allclose(got["fused", 1], plain)
+    with pytest.raises(oclfuse.OclfError) as e:
+        oclfuse.attention(q, k, v, cuq, cuk, dropout_p=1.0)
+    assert e.value.status == oclfuse.INVALID_ARGUMENT
 
 
 # ---- paged cache ------------------------------------------------------------
