@@ -6,7 +6,8 @@
     y = oclfuse.rms_norm(x_cl, w_cl, path="fused")  # pyopencl arrays, async
 
 Operations: rms_norm, add_rms_norm, layer_norm, add_layer_norm, act_and_mul,
-rotary_embedding, qk_norm_rope, l2_topk, l2_topk_sharded, l2_topk_merge,
+rotary_embedding, qk_norm_rope, qk_norm_rope_cache, attention, attention_paged,
+kv_cache_write, l2_topk, l2_topk_sharded, l2_topk_merge,
 linear, and Expr (generated elementwise kernels; form_id gives an
 expression's tuning key). A refused call raises OclfError with the status
 and the library's sentence. bf16 is uint16 storage: to_bf16/from_bf16.
@@ -16,16 +17,17 @@ from ._capi import (BUILD_FAILED, DB_ERROR, INVALID_ARGUMENT, IO_ERROR, OPENCL_E
 from ._core import (Context, OclfError, context_for, default_context, from_bf16, storage_dtype,
                     to_bf16, version)
 from .expr import Expr, form_id
-from .ops import (Shard, act_and_mul, add_layer_norm, add_rms_norm, l2_topk, l2_topk_merge,
-                  l2_topk_sharded, layer_norm, linear, pack_mask, qk_norm_rope, rms_norm,
-                  rotary_embedding)
+from .ops import (Shard, act_and_mul, add_layer_norm, add_rms_norm, attention, attention_paged,
+                  kv_cache_write, l2_topk, l2_topk_merge, l2_topk_sharded, layer_norm, linear,
+                  pack_mask, qk_norm_rope, qk_norm_rope_cache, rms_norm, rotary_embedding)
 from .tuning import (tuning_db_check, tuning_db_default_path, tuning_db_merge, tuning_explain,
                      tuning_params_valid, tuning_resolve)
 
 __all__ = [
     "Context", "OclfError", "context_for", "default_context", "version", "to_bf16", "from_bf16",
     "storage_dtype", "rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "act_and_mul",
-    "rotary_embedding", "qk_norm_rope", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
+    "rotary_embedding", "qk_norm_rope", "qk_norm_rope_cache", "attention", "attention_paged",
+    "kv_cache_write", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
     "pack_mask", "linear", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",
     "tuning_db_merge",
     "tuning_explain", "tuning_resolve", "tuning_params_valid", "SUCCESS", "INVALID_ARGUMENT", "UNSUPPORTED", "BUILD_FAILED",

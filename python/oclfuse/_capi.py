@@ -160,6 +160,37 @@ class oclf_linear_epilogue(ctypes.Structure):
     ]
 
 
+class oclf_attention_options(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("scale", c_float),
+        ("causal", c_int),
+        ("window", c_int),
+        ("window_left", c_int64),
+        ("window_right", c_int64),
+        ("softcap", c_float),
+        ("alibi_slopes", POINTER(oclf_buf)),
+        ("sinks", POINTER(oclf_buf)),
+        ("lse", POINTER(oclf_buf)),
+        ("dropout_p", c_float),
+        ("dropout_seed", c_uint64),
+        ("dropout_offset", c_uint64),
+    ]
+
+
+class oclf_kv_cache(ctypes.Structure):
+    _fields_ = [
+        ("k", cl_handle),
+        ("v", cl_handle),
+        ("k_offset", c_size_t),
+        ("v_offset", c_size_t),
+        ("num_blocks", c_size_t),
+        ("block_size", c_size_t),
+        ("heads", c_size_t),
+        ("head_dim", c_size_t),
+    ]
+
+
 class oclf_expr_decl(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("kind", c_enum), ("dtype", c_enum)]
 
@@ -173,7 +204,7 @@ STRUCTS = {cls.__name__: cls for cls in (
     oclf_context_options, oclf_context_stats, oclf_params, oclf_choice, oclf_tuning_decision,
     oclf_buf,
     oclf_activation, oclf_rope, oclf_heads, oclf_l2_topk_options, oclf_l2_shard,
-    oclf_linear_epilogue, oclf_expr_decl, oclf_expr_arg)}
+    oclf_linear_epilogue, oclf_attention_options, oclf_kv_cache, oclf_expr_decl, oclf_expr_arg)}
 
 P = POINTER
 _ev = P(cl_handle)        # cl_event *: the optional event out
@@ -240,6 +271,21 @@ FUNCTIONS = {
     "oclf_linear": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
                               oclf_buf, c_enum, oclf_buf, c_enum, oclf_buf,
                               P(oclf_linear_epilogue), P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_attention_options_init": (None, (P(oclf_attention_options),)),
+    "oclf_attention": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
+                                 c_size_t, c_size_t, oclf_buf, oclf_buf, oclf_heads, oclf_heads,
+                                 oclf_heads, oclf_heads, P(oclf_attention_options),
+                                 P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_attention_paged": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
+                                       oclf_buf, oclf_buf, oclf_buf, c_size_t, oclf_heads,
+                                       P(oclf_kv_cache), oclf_heads, P(oclf_attention_options),
+                                       P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_kv_cache_write": (_status, (c_void_p, cl_handle, c_enum, c_size_t, oclf_heads,
+                                      oclf_heads, oclf_buf, P(oclf_kv_cache)) + _wait + (_ev,)),
+    "oclf_qk_norm_rope_cache": (_status, (c_void_p, cl_handle, c_enum, c_size_t, P(oclf_rope),
+                                          oclf_buf, c_size_t, c_size_t, c_size_t, P(oclf_buf),
+                                          P(oclf_buf), c_float, oclf_buf, P(oclf_kv_cache),
+                                          P(oclf_choice)) + _wait + (_ev,)),
     "oclf_expr_compile": (_status, (c_void_p, c_char_p, P(oclf_expr_decl), c_uint,
                                     P(oclf_expr_decl), c_uint, P(c_void_p))),
     "oclf_expr_canonical": (c_char_p, (c_void_p,)),
@@ -273,8 +319,20 @@ def _candidates():
     yield SONAME
 
 
+# Functions of FUNCTIONS that the loaded library lacks (one older than this
+# package): load() leaves them undeclared, and calling one raises
+# NotImplementedError naming it (see missing()).
+MISSING = set()
+
+
+def missing(*names):
+    """The names among `names` that the loaded library does not export."""
+    return [n for n in names if n in MISSING]
+
+
 def load():
-    """The library with every function of FUNCTIONS declared."""
+    """The library with every function of FUNCTIONS it exports declared; the
+    others are listed in MISSING."""
     tried = []
     for path in _candidates():
         try:
@@ -286,7 +344,11 @@ def load():
         raise OSError("liboclfuse not found (set %s to the library or its folder); tried: %s"
                       % (LIBRARY_ENV, "; ".join(tried)))
     for name, (res, args) in FUNCTIONS.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            MISSING.add(name)
+            continue
         fn.restype = res
         fn.argtypes = list(args)
     return lib

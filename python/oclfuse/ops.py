@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _capi as C
 from ._core import (Call, buf, buf_ptr, check, context_for, lib, make_choice, matrix_shape,
-                    oclf_dtype, same_dtype)
+                    oclf_dtype, same_dtype, version)
 
 _ACTS = {"silu": C.ACT_SILU, "gelu": C.ACT_GELU, "gelu_tanh": C.ACT_GELU_TANH,
          "fatrelu": C.ACT_FATRELU, "swiglu_oai": C.ACT_SWIGLU_OAI}
@@ -158,16 +158,25 @@ def _rope(call, positions, cos_sin, style, head_dim):
     return r
 
 
-def _heads(call, a, name):
+def _fn(name):
+    """The library function `name`; NotImplementedError when the loaded
+    library is older than this package and lacks it."""
+    if name in C.MISSING:
+        raise NotImplementedError(f"the loaded liboclfuse ({version()}) has no {name}")
+    return getattr(lib, name)
+
+
+def _heads(call, a, name, write=True):
     """oclf_heads of a [tokens, heads, head_dim] array (a 2-D array is one head
-    per token): token stride, head count and head stride from its strides."""
+    per token): token stride, head count and head stride from its strides.
+    `write`: the call writes these heads."""
     if a.ndim == 2:
         a3 = (a.shape[0], 1, a.shape[1])
     elif a.ndim == 3:
         a3 = a.shape
     else:
         raise ValueError(f"{name} must be [tokens, heads, head_dim] or [tokens, head_dim]")
-    d = call.dev(a, write=True)
+    d = call.dev(a, write=write)
     h = C.init_struct(C.oclf_heads())
     h.buf = buf(d)
     h.count = a3[1]
@@ -213,6 +222,212 @@ def qk_norm_rope(qkv, positions, cos_sin, *, nq, nk, q_weight=None, k_weight=Non
     call.run(lib.oclf_qk_norm_rope, oclf_dtype(qkv.dtype), tokens, ctypes.byref(r), buf(d), nq,
              nk, max(heads - nq - nk, 0), qw, kw, eps, make_choice(path, params))
     return qkv
+
+
+def _kv_cache(call, k_cache, v_cache, write):
+    """oclf_kv_cache of two packed [num_blocks, block_size, heads, head_dim]
+    arrays (views of one buffer are fine)."""
+    for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if a.ndim != 4:
+            raise ValueError(f"{name} must be [num_blocks, block_size, heads, head_dim]")
+    if tuple(k_cache.shape) != tuple(v_cache.shape):
+        raise ValueError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} "
+                         "differ in shape")
+    same_dtype(k_cache.dtype, v_cache=v_cache)
+    c = C.init_struct(C.oclf_kv_cache())
+    for name, a, field in (("k_cache", k_cache, "k"), ("v_cache", v_cache, "v")):
+        d = call.dev(a, write=write)
+        if not d.flags.c_contiguous:
+            raise ValueError(f"{name} must be packed (C-contiguous)")
+        b = buf(d, rows_stride=False)
+        setattr(c, field, b.mem)
+        setattr(c, field + "_offset", b.offset)
+    c.num_blocks, c.block_size, c.heads, c.head_dim = k_cache.shape
+    return c
+
+
+def _index(call, a, name, dtype):
+    """A device index array of `dtype` (int32 offsets and tables, int64
+    slots): NumPy arrays are converted, device arrays must already be."""
+    if isinstance(a, (list, tuple)) or (isinstance(a, np.ndarray) and a.dtype != dtype):
+        a = np.asarray(a, dtype=dtype)
+    if np.dtype(a.dtype) != np.dtype(dtype):
+        raise TypeError(f"{name} must be {np.dtype(dtype)}, not {a.dtype}")
+    return a, call.dev(a)
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks, lse,
+                       dropout):
+    """oclf_attention_options and the oclf_buf objects its pointers keep."""
+    o = C.init_struct(C.oclf_attention_options())
+    lib.oclf_attention_options_init(ctypes.byref(o))
+    o.scale, o.causal, o.softcap = scale, int(causal), softcap
+    o.dropout_p, o.dropout_seed, o.dropout_offset = dropout
+    if window is not None:
+        left, right = window
+        o.window = 1
+        o.window_left = -1 if left is None else left
+        o.window_right = -1 if right is None else right
+    keep = []
+    for field, a in (("alibi_slopes", alibi_slopes), ("sinks", sinks), ("lse", lse)):
+        if a is None:
+            continue
+        if np.dtype(a.dtype) != np.float32:
+            raise TypeError(f"{field} must be float32, not {a.dtype}")
+        p = buf_ptr(call.dev(a, write=field == "lse", init=field != "lse"))
+        keep.append(p)
+        setattr(o, field, p)
+    return o, keep
+
+
+def _max_seqlen(cu, given):
+    if given is not None:
+        return given
+    h = _host(cu).astype(np.int64)
+    return int(np.diff(h).max()) if h.size > 1 else 0
+
+
+def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, *, scale=0.0,
+              causal=False, window=None, softcap=0.0, alibi_slopes=None, sinks=None,
+              dropout_p=0.0, dropout_seed=0, dropout_offset=0, return_lse=False, out=None,
+              path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """FlashAttention-style varlen attention: q [Tq, Hq, D], k and v [Tk, Hk,
+    D] (Hq % Hk == 0: GQA, MQA; head views of a packed qkv are fine),
+    cu_seqlens_q / cu_seqlens_k int32 [batch + 1] offsets from 0 (sequence b
+    holds the tokens [cu[b], cu[b + 1])). max_seqlen_q: the most queries of a
+    sequence (None: computed from cu_seqlens_q, which reads a device array).
+    scale 0 means 1/sqrt(D); causal aligns bottom-right; window (left,
+    right) keeps the keys within left before and right after the diagonal
+    (-1 or None: unbounded); softcap > 0 caps scores with tanh; alibi_slopes
+    and sinks float32 [Hq]; dropout_p in [0, 1) drops probabilities with
+    the library's Philox mask for (dropout_seed, dropout_offset), the same on
+    every path. Returns out [Tq, Hq, D] (default a new array), or (out, lse
+    [Hq, Tq] float32, taken before dropout) with return_lse."""
+    call = _start([q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, out], ctx, queue,
+                  wait_for)
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim != 3:
+            raise ValueError(f"{name} must be [tokens, heads, head_dim]")
+    same_dtype(q.dtype, k=k, v=v)
+    tq, hq, d = q.shape
+    if k.shape[2] != d or v.shape[2] != d:
+        raise ValueError(f"q, k and v have head dims {d}, {k.shape[2]}, {v.shape[2]}")
+    if k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ")
+    cu_seqlens_q, dcq = _index(call, cu_seqlens_q, "cu_seqlens_q", np.int32)
+    cu_seqlens_k, dck = _index(call, cu_seqlens_k, "cu_seqlens_k", np.int32)
+    batch = cu_seqlens_q.shape[0] - 1
+    if cu_seqlens_k.shape[0] != batch + 1:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k hold different batch sizes")
+    out, new = _out_like(call, out, q.shape, q.dtype)
+    lse = call.new((hq, tq), np.float32) if return_lse else None
+    opts, keep = _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks,
+                                    lse, (dropout_p, dropout_seed, dropout_offset))
+    hq_, _ = _heads(call, q, "q", write=False)
+    hk_, _ = _heads(call, k, "k", write=False)
+    hv_, _ = _heads(call, v, "v", write=False)
+    do = call.dev(out, write=True, init=not new)
+    ho_, _ = _heads(call, out, "out")
+    call.run(_fn("oclf_attention"), oclf_dtype(q.dtype), batch, d, tq, k.shape[0],
+             _max_seqlen(cu_seqlens_q, max_seqlen_q), buf(dcq), buf(dck), hq_, hk_, hv_, ho_,
+             ctypes.byref(opts), make_choice(path, params))
+    del keep, do
+    return (out, lse) if return_lse else out
+
+
+def attention_paged(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
+                    max_seqlen_q=None, *, scale=0.0, causal=False, window=None, softcap=0.0,
+                    alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0,
+                    dropout_offset=0, return_lse=False, out=None, path=None, params=None,
+                    ctx=None, queue=None, wait_for=None):
+    """Attention over a paged KV cache (decode, chunked prefill and mixed
+    batches): q [Tq, Hq, D]; k_cache and v_cache [num_blocks, block_size,
+    Hk, D] (packed); cu_seqlens_q int32 [batch + 1]; seq_lens int32 [batch]
+    (sequence b's keys, the new tokens included: its queries are the last of
+    them); block_tables int32 [batch, max_blocks] (rows may be strided).
+    Options as attention(); params adds PART (keys per split-KV partition, 0:
+    no split). Returns out, or (out, lse) with return_lse."""
+    call = _start([q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, alibi_slopes,
+                   sinks, out], ctx, queue, wait_for)
+    if q.ndim != 3:
+        raise ValueError("q must be [tokens, heads, head_dim]")
+    same_dtype(q.dtype, k_cache=k_cache, v_cache=v_cache)
+    tq, hq, d = q.shape
+    cache = _kv_cache(call, k_cache, v_cache, write=False)
+    if cache.head_dim != d:
+        raise ValueError(f"q heads of {d} elements, cache heads of {cache.head_dim}")
+    cu_seqlens_q, dcq = _index(call, cu_seqlens_q, "cu_seqlens_q", np.int32)
+    seq_lens, dsl = _index(call, seq_lens, "seq_lens", np.int32)
+    block_tables, dbt = _index(call, block_tables, "block_tables", np.int32)
+    batch = seq_lens.shape[0]
+    if cu_seqlens_q.shape[0] != batch + 1:
+        raise ValueError(f"cu_seqlens_q holds {cu_seqlens_q.shape[0]} offsets for {batch} "
+                         "sequences")
+    if block_tables.ndim != 2 or block_tables.shape[0] != batch:
+        raise ValueError(f"block_tables must be [{batch}, max_blocks]")
+    out, new = _out_like(call, out, q.shape, q.dtype)
+    lse = call.new((hq, tq), np.float32) if return_lse else None
+    opts, keep = _attention_options(call, scale, causal, window, softcap, alibi_slopes, sinks,
+                                    lse, (dropout_p, dropout_seed, dropout_offset))
+    hq_, _ = _heads(call, q, "q", write=False)
+    do = call.dev(out, write=True, init=not new)
+    ho_, _ = _heads(call, out, "out")
+    call.run(_fn("oclf_attention_paged"), oclf_dtype(q.dtype), batch, tq,
+             _max_seqlen(cu_seqlens_q, max_seqlen_q), buf(dcq), buf(dsl), buf(dbt),
+             block_tables.shape[1], hq_, ctypes.byref(cache), ho_, ctypes.byref(opts),
+             make_choice(path, params))
+    del keep, do
+    return (out, lse) if return_lse else out
+
+
+def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, *, ctx=None, queue=None,
+                   wait_for=None):
+    """Writes new K and V heads ([tokens, Hk, D], views fine) into a paged
+    cache ([num_blocks, block_size, Hk, D] each): token t goes to slot
+    slot_mapping[t] (int64; block s // block_size, position s % block_size;
+    s < 0 skips the token). Returns (k_cache, v_cache)."""
+    call = _start([k, v, k_cache, v_cache, slot_mapping], ctx, queue, wait_for)
+    same_dtype(k_cache.dtype, k=k, v=v)
+    cache = _kv_cache(call, k_cache, v_cache, write=True)
+    hk_, shape = _heads(call, k, "k", write=False)
+    hv_, _ = _heads(call, v, "v", write=False)
+    slot_mapping, dsm = _index(call, slot_mapping, "slot_mapping", np.int64)
+    call.run(_fn("oclf_kv_cache_write"), oclf_dtype(k_cache.dtype), shape[0], hk_, hv_,
+             buf(dsm), ctypes.byref(cache))
+    return k_cache, v_cache
+
+
+def qk_norm_rope_cache(qkv, positions, cos_sin, slot_mapping, k_cache, v_cache, *, nq, nk,
+                       q_weight=None, k_weight=None, eps=1e-6, style="neox", path=None,
+                       params=None, ctx=None, queue=None, wait_for=None):
+    """qk_norm_rope on a packed qkv [tokens, nq + nk + nv, head_dim], which
+    also writes the rotated K heads and the V heads into a paged cache
+    (k_cache, v_cache [num_blocks, block_size, nk, head_dim]; nv = nk) at
+    slot_mapping (int64 [tokens], s < 0 skipped). Returns (qkv, k_cache,
+    v_cache)."""
+    call = _start([qkv, positions, cos_sin, slot_mapping, k_cache, v_cache, q_weight,
+                   k_weight], ctx, queue, wait_for)
+    if qkv.ndim != 3:
+        raise ValueError("qkv must be [tokens, heads, head_dim]")
+    tokens, heads, head_dim = qkv.shape
+    same_dtype(qkv.dtype, q_weight=q_weight, k_weight=k_weight, k_cache=k_cache,
+               v_cache=v_cache)
+    d = call.dev(qkv, write=True)
+    if d.strides[1:] != (head_dim * d.dtype.itemsize, d.dtype.itemsize):
+        raise ValueError("qkv: the heads of a token must be packed")
+    cache = _kv_cache(call, k_cache, v_cache, write=True)
+    r = _rope(call, positions, cos_sin, style, head_dim)
+    slot_mapping, dsm = _index(call, slot_mapping, "slot_mapping", np.int64)
+    qw = buf_ptr(call.dev(q_weight)) if q_weight is not None else None
+    kw = buf_ptr(call.dev(k_weight)) if k_weight is not None else None
+    call.run(_fn("oclf_qk_norm_rope_cache"), oclf_dtype(qkv.dtype), tokens, ctypes.byref(r),
+             buf(d), nq, nk, max(heads - nq - nk, 0), qw, kw, eps, buf(dsm),
+             ctypes.byref(cache), make_choice(path, params))
+    return qkv, k_cache, v_cache
 
 
 def linear(x, weight, bias=None, residual=None, *, layout="nk", prologue="none", act="none",

@@ -112,6 +112,31 @@ int main(void)
     F(oclf_linear_epilogue, residual_before_act);
     F(oclf_linear_epilogue, act);
 
+    S(oclf_attention_options);
+    F(oclf_attention_options, size);
+    F(oclf_attention_options, scale);
+    F(oclf_attention_options, causal);
+    F(oclf_attention_options, window);
+    F(oclf_attention_options, window_left);
+    F(oclf_attention_options, window_right);
+    F(oclf_attention_options, softcap);
+    F(oclf_attention_options, alibi_slopes);
+    F(oclf_attention_options, sinks);
+    F(oclf_attention_options, lse);
+    F(oclf_attention_options, dropout_p);
+    F(oclf_attention_options, dropout_seed);
+    F(oclf_attention_options, dropout_offset);
+
+    S(oclf_kv_cache);
+    F(oclf_kv_cache, k);
+    F(oclf_kv_cache, v);
+    F(oclf_kv_cache, k_offset);
+    F(oclf_kv_cache, v_offset);
+    F(oclf_kv_cache, num_blocks);
+    F(oclf_kv_cache, block_size);
+    F(oclf_kv_cache, heads);
+    F(oclf_kv_cache, head_dim);
+
     S(oclf_expr_decl);
     F(oclf_expr_decl, name);
     F(oclf_expr_decl, kind);
