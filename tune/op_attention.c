@@ -286,7 +286,12 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
                 oclf_params_set(&p, "ACC", acc);
                 if (paged)
                     oclf_params_set(&p, "PART", parts[pt]);
-                op_space_add_valid(&c, out, &n, max, &p);
+                /* a CPU tries both structures; a GPU stages (rows side by
+                 * side in lockstep gain nothing from the cache's reuse) */
+                for (int st = acc; st < 2; st++) {
+                    oclf_params_set(&p, "STAGE", st);
+                    op_space_add_valid(&c, out, &n, max, &p);
+                }
             }
     return n;
 }
@@ -307,8 +312,11 @@ const op_desc op_attention = {
                   "heads, head dim; causal)",
     .ndims = 6,
     .dim_names = {"batch", "seqlen_q", "seqlen_k", "q_heads", "kv_heads", "head_dim"},
-    .bench_shapes = "1x512x512x32x8x128,4x128x128x32x8x64",
-    .tune_shapes = "1x512x512x32x8x128,4x128x128x32x8x64",
+    /* Llama-3-8B's heads (32 query, 8 KV, 128): causal prefills of one
+     * 2048-token sequence and of four of 512, and a small one a short run
+     * can afford */
+    .bench_shapes = "1x2048x2048x32x8x128,4x512x512x32x8x128,1x512x512x32x8x128",
+    .tune_shapes = "4x512x512x32x8x128,1x512x512x32x8x128,4x128x128x32x8x64",
     /* out of cache: decode-like rows (one query per sequence against 2048
      * keys), where K and V stream once and the arithmetic is light, more
      * sequences until they are past twice the cache. A prefill that large
