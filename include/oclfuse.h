@@ -814,17 +814,20 @@ OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
  * OCLF_INVALID_ARGUMENT naming the sequence. The unfused path always reads
  * them (it sizes its GEMMs on the host) and always rejects them.
  *
- * Paths: fused, one kernel (attention_fused): a work-group takes WGS rows
- * of one KV-head group of a sequence (rows are (query, query head of the
- * group) pairs, so every query head of a group shares each K/V block it
- * stages) and walks the keys in blocks of BK staged in local memory, with
- * an online softmax and an fp32 accumulator; the score matrix never
- * reaches global memory. Parameters (fused): WGS (rows per work-group, a
- * power of two), BK (keys per staged block: 1..64), VEC (1, 2, 4, 8, 16:
- * the width of the dot products; head_dim is padded to a multiple of it in
+ * Paths: fused, one kernel (attention_fused) that walks the keys in
+ * blocks of BK with an online softmax and an fp32 accumulator; the score
+ * matrix never reaches global memory. STAGE 1 (the GPU default): a
+ * work-group takes WGS rows of one KV-head group of a sequence (rows are
+ * (query, query head of the group) pairs, so every query head of a group
+ * shares each K/V block it stages in local memory). STAGE 0 (the CPU
+ * default): a work-group's rows are (query, query head) pairs over every
+ * head, each reading its keys and values from global memory, a block at a
+ * time for the whole group. Parameters (fused): WGS (rows per work-group,
+ * a power of two), BK (keys per block: 1..64), VEC (1, 2, 4, 8, 16: the
+ * width of the dot products; head_dim is padded to a multiple of it in
  * local and private memory), ACC (where each row's query and accumulator
  * live: 0 private memory, the CPU default; 1 local memory, the GPU
- * default). Unfused, what a user writes by hand: 16-bit
+ * default), STAGE (0 or 1, above). Unfused, what a user writes by hand: 16-bit
  * inputs widened to f32 copies, then per sequence, query head and tile of
  * queries the GEMM library's Sgemm for scale . Q K^T into an f32 score tile,
  * one masked-softmax kernel (softcap, ALiBi, mask, sinks, LSE), and Sgemm
