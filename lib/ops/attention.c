@@ -124,8 +124,11 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     oclf_params_set(out, "PART", part);
 }
 
+/* wgs_default: WGS is the heuristic's, not the caller's or a record's, so
+ * it may give way (halve) where a BK that was asked for leaves its rows no
+ * room in local memory. */
 static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, size_t d,
-                               int paged, attn_cfg *cfg)
+                               int paged, int wgs_default, attn_cfg *cfg)
 {
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
@@ -140,6 +143,10 @@ static oclf_status attn_config(const oclf_context *ctx, const oclf_params *p, si
     cfg->paged = paged;
     cfg->part = paged ? (size_t)v[P_PART] : 0;
     cfg->dp = (int)pad_dim(d ? d : 1, (size_t)cfg->vec);
+    while (wgs_default && cfg->wgs > 1 &&
+           stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc, cfg->stage) >
+               ctx->info.local_mem)
+        v[P_WGS] = cfg->wgs /= 2;
     if (stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc, cfg->stage) >
         ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -188,7 +195,7 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
         return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), ATTN_ELEM_WGS);
     }
     attn_cfg cfg;
-    if ((st = attn_config(ctx, &r->params, (size_t)shape->dim[3], paged, &cfg)))
+    if ((st = attn_config(ctx, &r->params, (size_t)shape->dim[3], paged, r->wgs_default, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
@@ -828,7 +835,7 @@ oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype
     if (r.path == OCLF_PATH_FUSED) {
         if (r.has_cfg)
             memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = attn_config(ctx, &r.params, head_dim, 0, &cfg)))
+        else if ((st = attn_config(ctx, &r.params, head_dim, 0, r.wgs_default, &cfg)))
             return st;
     }
     if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
@@ -933,7 +940,7 @@ oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue, oclf
     if (r.path == OCLF_PATH_FUSED) {
         if (r.has_cfg)
             memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = attn_config(ctx, &r.params, c.d, 1, &cfg)))
+        else if ((st = attn_config(ctx, &r.params, c.d, 1, r.wgs_default, &cfg)))
             return st;
     }
     if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
