@@ -509,11 +509,7 @@ START_TEST(test_bad_arguments)
            OCLF_INVALID_ARGUMENT, "WGS");
     /* offsets the host checks: on the unfused path always, on the fused
      * path under `validate` */
-    oclf_context_options copt;
-    oclf_context_options_init(&copt);
-    copt.validate = 1;
-    oclf_context *vctx = NULL;
-    TH_OK(oclf_context_create(e->cl, e->device, &copt, &vctx));
+    oclf_context *vctx = th_validate_context();
     static const int32_t bads[][3] = {{1, 3, 6}, {0, 2, 1}, {0, 3, 5}, {0, 0, 6}};
     static const char *const words[] = {"[0]", "decreases", "ends", "max_seqlen_q"};
     for (int i = 0; i < 4; i++) {

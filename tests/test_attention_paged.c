@@ -794,11 +794,7 @@ START_TEST(test_bad_arguments)
     /* data the host checks: under `validate` on the fused path, always on
      * the unfused one. A used block id out of range (each side), a length
      * beyond max_blocks x block_size. */
-    oclf_context_options copt;
-    oclf_context_options_init(&copt);
-    copt.validate = 1;
-    oclf_context *vctx = NULL;
-    TH_OK(oclf_context_create(e->cl, e->device, &copt, &vctx));
+    oclf_context *vctx = th_validate_context();
     for (int i = 0; i < 3; i++) {
         int32_t *tb = malloc(p->nbt * 4 + 4);
         memcpy(tb, p->bt, p->nbt * 4);
