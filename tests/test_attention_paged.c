@@ -277,6 +277,24 @@ static void run_case(const pcase *c, attn_result *res)
     paged_free(&p);
 }
 
+/* Runs *c on the inputs of seed `seed`, its results kept in *res. */
+static void run_seeded(const pcase *c, uint64_t seed, attn_result *res)
+{
+    th_seed(seed);
+    run_case(c, res);
+}
+
+/* Runs *c on the inputs of seed `seed` and expects what *first holds (a run
+ * of the same inputs with another structure or path). */
+static void expect_rerun_same(const pcase *c, uint64_t seed, const attn_result *first,
+                              const char *what)
+{
+    attn_result r;
+    run_seeded(c, seed, &r);
+    attn_expect_same(c->dt, c->hq, c->d, first, &r, what);
+    attn_result_free(&r);
+}
+
 /* A mixed batch in one call: decode (1 query), chunked prefill (the last
  * Sq of Sk keys), an empty sequence, a 1-token one, more queries than keys
  * (causal rows that see no key), queries without keys, a longer decode. */
@@ -440,16 +458,12 @@ START_TEST(test_split)
                        .sq = sq, .sk = sk, .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED};
             if (opts) /* every option: the merge adds the sinks once */
                 option_set(10, &c);
-            attn_result a, b;
+            attn_result a;
             c.params = &off;
-            th_seed(91 + (uint64_t)opts);
-            run_case(&c, &a);
+            run_seeded(&c, 91 + (uint64_t)opts, &a);
             c.params = &on;
-            th_seed(91 + (uint64_t)opts);
-            run_case(&c, &b);
-            attn_expect_same(c.dt, c.hq, c.d, &a, &b, "PART 0 against a split");
+            expect_rerun_same(&c, 91 + (uint64_t)opts, &a, "PART 0 against a split");
             attn_result_free(&a);
-            attn_result_free(&b);
         }
     }
 }
@@ -471,21 +485,14 @@ START_TEST(test_long)
     const oclf_dtype dt = quick() ? OCLF_F32 : OCLF_BF16;
     pcase c = {.dt = dt, .hq = 8, .hk = 2, .d = 64, .batch = 2, .bs = 16, .sq = sq, .sk = sk,
                .causal = 1, .sinks = 1, .lse = 1, .path = OCLF_PATH_FUSED};
-    attn_result a, b;
+    attn_result a;
     c.params = &split;
-    th_seed(5);
-    run_case(&c, &a);
+    run_seeded(&c, 5, &a);
     c.params = &none;
-    th_seed(5);
-    run_case(&c, &b);
-    attn_expect_same(c.dt, c.hq, c.d, &a, &b, "long: split against none");
-    attn_result_free(&b);
+    expect_rerun_same(&c, 5, &a, "long: split against none");
     c.params = NULL;
-    th_seed(5);
-    run_case(&c, &b);
-    attn_expect_same(c.dt, c.hq, c.d, &a, &b, "long: split against the defaults");
+    expect_rerun_same(&c, 5, &a, "long: split against the defaults");
     attn_result_free(&a);
-    attn_result_free(&b);
 }
 END_TEST
 
@@ -496,16 +503,12 @@ START_TEST(test_fused_unfused)
     const oclf_dtype dt = dtypes[_i];
     pcase c = {.dt = dt, .hq = 4, .hk = 2, .d = 40, .batch = MB, .bs = 4, .sq = msq, .sk = msk,
                .causal = 1, .softcap = 2.0f, .alibi = 1, .sinks = 1, .lse = 1};
-    attn_result f, u;
+    attn_result f;
     c.path = OCLF_PATH_FUSED;
-    th_seed(77);
-    run_case(&c, &f);
+    run_seeded(&c, 77, &f);
     c.path = OCLF_PATH_UNFUSED;
-    th_seed(77);
-    run_case(&c, &u);
-    attn_expect_same(c.dt, c.hq, c.d, &f, &u, "fused against unfused");
+    expect_rerun_same(&c, 77, &f, "fused against unfused");
     attn_result_free(&f);
-    attn_result_free(&u);
 }
 END_TEST
 
