@@ -583,20 +583,15 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
             h < nq ? 0
                    : cache_put_head(x, xo, ts, nq, nk, hd, t, h, slots, so, nslots, ck, cko, cv,
                                     cvo, thd == 0, lane, nlanes);
-#define PUT_V(i, v)                                                            \
+#define PUT_BOTH(store, type, i, v)                                            \
     do {                                                                       \
-        const floatv w_ = (v);                                                 \
-        STV(hp, (i), w_);                                                      \
+        const type w_ = (v);                                                   \
+        store(hp, (i), w_);                                                    \
         if (cp)                                                                \
-            STV(cp, (i), w_);                                                  \
+            store(cp, (i), w_);                                                \
     } while (0)
-#define PUT_S(i, v)                                                            \
-    do {                                                                       \
-        const float w_ = (v);                                                  \
-        ST(hp, (i), w_);                                                       \
-        if (cp)                                                                \
-            ST(cp, (i), w_);                                                   \
-    } while (0)
+#define PUT_V(i, v) PUT_BOTH(STV, floatv, i, v)
+#define PUT_S(i, v) PUT_BOTH(ST, float, i, v)
 #else
 #define PUT_V(i, v) STV(hp, (i), (v))
 #define PUT_S(i, v) ST(hp, (i), (v))
@@ -614,6 +609,7 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
 #undef NORM_S
 #undef PUT_V
 #undef PUT_S
+#undef PUT_BOTH
     }
     END_HEADS
 }

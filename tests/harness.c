@@ -139,6 +139,17 @@ oclf_choice th_row_choice(oclf_path path, int layout, int wgs, int vec, int stag
     return ch;
 }
 
+oclf_context *th_validate_context(void)
+{
+    th_env *e = th_get();
+    oclf_context_options opt;
+    oclf_context_options_init(&opt);
+    opt.validate = 1;
+    oclf_context *vctx = NULL;
+    TH_OK(oclf_context_create(e->cl, e->device, &opt, &vctx));
+    return vctx;
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

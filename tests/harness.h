@@ -44,6 +44,10 @@ cl_mem th_upload(const void *host, size_t bytes);
 void th_download(cl_mem mem, void *host, size_t bytes);
 cl_mem th_alloc(size_t bytes);
 
+/* A second library context on the test device with the `validate` option
+ * (the host checks the data it is given); the caller destroys it. */
+oclf_context *th_validate_context(void);
+
 /* Runs a runner over `s` and returns the number of failures (for main). */
 int th_run_suite(Suite *s);
 

@@ -10,7 +10,7 @@
  * the tolerance of the contract (tol (1 + max |v|) per row, LSE within tol),
  * every padding element bit for bit unchanged.
  */
-#include "harness.h"
+#include "attn_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,23 +40,9 @@ typedef struct acase {
     const oclf_params *params; /* NULL: the defaults */
 } acase;
 
-/* What a run leaves for comparisons between runs. */
-typedef struct aresult {
-    double *o;   /* [tq, hq, d] as read back */
-    float *lse;  /* [hq, tq] */
-    double *vmax;
-    size_t tq;
-} aresult;
-
-static void free_result(aresult *r)
-{
-    free(r->o), free(r->lse), free(r->vmax);
-    memset(r, 0, sizeof *r);
-}
-
 /* Runs one case, checks it against the reference and the padding, and
  * fills *res (may be NULL). */
-static void run_case(const acase *c, aresult *res)
+static void run_case(const acase *c, attn_result *res)
 {
     th_env *e = th_get();
     const oclf_dtype dt = c->dt;
@@ -100,14 +86,10 @@ static void run_case(const acase *c, aresult *res)
         }
     }
     /* output with padding between heads and tokens */
-    const size_t ohs = d + 1, ots = hq * ohs + 2, ooff = 5, on = ooff + tq * ots + 1;
-    void *ho = th_random(dt, on, 5, 6);
-    cl_mem mo = th_upload(ho, on * es);
-    oclf_heads o = {{mo, ooff, ots}, hq, ohs};
-    const size_t loff = 2, lst = tq + 3, ln = loff + hq * lst + 1;
-    float *hl = th_random(OCLF_F32, ln, 7, 8);
-    cl_mem ml = th_upload(hl, ln * 4);
-    oclf_buf lse = {ml, loff, lst};
+    attn_out out;
+    attn_out_make(&out, dt, tq, hq, d);
+    const oclf_heads o = attn_out_heads(&out);
+    oclf_buf lse = attn_out_lse(&out);
     float *slopes = th_random(OCLF_F32, hq, 0.05f, 0.5f);
     float *sinks = th_random(OCLF_F32, hq, -1.0f, 2.0f);
     cl_mem msl = th_upload(slopes, hq * 4), msi = th_upload(sinks, hq * 4);
@@ -132,10 +114,7 @@ static void run_case(const acase *c, aresult *res)
     TH_OK(oclf_attention(e->ctx, e->queue, dt, c->batch, d, tq, tk, max_sq,
                          (oclf_buf){mcq, 0, 0}, (oclf_buf){mck, 0, 0}, q, k,
                          v, o, &opt, &ch, 0, NULL, NULL));
-    void *go = malloc(on * es);
-    float *gl = malloc(ln * 4);
-    th_download(mo, go, on * es);
-    th_download(ml, gl, ln * 4);
+    attn_out_read(&out);
 
     oclf_ref_attention_args a;
     memset(&a, 0, sizeof a);
@@ -152,61 +131,31 @@ static void run_case(const acase *c, aresult *res)
     oclf_ref_attention(&a, tq, want, wl, vmax);
     size_t first = 0;
     double worst = 0;
-    size_t bad = oclf_ref_attention_compare(dt, go, ooff, ots, ohs, tq, hq, d, want, vmax, &first,
-                                            &worst);
+    size_t bad = oclf_ref_attention_compare(dt, out.go, out.ooff, out.ots, out.ohs, tq, hq, d, want,
+                                            vmax, &first, &worst);
     ck_assert_msg(bad == 0,
                   "%s %s d=%zu hq=%zu hk=%zu: %zu outputs wrong, first %zu (want %g), max err %g",
                   oclf_dtype_name(dt), c->path == OCLF_PATH_UNFUSED ? "unfused" : "fused", d, hq,
                   hk, bad, first, want[first], worst);
     /* padding of o, and the whole of lse when not asked for */
-    for (size_t i = 0; i < on; i++) {
-        const int in_head = i >= ooff && (i - ooff) % ots < hq * ohs &&
-                            (i - ooff) % ots % ohs < d && (i - ooff) / ots < tq;
-        if (!in_head)
-            ck_assert_msg(memcmp((char *)go + i * es, (char *)ho + i * es, es) == 0,
-                          "o element %zu outside the heads was written", i);
-    }
-    if (c->lse) {
-        bad = oclf_ref_attention_lse_compare(dt, gl + loff, lst, tq, hq, wl, &first, &worst);
-        ck_assert_msg(bad == 0, "%zu LSE wrong, first %zu (want %g), max err %g", bad, first,
-                      wl[first], worst);
-        for (size_t i = 0; i < ln; i++)
-            if (i < loff || (i - loff) % lst >= tq || (i - loff) / lst >= hq)
-                ck_assert_msg(gl[i] == hl[i], "lse element %zu outside the rows was written", i);
-    } else {
-        ck_assert_msg(memcmp(gl, hl, ln * 4) == 0, "lse written without being asked for");
-    }
+    attn_check_o_padding(&out);
+    attn_check_lse(&out, c->lse, wl);
     /* a row with no key and no sink: exactly 0 */
-    for (size_t t = 0; t < tq; t++)
-        for (size_t h = 0; h < hq; h++)
-            if (isinf(wl[h * tq + t]) && wl[h * tq + t] < 0)
-                for (size_t i = 0; i < d; i++)
-                    ck_assert_msg(oclf_ref_get(dt, go, ooff + t * ots + h * ohs + i) == 0.0f,
-                                  "row (%zu, %zu) sees no key but is not 0", t, h);
+    attn_check_no_key_rows(&out, wl);
     if (res) {
-        res->tq = tq;
-        res->o = malloc((tq * hq * d + 1) * sizeof *res->o);
-        res->lse = malloc((hq * tq + 1) * sizeof *res->lse);
-        for (size_t t = 0; t < tq; t++)
-            for (size_t h = 0; h < hq; h++)
-                for (size_t i = 0; i < d; i++)
-                    res->o[(t * hq + h) * d + i] =
-                        oclf_ref_get(dt, go, ooff + t * ots + h * ohs + i);
-        for (size_t h = 0; h < hq; h++)
-            for (size_t t = 0; t < tq; t++)
-                res->lse[h * tq + t] = gl[loff + h * lst + t];
-        res->vmax = vmax;
+        attn_result_keep(&out, vmax, res);
         vmax = NULL;
     }
-    free(vmax), free(want), free(wl), free(go), free(gl), free(ho), free(hl);
+    free(vmax), free(want), free(wl);
+    attn_out_free(&out);
     free(slopes), free(sinks), free(cuq), free(cuk);
     for (int i = 0; i < 3; i++) {
         free(hin[i]);
         if (min[i])
             clReleaseMemObject(min[i]);
     }
-    cl_mem rel[] = {mo, ml, msl, msi, mcq, mck};
-    for (int i = 0; i < 6; i++)
+    cl_mem rel[] = {msl, msi, mcq, mck};
+    for (int i = 0; i < 4; i++)
         clReleaseMemObject(rel[i]);
 }
 
@@ -348,26 +297,16 @@ START_TEST(test_fused_unfused)
     const oclf_dtype dt = dtypes[_i];
     acase c = {.dt = dt, .hq = 4, .hk = 2, .d = 40, .batch = VB, .sq = vsq, .sk = vsk,
                .causal = 1, .softcap = 2.0f, .alibi = 1, .sinks = 1, .lse = 1};
-    aresult f, u;
+    attn_result f, u;
     c.path = OCLF_PATH_FUSED;
     th_seed(77); /* the same inputs for both */
     run_case(&c, &f);
     c.path = OCLF_PATH_UNFUSED;
     th_seed(77);
     run_case(&c, &u);
-    const double tol = dt == OCLF_F32 ? 2e-5 : dt == OCLF_F16 ? 2e-3 : 1.6e-2;
-    for (size_t t = 0; t < f.tq; t++)
-        for (size_t h = 0; h < c.hq; h++) {
-            for (size_t i = 0; i < c.d; i++) {
-                const size_t x = (t * c.hq + h) * c.d + i;
-                ck_assert_msg(fabs(f.o[x] - u.o[x]) <= tol * (1 + f.vmax[t * c.hq + h]),
-                              "fused %g, unfused %g at %zu", f.o[x], u.o[x], x);
-            }
-            const float a = f.lse[h * f.tq + t], b = u.lse[h * f.tq + t];
-            ck_assert_msg(a == b || fabs((double)a - (double)b) <= tol, "LSE %g vs %g", a, b);
-        }
-    free_result(&f);
-    free_result(&u);
+    attn_expect_same(dt, c.hq, c.d, &f, &u, "fused against unfused");
+    attn_result_free(&f);
+    attn_result_free(&u);
 }
 END_TEST
 
@@ -570,11 +509,7 @@ START_TEST(test_bad_arguments)
            OCLF_INVALID_ARGUMENT, "WGS");
     /* offsets the host checks: on the unfused path always, on the fused
      * path under `validate` */
-    oclf_context_options copt;
-    oclf_context_options_init(&copt);
-    copt.validate = 1;
-    oclf_context *vctx = NULL;
-    TH_OK(oclf_context_create(e->cl, e->device, &copt, &vctx));
+    oclf_context *vctx = th_validate_context();
     static const int32_t bads[][3] = {{1, 3, 6}, {0, 2, 1}, {0, 3, 5}, {0, 0, 6}};
     static const char *const words[] = {"[0]", "decreases", "ends", "max_seqlen_q"};
     for (int i = 0; i < 4; i++) {

@@ -16,7 +16,7 @@
  * between "@@" marker lines for tests/oclgrind_run.py's traffic mode: the
  * fused kernel must read the visible K and V once per KV-head group.
  */
-#include "harness.h"
+#include "attn_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +30,6 @@ static int quick(void)
     const char *q = getenv("OCLF_TEST_QUICK");
     return q && *q && strcmp(q, "0") != 0;
 }
-
-static double tol_of(oclf_dtype dt) { return dt == OCLF_F32 ? 2e-5 : dt == OCLF_F16 ? 2e-3 : 1.6e-2; }
 
 /* ---- the paged cache built on the host ---------------------------------- */
 
@@ -185,20 +183,7 @@ typedef struct pcase {
     garbage g;
 } pcase;
 
-typedef struct presult {
-    double *o;  /* [tq, hq, d] as read back */
-    float *lse; /* [hq, tq] */
-    double *vmax;
-    size_t tq;
-} presult;
-
-static void free_result(presult *r)
-{
-    free(r->o), free(r->lse), free(r->vmax);
-    memset(r, 0, sizeof *r);
-}
-
-static void run_case(const pcase *c, presult *res)
+static void run_case(const pcase *c, attn_result *res)
 {
     th_env *e = th_get();
     const oclf_dtype dt = c->dt;
@@ -212,14 +197,10 @@ static void run_case(const pcase *c, presult *res)
     void *hq_ = th_random(dt, qn, -1, 1);
     cl_mem mq = th_upload(hq_, qn * es);
     oclf_heads q = {{mq, qoff, qts}, hq, qhs};
-    const size_t ohs = d + 1, ots = hq * ohs + 2, ooff = 5, on = ooff + tq * ots + 1;
-    void *ho = th_random(dt, on, 5, 6);
-    cl_mem mo = th_upload(ho, on * es);
-    oclf_heads o = {{mo, ooff, ots}, hq, ohs};
-    const size_t loff = 2, lst = tq + 3, ln = loff + hq * lst + 1;
-    float *hl = th_random(OCLF_F32, ln, 7, 8);
-    cl_mem ml = th_upload(hl, ln * 4);
-    oclf_buf lse = {ml, loff, lst};
+    attn_out out;
+    attn_out_make(&out, dt, tq, hq, d);
+    const oclf_heads o = attn_out_heads(&out);
+    oclf_buf lse = attn_out_lse(&out);
     float *slopes = th_random(OCLF_F32, hq, 0.05f, 0.5f);
     float *sinks = th_random(OCLF_F32, hq, -1.0f, 2.0f);
     cl_mem msl = th_upload(slopes, hq * 4), msi = th_upload(sinks, hq * 4);
@@ -247,10 +228,7 @@ static void run_case(const pcase *c, presult *res)
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
-    void *go = malloc(on * es);
-    float *gl = malloc(ln * 4);
-    th_download(mo, go, on * es);
-    th_download(ml, gl, ln * 4);
+    attn_out_read(&out);
 
     oclf_ref_attention_args a;
     memset(&a, 0, sizeof a);
@@ -269,37 +247,17 @@ static void run_case(const pcase *c, presult *res)
     oclf_ref_attention(&a, tq, want, wl, vmax);
     size_t first = 0;
     double worst = 0;
-    size_t bad = oclf_ref_attention_compare(dt, go, ooff, ots, ohs, tq, hq, d, want, vmax, &first,
-                                            &worst);
+    const size_t bad = oclf_ref_attention_compare(dt, out.go, out.ooff, out.ots, out.ohs, tq, hq,
+                                                  d, want, vmax, &first, &worst);
     ck_assert_msg(bad == 0,
                   "%s %s d=%zu hq=%zu hk=%zu bs=%zu: %zu outputs wrong, first %zu (token %zu, "
                   "head %zu: want %g), max err %g",
                   oclf_dtype_name(dt), c->path == OCLF_PATH_UNFUSED ? "unfused" : "fused", d, hq,
                   hk, c->bs, bad, first, first / (hq * d), first / d % hq, want[first], worst);
-    for (size_t i = 0; i < on; i++) {
-        const int in_head = i >= ooff && (i - ooff) % ots < hq * ohs &&
-                            (i - ooff) % ots % ohs < d && (i - ooff) / ots < tq;
-        if (!in_head)
-            ck_assert_msg(memcmp((char *)go + i * es, (char *)ho + i * es, es) == 0,
-                          "o element %zu outside the heads was written", i);
-    }
-    if (c->lse) {
-        bad = oclf_ref_attention_lse_compare(dt, gl + loff, lst, tq, hq, wl, &first, &worst);
-        ck_assert_msg(bad == 0, "%zu LSE wrong, first %zu (want %g), max err %g", bad, first,
-                      wl[first], worst);
-        for (size_t i = 0; i < ln; i++)
-            if (i < loff || (i - loff) % lst >= tq || (i - loff) / lst >= hq)
-                ck_assert_msg(gl[i] == hl[i], "lse element %zu outside the rows was written", i);
-    } else {
-        ck_assert_msg(memcmp(gl, hl, ln * 4) == 0, "lse written without being asked for");
-    }
+    attn_check_o_padding(&out);
+    attn_check_lse(&out, c->lse, wl);
     /* a row that sees no key and has no sink: exactly 0, never NaN */
-    for (size_t t = 0; t < tq; t++)
-        for (size_t h = 0; h < hq; h++)
-            if (isinf(wl[h * tq + t]) && wl[h * tq + t] < 0)
-                for (size_t i = 0; i < d; i++)
-                    ck_assert_msg(oclf_ref_get(dt, go, ooff + t * ots + h * ohs + i) == 0.0f,
-                                  "row (%zu, %zu) sees no key but is not 0", t, h);
+    attn_check_no_key_rows(&out, wl);
     /* q, the cache and the table are only read */
     void *gq = malloc(qn * es);
     th_download(mq, gq, qn * es);
@@ -307,44 +265,34 @@ static void run_case(const pcase *c, presult *res)
     free(gq);
     paged_check_unchanged(&p);
     if (res) {
-        res->tq = tq;
-        res->o = malloc((tq * hq * d + 1) * sizeof *res->o);
-        res->lse = malloc((hq * tq + 1) * sizeof *res->lse);
-        for (size_t t = 0; t < tq; t++)
-            for (size_t h = 0; h < hq; h++)
-                for (size_t i = 0; i < d; i++)
-                    res->o[(t * hq + h) * d + i] =
-                        oclf_ref_get(dt, go, ooff + t * ots + h * ohs + i);
-        for (size_t h = 0; h < hq; h++)
-            for (size_t t = 0; t < tq; t++)
-                res->lse[h * tq + t] = gl[loff + h * lst + t];
-        res->vmax = vmax;
+        attn_result_keep(&out, vmax, res);
         vmax = NULL;
     }
-    free(vmax), free(want), free(wl), free(go), free(gl), free(ho), free(hl), free(hq_);
+    free(vmax), free(want), free(wl), free(hq_);
+    attn_out_free(&out);
     free(slopes), free(sinks);
-    cl_mem rel[] = {mq, mo, ml, msl, msi};
-    for (int i = 0; i < 5; i++)
+    cl_mem rel[] = {mq, msl, msi};
+    for (int i = 0; i < 3; i++)
         clReleaseMemObject(rel[i]);
     paged_free(&p);
 }
 
-/* Two runs of the same inputs (same seed) agree within the tolerance. */
-static void expect_same(const pcase *c, const presult *x, const presult *y, const char *what)
+/* Runs *c on the inputs of seed `seed`, its results kept in *res. */
+static void run_seeded(const pcase *c, uint64_t seed, attn_result *res)
 {
-    const double tol = tol_of(c->dt);
-    for (size_t t = 0; t < x->tq; t++)
-        for (size_t h = 0; h < c->hq; h++) {
-            for (size_t i = 0; i < c->d; i++) {
-                const size_t k = (t * c->hq + h) * c->d + i;
-                ck_assert_msg(fabs(x->o[k] - y->o[k]) <= tol * (1 + x->vmax[t * c->hq + h]),
-                              "%s: %g vs %g at token %zu head %zu elem %zu", what, x->o[k],
-                              y->o[k], t, h, i);
-            }
-            const float a = x->lse[h * x->tq + t], b = y->lse[h * x->tq + t];
-            ck_assert_msg(a == b || fabs((double)a - (double)b) <= tol, "%s: LSE %g vs %g", what,
-                          a, b);
-        }
+    th_seed(seed);
+    run_case(c, res);
+}
+
+/* Runs *c on the inputs of seed `seed` and expects what *first holds (a run
+ * of the same inputs with another structure or path). */
+static void expect_rerun_same(const pcase *c, uint64_t seed, const attn_result *first,
+                              const char *what)
+{
+    attn_result r;
+    run_seeded(c, seed, &r);
+    attn_expect_same(c->dt, c->hq, c->d, first, &r, what);
+    attn_result_free(&r);
 }
 
 /* A mixed batch in one call: decode (1 query), chunked prefill (the last
@@ -510,16 +458,12 @@ START_TEST(test_split)
                        .sq = sq, .sk = sk, .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED};
             if (opts) /* every option: the merge adds the sinks once */
                 option_set(10, &c);
-            presult a, b;
+            attn_result a;
             c.params = &off;
-            th_seed(91 + (uint64_t)opts);
-            run_case(&c, &a);
+            run_seeded(&c, 91 + (uint64_t)opts, &a);
             c.params = &on;
-            th_seed(91 + (uint64_t)opts);
-            run_case(&c, &b);
-            expect_same(&c, &a, &b, "PART 0 against a split");
-            free_result(&a);
-            free_result(&b);
+            expect_rerun_same(&c, 91 + (uint64_t)opts, &a, "PART 0 against a split");
+            attn_result_free(&a);
         }
     }
 }
@@ -541,21 +485,14 @@ START_TEST(test_long)
     const oclf_dtype dt = quick() ? OCLF_F32 : OCLF_BF16;
     pcase c = {.dt = dt, .hq = 8, .hk = 2, .d = 64, .batch = 2, .bs = 16, .sq = sq, .sk = sk,
                .causal = 1, .sinks = 1, .lse = 1, .path = OCLF_PATH_FUSED};
-    presult a, b;
+    attn_result a;
     c.params = &split;
-    th_seed(5);
-    run_case(&c, &a);
+    run_seeded(&c, 5, &a);
     c.params = &none;
-    th_seed(5);
-    run_case(&c, &b);
-    expect_same(&c, &a, &b, "long: split against none");
-    free_result(&b);
+    expect_rerun_same(&c, 5, &a, "long: split against none");
     c.params = NULL;
-    th_seed(5);
-    run_case(&c, &b);
-    expect_same(&c, &a, &b, "long: split against the defaults");
-    free_result(&a);
-    free_result(&b);
+    expect_rerun_same(&c, 5, &a, "long: split against the defaults");
+    attn_result_free(&a);
 }
 END_TEST
 
@@ -566,16 +503,12 @@ START_TEST(test_fused_unfused)
     const oclf_dtype dt = dtypes[_i];
     pcase c = {.dt = dt, .hq = 4, .hk = 2, .d = 40, .batch = MB, .bs = 4, .sq = msq, .sk = msk,
                .causal = 1, .softcap = 2.0f, .alibi = 1, .sinks = 1, .lse = 1};
-    presult f, u;
+    attn_result f;
     c.path = OCLF_PATH_FUSED;
-    th_seed(77);
-    run_case(&c, &f);
+    run_seeded(&c, 77, &f);
     c.path = OCLF_PATH_UNFUSED;
-    th_seed(77);
-    run_case(&c, &u);
-    expect_same(&c, &f, &u, "fused against unfused");
-    free_result(&f);
-    free_result(&u);
+    expect_rerun_same(&c, 77, &f, "fused against unfused");
+    attn_result_free(&f);
 }
 END_TEST
 
@@ -864,11 +797,7 @@ START_TEST(test_bad_arguments)
     /* data the host checks: under `validate` on the fused path, always on
      * the unfused one. A used block id out of range (each side), a length
      * beyond max_blocks x block_size. */
-    oclf_context_options copt;
-    oclf_context_options_init(&copt);
-    copt.validate = 1;
-    oclf_context *vctx = NULL;
-    TH_OK(oclf_context_create(e->cl, e->device, &copt, &vctx));
+    oclf_context *vctx = th_validate_context();
     for (int i = 0; i < 3; i++) {
         int32_t *tb = malloc(p->nbt * 4 + 4);
         memcpy(tb, p->bt, p->nbt * 4);

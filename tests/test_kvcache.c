@@ -380,11 +380,7 @@ END_TEST
 START_TEST(test_validate)
 {
     th_env *e = th_get();
-    oclf_context_options opt;
-    oclf_context_options_init(&opt);
-    opt.validate = 1;
-    oclf_context *vctx = NULL;
-    TH_OK(oclf_context_create(e->cl, e->device, &opt, &vctx));
+    oclf_context *vctx = th_validate_context();
     const size_t T = 4, H = 2, hd = 16, nq = 2, es = 4;
     cache_buf c = make_cache(OCLF_F32, 2, 4, H, hd);
     int64_t slots[4] = {5, -1, 8, 0}; /* 8 slots: token 2 is past them */

@@ -489,11 +489,7 @@ END_TEST
 START_TEST(test_validate)
 {
     th_env *e = th_get();
-    oclf_context_options opt;
-    oclf_context_options_init(&opt);
-    opt.validate = 1;
-    oclf_context *vctx = NULL;
-    TH_OK(oclf_context_create(e->cl, e->device, &opt, &vctx));
+    oclf_context *vctx = th_validate_context();
     for (int pos64 = 0; pos64 < 2; pos64++) {
         rope_in r = make_rope(OCLF_F32, 6, 64, 64, 0, pos64, 1); /* token 1 is bad */
         const size_t n = 6 * 3 * 64;
