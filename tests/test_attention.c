@@ -219,7 +219,7 @@ END_TEST
 
 START_TEST(test_dims)
 {
-    static const size_t dims[] = {1, 3, 64, 80, 128, 256};
+    static const size_t dims[] = {1, 3, 64, 80, 96, 128, 256};
     const size_t d = dims[_i];
     static const int sq[] = {3, 6}, sk[] = {5, 6};
     for (size_t di = 0; di < 3; di++) {
@@ -542,7 +542,7 @@ static Suite *attention_suite(void)
     TCase *t = tcase_create("reference");
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_options, 0, N_OPTION_SETS);
-    tcase_add_loop_test(t, test_dims, 0, 6);
+    tcase_add_loop_test(t, test_dims, 0, 7);
     tcase_add_loop_test(t, test_heads, 0, 4);
     tcase_add_test(t, test_packed_qkv);
     tcase_add_loop_test(t, test_structures, 0, 8);

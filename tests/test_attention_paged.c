@@ -178,6 +178,8 @@ typedef struct pcase {
     int64_t left, right;
     float scale, softcap;
     int alibi, sinks, lse;
+    float dropout;
+    uint64_t seed, doff;
     oclf_path path;
     const oclf_params *params; /* NULL: the defaults */
     garbage g;
@@ -216,6 +218,8 @@ static void run_case(const pcase *c, attn_result *res)
     opt.alibi_slopes = c->alibi ? &bsl : NULL;
     opt.sinks = c->sinks ? &bsi : NULL;
     opt.lse = c->lse ? &lse : NULL;
+    opt.dropout_p = c->dropout;
+    opt.dropout_seed = c->seed, opt.dropout_offset = c->doff;
     oclf_choice ch = th_choice(c->path);
     if (c->params)
         ch.params = *c->params;
@@ -242,6 +246,7 @@ static void run_case(const pcase *c, attn_result *res)
     a.softcap = c->softcap;
     a.alibi = c->alibi ? slopes : NULL;
     a.sinks = c->sinks ? sinks : NULL;
+    a.dropout_p = c->dropout, a.dropout_seed = c->seed, a.dropout_offset = c->doff;
     double *want = malloc((tq * hq * d + 1) * sizeof *want);
     double *wl = malloc((hq * tq + 1) * sizeof *wl), *vmax = malloc((tq * hq + 1) * sizeof *vmax);
     oclf_ref_attention(&a, tq, want, wl, vmax);
@@ -322,10 +327,22 @@ static void option_set(int i, pcase *c)
         c->softcap = 1.5f, c->alibi = 1, c->sinks = 1, c->lse = 1;
         break;
     case 11: c->causal = 1, c->sinks = 1, c->lse = 1; break; /* no-key rows get the sink */
+    case 13: /* dropout: both words of the seed, an offset that carries */
+        c->dropout = 0.3f, c->seed = 0x0123456789abcdefull, c->doff = 0xfffffffeull, c->lse = 1;
+        break;
+    case 14: { /* dropout across split KV's partitions, with sinks */
+        static oclf_params split;
+        split.count = 0;
+        oclf_params_set(&split, "PART", 8);
+        c->params = &split;
+        c->causal = 1, c->sinks = 1, c->lse = 1;
+        c->dropout = 0.5f, c->seed = 77, c->doff = 5;
+        break;
+    }
     default: c->causal = 1, c->window = 1, c->left = 0, c->right = 0, c->lse = 1; break;
     }
 }
-#define N_OPTION_SETS 13
+#define N_OPTION_SETS 15
 
 START_TEST(test_options)
 {
@@ -359,6 +376,22 @@ START_TEST(test_dims)
             run_case(&c, NULL);
         }
     }
+}
+END_TEST
+
+/* A block size asked for with the work-group size left to the heuristic:
+ * where both do not fit local memory (the GPU class's rows at head dim 64
+ * and 32 keys), the heuristic's WGS gives way rather than the call
+ * failing. */
+START_TEST(test_bk_with_default_wgs)
+{
+    static const int sq[] = {3, 1}, sk[] = {40, 70};
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "BK", 32);
+    pcase c = {.dt = OCLF_F32, .hq = 8, .hk = 2, .d = 64, .batch = 2, .bs = 16, .sq = sq,
+               .sk = sk, .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED, .params = &p};
+    run_case(&c, NULL);
 }
 END_TEST
 
@@ -921,6 +954,7 @@ static Suite *paged_suite(void)
     TCase *t = tcase_create("reference");
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_options, 0, N_OPTION_SETS);
+    tcase_add_test(t, test_bk_with_default_wgs);
     tcase_add_loop_test(t, test_dims, 0, 7);
     tcase_add_loop_test(t, test_heads, 0, 6);
     tcase_add_loop_test(t, test_block_sizes, 0, 3);
