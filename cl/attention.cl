@@ -81,13 +81,14 @@
 /* the staged K and V blocks at the start of `stage` */
 #define ATTN_KV_FLOATS (OCLF_STAGE ? 2 * OCLF_BK * OCLF_DP : 0)
 /* With rows in local memory, a block's scores join them there, the loops
- * over keys stay loops and those over the head dim unroll 4 times: fully
+ * over keys stay loops and those over the head dim unroll twice: fully
  * unrolled, the compiler keeps the query and the scores in registers
  * again (a GPU compiler of the cross-compile suite spilled 50 to 350 of
- * them at a head dim of 128). */
+ * them at a head dim of 128), and four times, with the paged cache's
+ * addressing beside it, spilled 2 VGPRs on gfx1100 at 16-wide vectors. */
 #if OCLF_ACC
 #define ATTN_KEY_LOOP _Pragma("unroll 1")
-#define ATTN_DIM_LOOP _Pragma("unroll 4")
+#define ATTN_DIM_LOOP _Pragma("unroll 2")
 #else
 #define ATTN_KEY_LOOP
 #define ATTN_DIM_LOOP

@@ -360,10 +360,11 @@ def select(variants):
     if os.environ.get("OCLF_GPU_COMPILE_QUICK") == "1":
         chosen = chosen[::8]
     # OCLF_GPU_COMPILE_MATCH=expr- compiles only the programs whose source
-    # names contain the text ("l2topk.cl", or "expr-" for the generated expressions).
+    # name and options contain the text ("l2topk.cl", "expr-" for the
+    # generated expressions, or "PAGED=1 -DOCLF_WGS=32").
     match = os.environ.get("OCLF_GPU_COMPILE_MATCH")
     if match:
-        chosen = [v for v in chosen if match in v[0]]
+        chosen = [v for v in chosen if match in f"{v[0]} {v[1]}"]
     return chosen
 
 
