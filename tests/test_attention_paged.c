@@ -899,6 +899,10 @@ static int traffic(void)
     oclf_params_set(&fp, "PART", 0);
     oclf_params_set(&fp, "BK", 16);
     oclf_params_set(&fp, "WGS", 4);
+    /* the structure that stages each block once for the group (a CPU's
+     * rows reread it from L1 instead, which the simulator counts as
+     * global traffic) */
+    oclf_params_set(&fp, "STAGE", 1);
     for (size_t di = 0; di < 3; di++) {
         const oclf_dtype dt = dtypes[di];
         const size_t es = oclf_dtype_size(dt);

@@ -2,7 +2,8 @@
  * Every kernel of every op on tiny shapes, driven through the op descriptors
  * (tune/opdesc.h), meant to run under oclgrind (tests/oclgrind_run.py):
  *
- * Optional second and third arguments restrict the run to one op and dtype.
+ * Optional second and third arguments restrict the run to one op and dtype
+ * ("-op" as the second: every op but that one).
  *
  *   test_kernels check     every op x dtype x kernel structure x path x shape,
  *                          each result verified against the CPU reference;
@@ -170,7 +171,9 @@ int main(int argc, char **argv)
     const char *ext = getenv("OCLF_KERNELS_EXTERNAL");
     for (size_t i = 0; i < K_COUNT; i++) {
         const char *name = op_names[i];
-        if (argc > 2 && strcmp(argv[2], name) != 0)
+        /* "-op": every op but that one */
+        if (argc > 2 && (argv[2][0] == '-' ? strcmp(argv[2] + 1, name) == 0
+                                           : strcmp(argv[2], name) != 0))
             continue;
         /* Every descriptor that runs this op (one per preset expression). */
         int ndesc = 0;

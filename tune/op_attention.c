@@ -304,7 +304,7 @@ static const op_kernel_check attn_check = {
     "WGS=4,BK=4,VEC=4,ACC=0,STAGE=0;WGS=8,BK=3,VEC=1,ACC=0,STAGE=1;"
     "WGS=2,BK=16,VEC=16,ACC=0,STAGE=0;WGS=4,BK=5,VEC=2,ACC=1,STAGE=1;"
     "WGS=4,BK=5,VEC=8,ACC=1,STAGE=0",
-    "WGS=16,BK=16,VEC=4,ACC=0", "1x16x16x2x1x32", 1, 0};
+    "WGS=16,BK=16,VEC=4,ACC=0,STAGE=1", "1x16x16x2x1x32", 1, 0};
 
 const op_desc op_attention = {
     .name = "attention",
