@@ -954,9 +954,12 @@ OCLF_API oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue que
  * oclf_kv_cache_write: s < 0 skipped, slots beyond the cache never
  * written), so the new keys are written once: fused, in the same kernel
  * (the qkv keeps its rotated K heads too); unfused, oclf_qk_norm_rope's
- * unfused path and then the cache-write kernel. Requires nk = nv =
- * cache->heads and cache->head_dim = rope->head_dim. Statuses: those of
- * oclf_qk_norm_rope and oclf_kv_cache_write, and a cache overlapping qkv. */
+ * unfused path and then the cache-write kernel. A token whose position is
+ * outside [0, max_pos) is left in the qkv as oclf_qk_norm_rope leaves it
+ * (neither normalized nor rotated) and goes into the cache as it stands,
+ * on both paths. Requires nk = nv = cache->heads and cache->head_dim =
+ * rope->head_dim. Statuses: those of oclf_qk_norm_rope and
+ * oclf_kv_cache_write, and a cache overlapping qkv. */
 OCLF_API oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue,
                                              oclf_dtype dtype, size_t tokens,
                                              const oclf_rope *rope, oclf_buf qkv, size_t nq,
