@@ -143,8 +143,10 @@ static inline floatv attn_load(global const stor_t *p, ulong row, uint e, uint n
     return LDV_F(t, 0);
 }
 
-/* The inverse for an output head of n elements: a vector store where the
- * whole vector is, else element by element; past n nothing is written. */
+/* The inverse for an output head of n elements (attn_store_head) or an
+ * f32 temporary (attn_store_f32, split KV's partials): a vector store
+ * where the whole vector is, else element by element; past n nothing is
+ * written. */
 #define ATTN_STORE_FN(name, T, STORE_VEC, STORE_ONE)                          \
     static inline void name(global T *p, ulong row, uint e, uint n, floatv v) \
     {                                                                         \
@@ -157,19 +159,22 @@ static inline floatv attn_load(global const stor_t *p, ulong row, uint e, uint n
         for (uint x = 0; e + x < n && x < OCLF_VEC; x++)                      \
             STORE_ONE(p, row + e + x, t[x]);                                  \
     }
+#define ATTN_ST_F32(p, i, v) ((p)[(i)] = (v))
 ATTN_STORE_FN(attn_store_head, stor_t, STV, ST)
+ATTN_STORE_FN(attn_store_f32, float, STV_F, ATTN_ST_F32)
 
-/* The same into an f32 temporary (split KV's partials), element by
- * element: once a row and partition, and the simulator of the test suite
- * (oclgrind 21.10) lost track of vector stores into a temporary that
- * reused a freed allocation, reporting the merge's reads of them as
- * uninitialized. */
-static inline void attn_store_f32(global float *p, ulong row, uint e, uint n, floatv v)
+/* The token of key j of a sequence whose keys start at token ks, or, paged,
+ * its slot in the cache through the sequence's block-table row (-1 where
+ * the block id lies outside the cache's nblk blocks: never read). */
+static inline long attn_key_token(long j, long ks, global const int *bt, ulong btrow, uint bs,
+                                  uint nblk)
 {
-    float t[OCLF_VEC];
-    STV_F(t, 0, v);
-    for (uint x = 0; e + x < n && x < OCLF_VEC; x++)
-        p[row + e + x] = t[x];
+#if OCLF_PAGED
+    const int blk = bt[btrow + (ulong)(j / bs)];
+    return blk >= 0 && (uint)blk < nblk ? (long)blk * bs + j % bs : -1;
+#else
+    return ks + j;
+#endif
 }
 
 kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
@@ -204,11 +209,11 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
 #endif
     long qs, sq, ks, sk;
     attn_seq(cuq, cuqo, b, total_q, &qs, &sq);
+    const ulong btrow = bto + (ulong)b * bts; /* paged: the sequence's blocks */
 #if OCLF_PAGED
     /* total_k is the block table's reach, max_blocks x block_size */
     ks = 0;
     sk = clamp((long)cuk[cuko + b], 0L, (long)total_k);
-    const ulong btrow = bto + (ulong)b * bts;
 #else
     attn_seq(cuk, cuko, b, total_k, &ks, &sk);
 #endif
@@ -268,16 +273,8 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
         barrier(CLK_LOCAL_MEM_FENCE);
 #if OCLF_STAGE
 #if OCLF_PAGED
-        for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS) {
-            long tok = -1;
-            if (kk < nb) {
-                const long j = j0 + kk;
-                const int blk = bt[btrow + (ulong)(j / bs)];
-                if (blk >= 0 && (uint)blk < nblk)
-                    tok = (long)blk * bs + j % bs;
-            }
-            ltok[kk] = tok;
-        }
+        for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS)
+            ltok[kk] = kk < nb ? attn_key_token(j0 + kk, ks, bt, btrow, bs, nblk) : -1;
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
         for (uint x = lid; x < OCLF_BK * OCLF_DP; x += OCLF_WGS) {
@@ -318,17 +315,7 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
                                                  right, cap, slope)
                                     : -INFINITY;
 #else
-            long tok = -1;
-            if (kk < nb) {
-#if OCLF_PAGED
-                const long j = j0 + kk;
-                const int blk = bt[btrow + (ulong)(j / bs)];
-                if (blk >= 0 && (uint)blk < nblk)
-                    tok = (long)blk * bs + j % bs;
-#else
-                tok = ks + j0 + kk;
-#endif
-            }
+            const long tok = kk < nb ? attn_key_token(j0 + kk, ks, bt, btrow, bs, nblk) : -1;
             ktok[kk] = tok;
             float x = -INFINITY;
             if (tok >= 0) {

@@ -106,14 +106,14 @@ static void *attn_paged_create(const op_env *env, const op_shape *s, oclf_dtype 
     in->nblk = in->b * in->nbs + 1;
     const size_t es = oclf_dtype_size(dt), w = in->hk * in->d, slots = in->nblk * in->bs;
     int32_t *bt = malloc(in->b * in->nbs * 4), *lens = malloc((in->b ? in->b : 1) * 4);
-    char *kc = malloc(slots * w * es), *vc = malloc(slots * w * es);
-    void *hosts[2] = {kc, vc};
-    if (!bt || !lens || !kc || !vc) {
+    char *hkc = malloc(slots * w * es), *hvc = malloc(slots * w * es);
+    attn_inst *ret = NULL;
+    if (!bt || !lens || !hkc || !hvc) {
         snprintf(err, errlen, "out of host memory");
-        goto fail;
+        goto done;
     }
-    op_fill_random(dt, kc, slots * w, -3.0f, 3.0f, 4);
-    op_fill_random(dt, vc, slots * w, -3.0f, 3.0f, 5);
+    op_fill_random(dt, hkc, slots * w, -3.0f, 3.0f, 4);
+    op_fill_random(dt, hvc, slots * w, -3.0f, 3.0f, 5);
     /* block ids 1.. in a fixed shuffle (block 0 stays spare) */
     const size_t used = in->b * in->nbs;
     for (size_t i = 0; i < used; i++)
@@ -130,21 +130,21 @@ static void *attn_paged_create(const op_env *env, const op_shape *s, oclf_dtype 
         for (size_t j = 0; j < in->sk; j++) {
             const size_t slot = (size_t)bt[b * in->nbs + j / in->bs] * in->bs + j % in->bs;
             const size_t src = (b * in->sk + j) * w;
-            memcpy(kc + slot * w * es, (char *)in->hk_ + src * es, w * es);
-            memcpy(vc + slot * w * es, (char *)in->hv + src * es, w * es);
+            memcpy(hkc + slot * w * es, (char *)in->hk_ + src * es, w * es);
+            memcpy(hvc + slot * w * es, (char *)in->hv + src * es, w * es);
         }
     }
-    if (!(in->kc = op_upload(env, kc, slots * w * es, err, errlen)) ||
-        !(in->vc = op_upload(env, vc, slots * w * es, err, errlen)) ||
+    if (!(in->kc = op_upload(env, hkc, slots * w * es, err, errlen)) ||
+        !(in->vc = op_upload(env, hvc, slots * w * es, err, errlen)) ||
         !(in->mbt = op_upload(env, bt, used * 4, err, errlen)) ||
         !(in->mlen = op_upload(env, lens, (in->b ? in->b : 1) * 4, err, errlen)))
-        goto fail;
-    free(bt), free(lens), free(hosts[0]), free(hosts[1]);
-    return in;
-fail:
-    free(bt), free(lens), free(hosts[0]), free(hosts[1]);
-    attn_destroy(in);
-    return NULL;
+        goto done;
+    ret = in;
+done:
+    free(bt), free(lens), free(hkc), free(hvc);
+    if (!ret)
+        attn_destroy(in);
+    return ret;
 }
 
 static oclf_status attn_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
@@ -263,36 +263,36 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
     static const int parts[] = {0, 256, 512, 1024, 2048};
     const int paged = op->ndims == 7;
     for (int pt = 0; pt < (paged ? 5 : 1); pt++)
-    for (int w = 0; w < 5; w++)
-        for (int b = 0; b < 4; b++)
-            for (int v = 0; v < 3; v++) {
-                if (parts[pt] && (uint64_t)parts[pt] * 2 > s->d[2])
-                    continue;
-                if ((uint64_t)vec[v] > s->d[5] * 2)
-                    continue; /* the padding would be most of the work */
-                /* On a GPU the vector width stays the heuristic's (the
-                 * widest power of two up to the head dim, at most 16), which
-                 * the cross-compile suite (tests/gpu_compile.py) builds
-                 * without spilling on every target; narrower vectors at head
-                 * dim 64 spilled on the SIMD32 Intel target (float4 about 2
-                 * registers, float8 about 6), and 64-key blocks on AMD. */
-                if (acc && (vec[v] != gpu_vec || bk[b] > 32))
-                    continue;
-                oclf_params p;
-                memset(&p, 0, sizeof p);
-                oclf_params_set(&p, "WGS", wgs[w]);
-                oclf_params_set(&p, "BK", bk[b]);
-                oclf_params_set(&p, "VEC", vec[v]);
-                oclf_params_set(&p, "ACC", acc);
-                if (paged)
-                    oclf_params_set(&p, "PART", parts[pt]);
-                /* a CPU tries both structures; a GPU stages (rows side by
-                 * side in lockstep gain nothing from the cache's reuse) */
-                for (int st = acc; st < 2; st++) {
-                    oclf_params_set(&p, "STAGE", st);
-                    op_space_add_valid(&c, out, &n, max, &p);
+        for (int w = 0; w < 5; w++)
+            for (int b = 0; b < 4; b++)
+                for (int v = 0; v < 3; v++) {
+                    if (parts[pt] && (uint64_t)parts[pt] * 2 > s->d[2])
+                        continue;
+                    if ((uint64_t)vec[v] > s->d[5] * 2)
+                        continue; /* the padding would be most of the work */
+                    /* On a GPU the vector width stays the heuristic's (the
+                     * widest power of two up to the head dim, at most 16), which
+                     * the cross-compile suite (tests/gpu_compile.py) builds
+                     * without spilling on every target; narrower vectors at head
+                     * dim 64 spilled on the SIMD32 Intel target (float4 about 2
+                     * registers, float8 about 6), and 64-key blocks on AMD. */
+                    if (acc && (vec[v] != gpu_vec || bk[b] > 32))
+                        continue;
+                    oclf_params p;
+                    memset(&p, 0, sizeof p);
+                    oclf_params_set(&p, "WGS", wgs[w]);
+                    oclf_params_set(&p, "BK", bk[b]);
+                    oclf_params_set(&p, "VEC", vec[v]);
+                    oclf_params_set(&p, "ACC", acc);
+                    if (paged)
+                        oclf_params_set(&p, "PART", parts[pt]);
+                    /* a CPU tries both structures; a GPU stages (rows side by
+                     * side in lockstep gain nothing from the cache's reuse) */
+                    for (int st = acc; st < 2; st++) {
+                        oclf_params_set(&p, "STAGE", st);
+                        op_space_add_valid(&c, out, &n, max, &p);
+                    }
                 }
-            }
     return n;
 }
 
