@@ -429,6 +429,32 @@ static oclf_status check_paged_args(oclf_context *ctx, oclf_dtype dtype, size_t 
     return check_outputs(ctx, c);
 }
 
+/* Cumulative offsets `a` of batch + 1 entries, read on the host, against
+ * the contract: from 0, non-decreasing, at most max_sq apart (0: no bound),
+ * ending at total. `name` names the array in the message. */
+static oclf_status check_offsets(oclf_context *ctx, const attn_call *c, const char *name,
+                                 const int32_t *a, size_t max_sq, size_t total)
+{
+    if (a[0] != 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s[0] is %d, not 0", c->op, name,
+                         (int)a[0]);
+    for (size_t b = 0; b < c->batch; b++) {
+        if (a[b + 1] < a[b])
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: %s decreases at sequence %zu (%d to %d)", c->op, name, b,
+                             (int)a[b], (int)a[b + 1]);
+        if (max_sq && (size_t)(a[b + 1] - a[b]) > max_sq)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: sequence %zu has %d queries, more than max_seqlen_q = %zu",
+                             c->op, b, (int)(a[b + 1] - a[b]), max_sq);
+    }
+    if ((size_t)a[c->batch] != total)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: %s ends at %d, not at the %zu tokens given", c->op, name,
+                         (int)a[c->batch], total);
+    return OCLF_SUCCESS;
+}
+
 /* Reads both offset arrays (blocking, after the wait list) into cu (2 x
  * (batch + 1)) and checks them against the contract. */
 static oclf_status read_offsets(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
@@ -442,30 +468,8 @@ static oclf_status read_offsets(oclf_context *ctx, cl_command_queue queue, const
                                   num_events, wait_list, NULL);
     if (err != CL_SUCCESS)
         return oclf_fail_cl(ctx, err, "reading cu_seqlens");
-    for (int s = 0; s < 2; s++) {
-        const int32_t *a = cu + s * n;
-        const char *name = s ? "cu_seqlens_k" : "cu_seqlens_q";
-        const size_t total = s ? c->tk : c->tq;
-        if (a[0] != 0)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: %s[0] is %d, not 0", name,
-                             (int)a[0]);
-        for (size_t b = 0; b < c->batch; b++) {
-            if (a[b + 1] < a[b])
-                return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                                 "attention: %s decreases at sequence %zu (%d to %d)", name, b,
-                                 (int)a[b], (int)a[b + 1]);
-            if (!s && (size_t)(a[b + 1] - a[b]) > c->max_sq)
-                return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                                 "attention: sequence %zu has %d queries, more than max_seqlen_q "
-                                 "= %zu",
-                                 b, (int)(a[b + 1] - a[b]), c->max_sq);
-        }
-        if ((size_t)a[c->batch] != total)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "attention: %s ends at %d, not at the %zu tokens given", name,
-                             (int)a[c->batch], total);
-    }
-    return OCLF_SUCCESS;
+    oclf_status st = check_offsets(ctx, c, "cu_seqlens_q", cu, c->max_sq, c->tq);
+    return st ? st : check_offsets(ctx, c, "cu_seqlens_k", cu + n, 0, c->tk);
 }
 
 /* The paged form of read_offsets: cu_seqlens_q, then seq_lens turned into
@@ -500,21 +504,11 @@ static oclf_status read_paged(oclf_context *ctx, cl_command_queue queue, const a
         st = oclf_fail_cl(ctx, err, "reading cu_seqlens_q, seq_lens and block_tables");
         goto done;
     }
-    if (cu[0] != 0) {
-        st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention_paged: cu_seqlens_q[0] is %d, not 0",
-                       (int)cu[0]);
+    if ((st = check_offsets(ctx, c, "cu_seqlens_q", cu, c->max_sq, c->tq)))
         goto done;
-    }
     int32_t *cuk = cu + n;
     cuk[0] = 0;
     for (size_t b = 0; b < c->batch; b++) {
-        if (cu[b + 1] < cu[b] || (size_t)(cu[b + 1] - cu[b]) > c->max_sq) {
-            st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                           "attention_paged: sequence %zu has %d queries (cu_seqlens_q %d to %d), "
-                           "not 0 to max_seqlen_q = %zu",
-                           b, (int)(cu[b + 1] - cu[b]), (int)cu[b], (int)cu[b + 1], c->max_sq);
-            goto done;
-        }
         if (lens[b] < 0 || (size_t)lens[b] > c->tk) {
             st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                            "attention_paged: sequence %zu has seq_lens %d, outside 0..%zu "
@@ -527,12 +521,6 @@ static oclf_status read_paged(oclf_context *ctx, cl_command_queue queue, const a
             goto done;
         }
         cuk[b + 1] = cuk[b] + lens[b];
-    }
-    if ((size_t)cu[c->batch] != c->tq) {
-        st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                       "attention_paged: cu_seqlens_q ends at %d, not at the %zu tokens given",
-                       (int)cu[c->batch], c->tq);
-        goto done;
     }
     const size_t total = (size_t)cuk[c->batch];
     if (total && !(*slots = malloc(total * sizeof **slots))) {
