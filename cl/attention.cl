@@ -143,10 +143,8 @@ static inline floatv attn_load(global const stor_t *p, ulong row, uint e, uint n
     return LDV_F(t, 0);
 }
 
-/* The inverse for an output head of n elements (attn_store_head) or an
- * f32 temporary (attn_store_f32, split KV's partials): a vector store
- * where the whole vector is, else element by element; past n nothing is
- * written. */
+/* The inverse for an output head of n elements: a vector store where the
+ * whole vector is, else element by element; past n nothing is written. */
 #define ATTN_STORE_FN(name, T, STORE_VEC, STORE_ONE)                          \
     static inline void name(global T *p, ulong row, uint e, uint n, floatv v) \
     {                                                                         \
@@ -159,9 +157,19 @@ static inline floatv attn_load(global const stor_t *p, ulong row, uint e, uint n
         for (uint x = 0; e + x < n && x < OCLF_VEC; x++)                      \
             STORE_ONE(p, row + e + x, t[x]);                                  \
     }
-#define ATTN_ST_F32(p, i, v) ((p)[(i)] = (v))
 ATTN_STORE_FN(attn_store_head, stor_t, STV, ST)
-ATTN_STORE_FN(attn_store_f32, float, STV_F, ATTN_ST_F32)
+
+/* The same into an f32 temporary (split KV's partials), element by
+ * element: written once a row and partition, and a 16-wide vector store
+ * there spilled registers (9) on an Intel target of the cross-compile
+ * suite (tgllp, bf16, head dim 40, the staged structure). */
+static inline void attn_store_f32(global float *p, ulong row, uint e, uint n, floatv v)
+{
+    float t[OCLF_VEC];
+    STV_F(t, 0, v);
+    for (uint x = 0; e + x < n && x < OCLF_VEC; x++)
+        p[row + e + x] = t[x];
+}
 
 /* The token of key j of a sequence whose keys start at token ks, or, paged,
  * its slot in the cache through the sequence's block-table row (-1 where
