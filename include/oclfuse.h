@@ -726,6 +726,96 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
                                  const oclf_choice *choice, cl_uint num_events,
                                  const cl_event *wait_list, cl_event *event);
 
+/* ---- Quantized weights --------------------------------------------------
+ * oclf_linear_q is oclf_linear with W [N, K] (layout NK) in a quantized
+ * format, dequantized where the kernel loads it (in registers, never into a
+ * full-size temporary). x, bias, residual and y keep the call's dtype;
+ * products accumulate in fp32. The formulas (q a stored integer, s a
+ * scale, z a zero point; every group or block lies along K within one row):
+ *
+ *   OCLF_QFORMAT_INT8  q int8 [N, K], one byte per weight.
+ *                      group 0: per output channel, scale [N], w = q s[n];
+ *                      group 32/64/128: scale [N, K/group], w = q s[n, g].
+ *                      Symmetric: no zero points.
+ *   OCLF_QFORMAT_INT4  q [N, K/2] bytes, two weights per byte: weight 2i
+ *                      of a row is the low nibble of the row's byte i and
+ *                      weight 2i + 1 the high nibble. group 32, 64 or 128,
+ *                      scale [N, K/group] f16. With zero points [N,
+ *                      K/group] uint8: w = (q - z) s; without: w = (q - 8) s.
+ *   OCLF_QFORMAT_Q8_0  ggml's Q8_0, bit-exact with GGUF tensors: each row
+ *                      is K/32 blocks of 34 bytes, an f16 d then 32 int8 q;
+ *                      w = q d.
+ *   OCLF_QFORMAT_Q4_0  ggml's Q4_0: each row is K/32 blocks of 18 bytes, an
+ *                      f16 d then 16 bytes; weight j (j < 16) of a block is
+ *                      the low nibble of byte j, weight j + 16 its high
+ *                      nibble; w = (nibble - 8) d.
+ * ggml's quantizer writes a negative d where a block's largest-magnitude
+ * weight is positive, and -0.0 for an all-zero block: any sign is taken.
+ * K must be a multiple of the group (32 for Q8_0 and Q4_0). Scales are
+ * read as stored (an infinite or NaN scale gives what the formula gives).
+ *
+ * Buffers: `q` in bytes (offset and row stride in bytes; stride 0: packed,
+ * K, K/2, K/32 x 34 or K/32 x 18). `scale` in elements of scale_dtype
+ * (offset and row stride in scales; stride 0: packed): OCLF_F32 or
+ * OCLF_F16 for INT8 group 0, OCLF_F16 for every grouped format; the GGUF
+ * formats carry their scales inside q and take scale.mem = NULL. `zero`
+ * (INT4 only; bytes) may be NULL. Q8_0 and Q4_0 rows hold f16 values at
+ * even byte offsets: q's offset and row stride must be even. */
+typedef enum oclf_qformat {
+    OCLF_QFORMAT_INT8 = 1,
+    OCLF_QFORMAT_INT4 = 2,
+    OCLF_QFORMAT_Q8_0 = 3,
+    OCLF_QFORMAT_Q4_0 = 4,
+    OCLF_QFORMAT_COUNT_ = 5
+} oclf_qformat;
+
+typedef struct oclf_qweight {
+    oclf_qformat format;
+    unsigned group;         /* see above; Q8_0/Q4_0: 0 or 32 */
+    oclf_buf q;             /* the quantized weights (bytes) */
+    oclf_buf scale;         /* scales; mem NULL for Q8_0/Q4_0 */
+    oclf_dtype scale_dtype; /* OCLF_F32 or OCLF_F16 (ignored for Q8_0/Q4_0) */
+    const oclf_buf *zero;   /* INT4 zero points (bytes), or NULL */
+} oclf_qweight;
+
+/* y [M, N] = epilogue(prologue(x) . dequant(W)^T), everything else as
+ * oclf_linear (strides, in-place residual, epilogue, M = 0 a marker).
+ *
+ * Paths: fused, the GEMM kernels of oclf_linear (the same parameters) with
+ * the weight dequantized at its load: the scale of a weight's group read
+ * beside it and applied to the widened integers before the product; the
+ * matrix-vector shape (MV) for few rows. Unfused: a dequantize kernel writes
+ * W into an f32 temporary, tiled over N so that the temporary stays within
+ * 64 MiB, and each tile runs oclf_linear's unfused path.
+ *
+ * Statuses: those of oclf_linear, and OCLF_INVALID_ARGUMENT for a NULL w,
+ * an unknown format, a group the format does not take, K not a multiple of
+ * the group, a scale dtype the format does not take, a scale, q or zero
+ * buffer smaller than the range described, zero points with a format other
+ * than INT4, a scale buffer given to Q8_0/Q4_0, an odd q offset or row
+ * stride for Q8_0/Q4_0, and y overlapping any part of the weight. */
+OCLF_API oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                   size_t m, size_t n, size_t k, oclf_buf x,
+                                   oclf_linear_act prologue, const oclf_qweight *w, oclf_buf y,
+                                   const oclf_linear_epilogue *epilogue,
+                                   const oclf_choice *choice, cl_uint num_events,
+                                   const cl_event *wait_list, cl_event *event);
+
+/* Rewrites a GGUF weight once into the library's separate-array form:
+ * Q8_0 into INT8 with group 32 (q int8 [N, K], scale f16 [N, K/32]) and
+ * Q4_0 into INT4 with group 32 and no zero points (the nibbles repacked to
+ * INT4's order), the same values bit for bit. `dst` describes the caller's
+ * buffers in that form (format, group 32, scale_dtype OCLF_F16, zero NULL);
+ * the separate arrays keep every quant vector at an aligned address, which
+ * 34- and 18-byte blocks do not. Whether it pays depends on the device: the
+ * tuner measures both forms (see README, "Quantized weights").
+ * OCLF_INVALID_ARGUMENT for a src that is not Q8_0/Q4_0, a dst of another
+ * form, buffers too small or overlapping; nothing is written then. */
+OCLF_API oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size_t n,
+                                          size_t k, const oclf_qweight *src,
+                                          const oclf_qweight *dst, cl_uint num_events,
+                                          const cl_event *wait_list, cl_event *event);
+
 /* ------------------------------------------------------------------------ */
 /* Attention (FlashAttention-style): softmax(scale . Q K^T + mask) V over a
  * batch of sequences packed along tokens.                                  */

@@ -115,6 +115,9 @@ typedef struct oclf_ref_linear_args {
     float alpha, beta;
     int residual_before_act;
     oclf_linear_act act;
+    /* When set, the weight as fp64 [n, k] packed (layout NK; a dequantized
+     * weight from oclf_ref_dequant), read instead of w. */
+    const double *wd;
 } oclf_ref_linear_args;
 double oclf_ref_linear_act(oclf_linear_act act, double t);
 /* y: [m, n] packed doubles. scale (may be NULL): per element the magnitude
@@ -123,6 +126,24 @@ double oclf_ref_linear_act(oclf_linear_act act, double t);
 void oclf_ref_linear(const oclf_ref_linear_args *args, double *y, double *scale);
 /* Elements of got (dtype, row stride gs) outside |got - ref| <= tol (|ref|
  * + scale) with tol 1e-5 (f32), 2e-3 (f16), 1.6e-2 (bf16); NaN matches NaN. */
+/* A quantized weight in host memory, as oclf_qweight describes it on the
+ * device: q (bytes, row stride qs bytes), scale (scale_dtype elements, row
+ * stride ss), zero (bytes, row stride zs) or NULL. */
+typedef struct oclf_ref_qweight {
+    oclf_qformat format;
+    unsigned group;
+    const uint8_t *q;
+    size_t qs;
+    const void *scale;
+    oclf_dtype scale_dtype;
+    size_t ss;
+    const uint8_t *zero;
+    size_t zs;
+} oclf_ref_qweight;
+/* The weight [n, k] in fp64 by the formulas of the format (oclfuse.h,
+ * "Quantized weights"): out [n, k] packed. */
+void oclf_ref_dequant(const oclf_ref_qweight *w, size_t n, size_t k, double *out);
+
 size_t oclf_ref_linear_compare(oclf_dtype dtype, const void *got, size_t gs, const double *ref,
                                const double *scale, size_t rows, size_t cols, size_t *first_bad,
                                double *max_err);

@@ -27,7 +27,7 @@ void oclf_ref_linear(const oclf_ref_linear_args *a, double *y, double *scale)
                 const double xv =
                     oclf_ref_linear_act(a->prologue, oclf_ref_get(dt, a->x, i * a->xs + c));
                 const size_t wi = a->layout == OCLF_WEIGHT_NK ? j * a->ws + c : c * a->ws + j;
-                const double p = xv * oclf_ref_get(dt, a->w, wi);
+                const double p = xv * (a->wd ? a->wd[j * a->k + c] : oclf_ref_get(dt, a->w, wi));
                 acc += p;
                 s += fabs(p);
             }
@@ -78,4 +78,47 @@ size_t oclf_ref_linear_compare(oclf_dtype dtype, const void *got, size_t gs, con
     if (max_err)
         *max_err = worst;
     return bad;
+}
+
+/* Bytes of one GGUF block and the f16 d at its start. */
+static double gguf_d(const uint8_t *block)
+{
+    return oclf_f16_to_f32((uint16_t)(block[0] | (unsigned)block[1] << 8));
+}
+
+void oclf_ref_dequant(const oclf_ref_qweight *w, size_t n, size_t k, double *out)
+{
+    for (size_t r = 0; r < n; r++) {
+        const uint8_t *q = w->q + r * w->qs;
+        for (size_t c = 0; c < k; c++) {
+            double v = 0.0;
+            const size_t g = w->group ? c / w->group : 0;
+            double s = 0.0;
+            if (w->format == OCLF_QFORMAT_INT8 || w->format == OCLF_QFORMAT_INT4)
+                s = oclf_ref_get(w->scale_dtype, w->scale, r * w->ss + (w->group ? g : 0));
+            switch (w->format) {
+            case OCLF_QFORMAT_INT8: v = (double)(int8_t)q[c] * s; break;
+            case OCLF_QFORMAT_INT4: {
+                const unsigned nib = c % 2 ? q[c / 2] >> 4 : q[c / 2] & 15u;
+                const double z = w->zero ? (double)w->zero[r * w->zs + g] : 8.0;
+                v = ((double)nib - z) * s;
+                break;
+            }
+            case OCLF_QFORMAT_Q8_0: {
+                const uint8_t *b = q + (c / 32) * 34;
+                v = (double)(int8_t)b[2 + c % 32] * gguf_d(b);
+                break;
+            }
+            case OCLF_QFORMAT_Q4_0: {
+                const uint8_t *b = q + (c / 32) * 18;
+                const size_t j = c % 32;
+                const unsigned nib = j < 16 ? b[2 + j] & 15u : b[2 + j - 16] >> 4;
+                v = ((double)nib - 8.0) * gguf_d(b);
+                break;
+            }
+            default: break;
+            }
+            out[r * k + c] = v;
+        }
+    }
 }
