@@ -26,6 +26,13 @@
  *                      every lane runs its block from there (GPUs).
  *   OCLF_PRO           the prologue activation, where x is loaded (with
  *                      STAGE, once per element of a staged tile).
+ *   OCLF_QW            0: W in the call's dtype. 1-4: a quantized W (NK
+ *                      only; oclf_qformat's INT8, INT4, Q8_0, Q4_0) read as
+ *                      bytes and dequantized at its load (q_ldv / q_ld),
+ *                      with OCLF_QG the group (0: INT8 per output channel),
+ *                      OCLF_QZ 1 for INT4 zero points and OCLF_QSF32 1 for
+ *                      f32 scales (else f16). The kernels then take the
+ *                      scale and zero-point arrays after W's arguments.
  * The epilogue is a run-time argument: it runs once per output.
  */
 
@@ -54,6 +61,126 @@ static inline float lin_act_run(float t, uint act)
     default: return t;
     }
 }
+
+/* ---- quantized weights ---------------------------------------------------
+ * A row of W is handed over as its first byte (wp), its scales (sp) and its
+ * zero points (zp); element c of the row, dequantized in fp32 by the
+ * formulas of the header, is q_ld (one) or q_ldv (OCLF_VEC from c on, c a
+ * multiple of OCLF_VEC, which divides the group: a vector never straddles
+ * two scales). The integers widen to float exactly, so (q - z) is exact and
+ * one rounding, the product with the scale, separates the weight used from
+ * the fp64 reference's. */
+#ifndef OCLF_QW
+#define OCLF_QW 0
+#endif
+#ifndef OCLF_QG
+#define OCLF_QG 32
+#endif
+#ifndef OCLF_QZ
+#define OCLF_QZ 0
+#endif
+#ifndef OCLF_QSF32
+#define OCLF_QSF32 0
+#endif
+#if OCLF_QW
+typedef uchar wstor_t;
+/* The scale of element c: INT8 per output channel has one a row. */
+#if OCLF_QG
+#define Q_GROUP(c) ((c) / OCLF_QG)
+#else
+#define Q_GROUP(c) 0
+#endif
+#if OCLF_QSF32
+typedef float qsc_t;
+#define QSC(p, i) ((p)[(i)])
+#else
+typedef half qsc_t;
+#define QSC(p, i) vload_half((i), (p))
+#endif
+#define QARGS global const qsc_t *qs, ulong qso, ulong qss, global const uchar *qz, ulong qzo, ulong qzs
+#define QROW_ARGS global const wstor_t *wp, global const qsc_t *sp, global const uchar *zp
+/* GGUF blocks: 32 weights behind an f16 d, 34 (Q8_0) or 18 (Q4_0) bytes. */
+#define QBLOCK_BYTES (OCLF_QW == 3 ? 34 : 18)
+static inline float q_block_d(global const uchar *blk)
+{
+    return vload_half(0, (global const half *)blk);
+}
+
+static inline float q_ld(QROW_ARGS, uint c)
+{
+#if OCLF_QW == 1
+    return (float)(char)wp[c] * QSC(sp, Q_GROUP(c));
+#elif OCLF_QW == 2
+    const uchar b = wp[c >> 1];
+    const float z = OCLF_QZ ? (float)zp[c / OCLF_QG] : 8.0f;
+    return ((float)((c & 1) ? b >> 4 : b & 15) - z) * QSC(sp, c / OCLF_QG);
+#elif OCLF_QW == 3
+    global const uchar *blk = wp + (c / 32) * 34;
+    return (float)(char)blk[2 + c % 32] * q_block_d(blk);
+#else
+    global const uchar *blk = wp + (c / 32) * 18;
+    const uint j = c % 32;
+    const uchar b = blk[2 + (j & 15)];
+    return ((float)(j < 16 ? b & 15 : b >> 4) - 8.0f) * q_block_d(blk);
+#endif
+}
+
+#if OCLF_VEC == 1
+#define q_ldv q_ld
+#else
+typedef OCLF_CAT(uchar, OCLF_VEC) ucharv;
+typedef OCLF_CAT(char, OCLF_VEC) charv;
+#define QCVT(v) OCLF_CAT(convert_float, OCLF_VEC)(v)
+#define QLOADU(p) OCLF_CAT(vload, OCLF_VEC)(0, (global const uchar *)(p))
+#define QLOADS(p) OCLF_CAT(vload, OCLF_VEC)(0, (global const char *)(p))
+/* INT4: OCLF_VEC / 2 bytes hold OCLF_VEC weights, low nibble first; the
+ * nibbles are interleaved back into element order as bytes (one unpack
+ * instruction on a CPU) before they widen. */
+#if OCLF_VEC == 2
+#define Q4_HALF uchar
+#define Q4_INTERLEAVE(l, h) ((uchar2)((l), (h)))
+#elif OCLF_VEC == 4
+#define Q4_HALF uchar2
+#define Q4_LOAD(p) vload2(0, (p))
+#define Q4_INTERLEAVE(l, h) ((uchar4)((l).s0, (h).s0, (l).s1, (h).s1))
+#elif OCLF_VEC == 8
+#define Q4_HALF uchar4
+#define Q4_LOAD(p) vload4(0, (p))
+#define Q4_INTERLEAVE(l, h) ((uchar8)((l).s0, (h).s0, (l).s1, (h).s1, (l).s2, (h).s2, (l).s3, (h).s3))
+#else
+#define Q4_HALF uchar8
+#define Q4_LOAD(p) vload8(0, (p))
+#define Q4_INTERLEAVE(l, h)                                                    \
+    ((uchar16)((l).s0, (h).s0, (l).s1, (h).s1, (l).s2, (h).s2, (l).s3, (h).s3, \
+               (l).s4, (h).s4, (l).s5, (h).s5, (l).s6, (h).s6, (l).s7, (h).s7))
+#endif
+static inline floatv q_ldv(QROW_ARGS, uint c)
+{
+#if OCLF_QW == 1
+    return QCVT(QLOADS(wp + c)) * QSC(sp, Q_GROUP(c));
+#elif OCLF_QW == 2
+#if OCLF_VEC == 2
+    const uchar b = wp[c >> 1];
+#else
+    const Q4_HALF b = Q4_LOAD(wp + (c >> 1));
+#endif
+    const ucharv u = Q4_INTERLEAVE(b & (uchar)15, b >> (uchar)4);
+    const float z = OCLF_QZ ? (float)zp[c / OCLF_QG] : 8.0f;
+    return (QCVT(u) - z) * QSC(sp, c / OCLF_QG);
+#elif OCLF_QW == 3
+    global const uchar *blk = wp + (c / 32) * 34;
+    return QCVT(QLOADS(blk + 2 + c % 32)) * q_block_d(blk);
+#else
+    /* A vector lies in one half of a block: the low nibbles of its bytes
+     * (weights 0-15) or the high ones (16-31). */
+    global const uchar *blk = wp + (c / 32) * 18;
+    const uint j = c % 32;
+    const ucharv b = QLOADU(blk + 2 + (j & 15));
+    return (QCVT(j < 16 ? b & (uchar)15 : b >> (uchar)4) - 8.0f) * q_block_d(blk);
+#endif
+}
+#endif /* OCLF_VEC */
+#endif /* OCLF_QW */
 
 #ifndef OCLF_UNFUSED
 
@@ -173,9 +300,16 @@ static inline floatv lin_ldv_edge(global const stor_t *p, uint c, uint n)
     return LDV_F(t, 0);
 }
 
+#if OCLF_QW
+#if OCLF_WKN
+#error "quantized weights are read along K (OCLF_WKN 0)"
+#endif
+#define LIN_WARGS global const wstor_t *w, ulong wo, ulong ws, QARGS
+#else
+#define LIN_WARGS global const stor_t *w, ulong wo, ulong ws
+#endif
 #define LIN_ARGS                                                               \
-    global const stor_t *x, ulong xo, ulong xs, global const stor_t *w, ulong wo, ulong ws, \
-        EPI_ARGS, uint m, uint n, uint k
+    global const stor_t *x, ulong xo, ulong xs, LIN_WARGS, EPI_ARGS, uint m, uint n, uint k
 
 /* This work-item's place: group (gm, gn), lane (lm, ln); rows m0.., its
  * columns nb + j * NSTEP (+ lanes of a vector for KN). Groups along M
@@ -193,17 +327,30 @@ static inline floatv lin_ldv_edge(global const stor_t *p, uint c, uint n)
 
 #if !OCLF_WKN
 /* ---- NK: dot products along K ------------------------------------------- */
-#define DECL_W(j) global const stor_t *wp##j = w + wo + (ulong)min(nb + (j) * NSTEP, n - 1) * ws;
+/* W row `row` as block column j: its first element, and for a quantized W
+ * its scales and zero points too. */
+#if OCLF_QW
+#define DECL_WROW(j, row)                                                      \
+    const ulong wr##j = (ulong)(row);                                          \
+    global const wstor_t *wp##j = w + wo + wr##j * ws;                         \
+    global const qsc_t *sp##j = qs + qso + wr##j * qss;                        \
+    global const uchar *zp##j = qz + qzo + wr##j * qzs;
+#define LOAD_W(j) const floatv vw##j = q_ldv(wp##j, sp##j, zp##j, c);
+#define LOAD_WS(j) const float sw##j = q_ld(wp##j, sp##j, zp##j, c);
+#else
+#define DECL_WROW(j, row) global const stor_t *wp##j = w + wo + (ulong)(row) * ws;
+#define LOAD_W(j) const floatv vw##j = LDV(wp##j, c);
+#define LOAD_WS(j) const float sw##j = LD(wp##j, c);
+#endif
+#define DECL_W(j) DECL_WROW(j, min(nb + (j) * NSTEP, n - 1))
 #define LOAD_X(i)                                                              \
     floatv vx##i = LDV(xp##i, c);                                              \
     vx##i = PRO(floatv, vx##i);
-#define LOAD_W(j) const floatv vw##j = LDV(wp##j, c);
 #define FMA_V(i, j) a##i##_##j = fma(vx##i, vw##j, a##i##_##j);
 #define SUM(i, j) float s##i##_##j = VSUM(a##i##_##j);
 #define LOAD_XS(i)                                                             \
     float sx##i = LD(xp##i, c);                                                \
     sx##i = PRO(float, sx##i);
-#define LOAD_WS(j) const float sw##j = LD(wp##j, c);
 #define FMA_S(i, j) s##i##_##j = fma(sx##i, sw##j, s##i##_##j);
 #define STORE_S(i, j)                                                          \
     if (m0 + (i) < m && nb + (j) * NSTEP < n)                                  \
@@ -240,7 +387,7 @@ kernel void linear_mv(LIN_ARGS)
     local float part[OCLF_WGN * NQ];
     FOR_M(DECL_X)
 #undef DECL_W
-#define DECL_W(j) global const stor_t *wp##j = w + wo + (ulong)min(nb + (j), n - 1) * ws;
+#define DECL_W(j) DECL_WROW(j, min(nb + (j), n - 1))
     FOR_N(DECL_W)
     FOR_MN(DECL_A)
     const uint kv = k / OCLF_VEC * OCLF_VEC;
@@ -356,9 +503,18 @@ kernel void linear_fused(LIN_ARGS)
 #if !OCLF_WKN
         for (uint e = lid; e < TN * OCLF_KC; e += wgs) {
             const uint r = e / OCLF_KC, cc = e - r * OCLF_KC;
+#if OCLF_QW
+            float v = 0.0f;
+            if (tn0 + r < n && c0 + cc < k) {
+                const ulong row = tn0 + r;
+                v = q_ld(w + wo + row * ws, qs + qso + row * qss, qz + qzo + row * qzs, c0 + cc);
+            }
+            wl[r * XLS + cc] = v;
+#else
             wl[r * XLS + cc] = tn0 + r < n && c0 + cc < k
                                    ? LD(w, wo + (ulong)(tn0 + r) * ws + c0 + cc)
                                    : 0.0f;
+#endif
         }
 #else
         for (uint e = lid; e < OCLF_KC * TN; e += wgs) {
@@ -439,6 +595,53 @@ kernel void lin_act(global float *cf, ulong co, ulong cs, uint rows, uint cols, 
     ELEM_SETUP;
     *cp = lin_act_run(*cp, act);
 }
+
+#if OCLF_QW
+/* out [rows, cols] packed f32: rows of the quantized W dequantized (the
+ * unfused path's weight, a tile of N at a time). */
+kernel void lin_dequant(global const wstor_t *w, ulong wo, ulong ws, QARGS, global float *out,
+                        uint rows, uint cols)
+{
+    const ulong gid = get_global_id(0);
+    if (gid >= (ulong)rows * cols)
+        return;
+    const ulong r = gid / cols;
+    const uint c = (uint)(gid % cols);
+    out[gid] = q_ld(w + wo + r * ws, qs + qso + r * qss, qz + qzo + r * qzs, c);
+}
+
+#if OCLF_QW >= 3
+/* One GGUF block per work-item into separate arrays: d to the f16 scale
+ * [rows, blocks] as its bits; Q8_0's 32 bytes as they are, Q4_0's nibbles
+ * in INT4's order (weight 2i in the low nibble of byte i). */
+kernel void lin_qconvert(global const uchar *w, ulong wo, ulong ws, global uchar *q, ulong qo,
+                         ulong qrs, global ushort *sc, ulong so, ulong ss, uint rows, uint blocks)
+{
+    const ulong gid = get_global_id(0);
+    if (gid >= (ulong)rows * blocks)
+        return;
+    const ulong r = gid / blocks;
+    const uint b = (uint)(gid % blocks);
+    global const uchar *blk = w + wo + r * ws + (ulong)b * QBLOCK_BYTES;
+    sc[so + r * ss + b] = (ushort)(blk[0] | (blk[1] << 8));
+#if OCLF_QW == 3
+    global uchar *dst = q + qo + r * qrs + (ulong)b * 32;
+    for (uint i = 0; i < 32; i++)
+        dst[i] = blk[2 + i];
+#else
+    global uchar *dst = q + qo + r * qrs + (ulong)b * 16;
+    for (uint i = 0; i < 16; i++) {
+        /* weights 2i and 2i + 1 of the block: nibble j of GGUF is byte j % 16,
+         * low for j < 16 */
+        const uint e0 = 2 * i, e1 = 2 * i + 1;
+        const uint n0 = e0 < 16 ? blk[2 + e0] & 15u : blk[2 + e0 - 16] >> 4;
+        const uint n1 = e1 < 16 ? blk[2 + e1] & 15u : blk[2 + e1 - 16] >> 4;
+        dst[i] = (uchar)(n0 | n1 << 4);
+    }
+#endif
+}
+#endif
+#endif /* OCLF_QW */
 
 /* y = c rounded to storage once. */
 kernel void lin_store(global float *cf, ulong co, ulong cs, uint rows, uint cols,

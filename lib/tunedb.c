@@ -223,8 +223,8 @@ static double shape_distance(const oclf_shape *a, const uint64_t *b, unsigned nd
 
 /* Whether the record's dim called `name` differs from the call's (0 when
  * the op has no such dim). A dim named "form" identifies (an expression's
- * canonical-form hash); it does not measure: a record matches it exactly
- * or not at all. A dim named "layout" (linear's weight layout, 0 or 1)
+ * canonical-form hash), and so does "qformat" (a quantized weight's
+ * format); neither measures: a record matches it exactly or not at all. A dim named "layout" (linear's weight layout, 0 or 1)
  * names a kind, not a size: its values are equally near on the log scale,
  * so a record of the other layout at the call's very shape tied with the
  * call's own layout, and at a nearer shape beat it. A record of the other
@@ -256,7 +256,8 @@ int oclf_tune_candidates(oclf_context *ctx, oclf_op op, oclf_dtype dtype, const 
         const int first = n;
         for (size_t i = 0; i < tc->src[s].n; i++) {
             const tune_rec *r = &tc->src[s].recs[i];
-            if (r->op != op || r->dtype != dtype || dim_differs(key, r->dim, shape, "form"))
+            if (r->op != op || r->dtype != dtype || dim_differs(key, r->dim, shape, "form") ||
+                dim_differs(key, r->dim, shape, "qformat"))
                 continue;
             const tune_alt *a = &r->choice;
             if (path != OCLF_PATH_AUTO && a->path != path)

@@ -4,6 +4,7 @@
 #include "ref.h"
 
 #include <clblast_c.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,17 +21,21 @@ typedef struct lin_inst {
     cl_mem xf, wf, yf;
 } lin_inst;
 
-static void lin_destroy(void *p)
+/* What an instance holds, released (the struct itself stays). */
+static void lin_release(lin_inst *a)
 {
-    lin_inst *a = p;
-    if (!a)
-        return;
     cl_mem all[] = {a->x, a->w, a->b, a->r, a->y, a->xf, a->wf, a->yf};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     free(a->hx), free(a->hw), free(a->hb), free(a->hr);
-    free(a);
+}
+
+static void lin_destroy(void *p)
+{
+    if (p)
+        lin_release(p);
+    free(p);
 }
 
 /* An f32 copy of n elements of host data in dtype. */
@@ -326,4 +331,265 @@ const op_desc op_linear = {
     .lib_shape = lin_lib_shape,
     .lib_dim_names = {"m", "n", "k", "layout"},
     .kernel_check = &linear_check,
+};
+
+/* ---- linear_q: the same layer with a quantized W ------------------------ */
+/* Shapes are MxNxKxF, F the weight format as the library keys it: format x
+ * 1000 + group (1000 INT8 per channel, 1032 INT8 in groups of 32 (Q8_0
+ * converted), 2032/2128 INT4 in groups of 32/128 (2032: Q4_0 converted),
+ * 3032 Q8_0, 4032 Q4_0). The yardstick is oclf_linear over the same weight
+ * dequantized into the call's dtype: in f16, the f16-weight layer the
+ * quantized one replaces. */
+typedef struct linq_inst {
+    lin_inst dense; /* x, bias, residual, y; w and hw: the dequantized weight */
+    int fmt;
+    unsigned group;
+    uint8_t *hq, *hs;  /* host q bytes and f16 scales (NULL for GGUF) */
+    size_t qbytes, sbytes;
+    double *wd;        /* the fp64 weight of the reference */
+    cl_mem q, s;
+} linq_inst;
+
+static void linq_destroy(void *p)
+{
+    linq_inst *a = p;
+    if (!a)
+        return;
+    if (a->q)
+        clReleaseMemObject(a->q);
+    if (a->s)
+        clReleaseMemObject(a->s);
+    free(a->hq), free(a->hs), free(a->wd);
+    lin_release(&a->dense);
+    free(a);
+}
+
+static uint64_t linq_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Random quantized bytes and scales of the format, a weight of magnitude
+ * about 1/sqrt(K) per element so that y stays near 1 at any K. GGUF d
+ * values take both signs, as ggml's quantizer writes them. */
+static int linq_make(linq_inst *a, size_t n, size_t k)
+{
+    const int gguf = a->fmt >= OCLF_QFORMAT_Q8_0;
+    const size_t row = a->fmt == OCLF_QFORMAT_INT8   ? k
+                       : a->fmt == OCLF_QFORMAT_INT4 ? k / 2
+                       : a->fmt == OCLF_QFORMAT_Q8_0 ? k / 32 * 34
+                                                     : k / 32 * 18;
+    const size_t groups = a->group ? k / a->group : 1;
+    a->qbytes = n * row;
+    a->sbytes = gguf ? 0 : n * groups * 2;
+    a->hq = malloc(a->qbytes + 4);
+    a->hs = gguf ? NULL : malloc(a->sbytes + 4);
+    if (!a->hq || (!gguf && !a->hs))
+        return 0;
+    uint64_t s = 0x5eed0f0c1u + (uint64_t)a->fmt * 7919u + a->group;
+    for (size_t i = 0; i < a->qbytes; i++)
+        a->hq[i] = (uint8_t)(linq_next(&s) >> 56);
+    const double amp = (a->fmt == OCLF_QFORMAT_INT8 || a->fmt == OCLF_QFORMAT_Q8_0 ? 1.0 / 64
+                                                                                   : 1.0 / 4) /
+                       sqrt((double)(k ? k : 1));
+    const size_t nscales = gguf ? n * (k / 32) : n * groups;
+    for (size_t i = 0; i < nscales; i++) {
+        const double u = (double)(linq_next(&s) >> 11) / 9007199254740992.0;
+        const float v = (float)(amp * (gguf ? 2 * u - 1 : 0.5 + u));
+        const uint16_t h = oclf_f32_to_f16(v);
+        uint8_t *dst = gguf ? a->hq + (i / (k / 32)) * row + (i % (k / 32)) * (row / (k / 32))
+                            : a->hs + 2 * i;
+        dst[0] = (uint8_t)(h & 0xff);
+        dst[1] = (uint8_t)(h >> 8);
+    }
+    return 1;
+}
+
+static void *linq_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err,
+                         size_t errlen)
+{
+    linq_inst *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    const size_t m = s->d[0], n = s->d[1], k = s->d[2];
+    a->fmt = (int)(s->d[3] / 1000);
+    a->group = (unsigned)(s->d[3] % 1000);
+    const int known = (a->fmt == OCLF_QFORMAT_INT8 &&
+                       (a->group == 0 || a->group == 32 || a->group == 64 || a->group == 128)) ||
+                      (a->fmt == OCLF_QFORMAT_INT4 &&
+                       (a->group == 32 || a->group == 64 || a->group == 128)) ||
+                      (a->fmt >= OCLF_QFORMAT_Q8_0 && a->fmt <= OCLF_QFORMAT_Q4_0 && a->group == 32);
+    if (!known || (a->group && k % a->group)) {
+        snprintf(err, errlen, "weight format %llu: not one of 1000, 1032, 1064, 1128, 2032, 2064, "
+                              "2128, 3032, 4032, or K not a multiple of its group",
+                 (unsigned long long)s->d[3]);
+        free(a);
+        return NULL;
+    }
+    op_shape dense = {3, {m, n, k}};
+    lin_inst *d = lin_create(env, &dense, dt, err, errlen);
+    if (!d) {
+        free(a);
+        return NULL;
+    }
+    a->dense = *d;
+    free(d);
+    a->wd = malloc(n * k * sizeof *a->wd + 8);
+    if (!a->wd || !linq_make(a, n, k)) {
+        snprintf(err, errlen, "out of host memory for %zu x %zu", n, k);
+        linq_destroy(a);
+        return NULL;
+    }
+    const oclf_ref_qweight rq = {(oclf_qformat)a->fmt, a->group, a->hq,
+                                 a->qbytes / (n ? n : 1), a->hs, OCLF_F16,
+                                 a->group ? k / a->group : 1, NULL, 0};
+    oclf_ref_dequant(&rq, n, k, a->wd);
+    /* the yardstick's dense weight: the dequantized one in the call's dtype */
+    for (size_t i = 0; i < n * k; i++)
+        oclf_ref_set(dt, a->dense.hw, i, (float)a->wd[i]);
+    const size_t es = oclf_dtype_size(dt);
+    if (op_rewrite(env, a->dense.w, a->dense.hw, n * k * es) != 0 ||
+        !(a->q = op_upload(env, a->hq, a->qbytes, err, errlen)) ||
+        (a->hs && !(a->s = op_upload(env, a->hs, a->sbytes, err, errlen)))) {
+        if (!err[0])
+            snprintf(err, errlen, "cannot write the weight to the device");
+        linq_destroy(a);
+        return NULL;
+    }
+    return a;
+}
+
+static oclf_qweight linq_weight(const linq_inst *a)
+{
+    oclf_qweight w;
+    memset(&w, 0, sizeof w);
+    w.format = (oclf_qformat)a->fmt;
+    w.group = a->group;
+    w.q = (oclf_buf){a->q, 0, 0};
+    w.scale = (oclf_buf){a->s, 0, 0};
+    w.scale_dtype = OCLF_F16;
+    return w;
+}
+
+static oclf_status linq_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
+{
+    linq_inst *a = p;
+    lin_inst *d = &a->dense;
+    int64_t yard = 0;
+    oclf_buf b, r;
+    oclf_linear_epilogue e;
+    lin_epilogue(d, &b, &r, &e);
+    if (ch && oclf_params_get(&ch->params, OP_YARDSTICK_PARAM, &yard) && yard)
+        return oclf_linear(env->ctx, env->queue, d->dtype, d->m, d->n, d->k,
+                           (oclf_buf){d->x, 0, 0}, OCLF_LINEAR_NONE, (oclf_buf){d->w, 0, 0},
+                           OCLF_WEIGHT_NK, (oclf_buf){d->y, 0, 0}, &e, NULL, 0, NULL, ev);
+    const oclf_qweight w = linq_weight(a);
+    return oclf_linear_q(env->ctx, env->queue, d->dtype, d->m, d->n, d->k, (oclf_buf){d->x, 0, 0},
+                         OCLF_LINEAR_NONE, &w, (oclf_buf){d->y, 0, 0}, &e, ch, 0, NULL, ev);
+}
+
+/* As lin_verify: three rows against the reference over the fp64 weight. */
+static int linq_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+{
+    linq_inst *a = p;
+    lin_inst *d = &a->dense;
+    oclf_status st = linq_run(env, a, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    if (d->m == 0)
+        return 1;
+    const size_t es = oclf_dtype_size(d->dtype);
+    void *got = malloc(d->m * d->n * es + 4);
+    double *want = malloc(d->n * sizeof *want + 8), *scale = malloc(d->n * sizeof *scale + 8);
+    int ok = got && want && scale && op_download(env, d->y, got, d->m * d->n * es) == 0;
+    if (!ok)
+        snprintf(msg, len, "cannot read the result back");
+    const size_t rows[3] = {0, d->m / 2, d->m - 1};
+    for (int t = 0; t < 3 && ok; t++) {
+        const size_t i = rows[t];
+        oclf_ref_linear_args r = {
+            .dtype = d->dtype, .m = 1, .n = d->n, .k = d->k,
+            .x = (const char *)d->hx + i * d->k * es, .xs = d->k,
+            .prologue = OCLF_LINEAR_NONE, .w = NULL, .ws = d->k, .layout = OCLF_WEIGHT_NK,
+            .bias = d->hb, .residual = (const char *)d->hr + i * d->n * es, .rs = d->n,
+            .alpha = 1.0f, .beta = 1.0f, .residual_before_act = 1, .act = OCLF_LINEAR_RELU,
+            .wd = a->wd};
+        oclf_ref_linear(&r, want, scale);
+        size_t first = 0;
+        double maxerr = 0;
+        size_t bad = oclf_ref_linear_compare(d->dtype, (const char *)got + i * d->n * es, d->n,
+                                             want, scale, 1, d->n, &first, &maxerr);
+        if (bad) {
+            ok = 0;
+            snprintf(msg, len, "row %zu: %zu elements out of tolerance (first column %zu, max "
+                               "error %g)",
+                     i, bad, first, maxerr);
+        }
+    }
+    free(got), free(want), free(scale);
+    return ok;
+}
+
+/* x, the weight's bytes (quants and scales), bias and residual read once,
+ * y written once. */
+static double linq_bytes(const op_shape *s, oclf_dtype dt)
+{
+    const double m = (double)s->d[0], n = (double)s->d[1], k = (double)s->d[2];
+    const int fmt = (int)(s->d[3] / 1000);
+    const unsigned g = (unsigned)(s->d[3] % 1000);
+    const double per = fmt == OCLF_QFORMAT_INT8   ? 1.0
+                       : fmt == OCLF_QFORMAT_INT4 ? 0.5
+                       : fmt == OCLF_QFORMAT_Q8_0 ? 34.0 / 32
+                                                  : 18.0 / 32;
+    const double scales = fmt >= OCLF_QFORMAT_Q8_0 ? 0 : n * 2 * (g ? k / g : 1);
+    return n * k * per + scales + (m * k + n + 2 * m * n) * (double)oclf_dtype_size(dt);
+}
+
+/* M = 1 and 7, tails along N, one and several groups along K, every
+ * format; the traffic case runs one staged work-group over all 32 columns
+ * of one row, so every weight byte and scale leaves global memory once. */
+static const op_kernel_check linear_q_check = {
+    "7x37x64x1000,1x20x64x1032,3x9x128x2032,5x11x256x2128,7x13x64x3032,2x37x96x4032",
+    "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0;"
+    "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0;"
+    "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0;"
+    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1",
+    "MB=1,NB=4,VEC=1,WGM=1,WGN=8,STAGE=1,KC=32,MV=0", "1x32x256x2032", 1, 1};
+
+const op_desc op_linear_q = {
+    .name = "linear_q",
+    .shape_help = "MxNxKxF (rows x outputs x inputs x weight format: 1000 int8 per channel, "
+                  "10GG int8 in groups of GG, 20GG int4 in groups of GG, 3032 Q8_0, 4032 Q4_0), "
+                  "relu(x dequant(W)^T + bias + residual)",
+    .ndims = 4,
+    .dim_names = {"m", "n", "k", "qformat"},
+    .bench_shapes = "1x4096x4096x1000,1x4096x4096x2128,1x4096x4096x3032,1x4096x4096x4032,"
+                    "1x4096x4096x1032,1x4096x4096x2032",
+    .bench_full_shapes = "1x11008x4096x1000,1x11008x4096x2128,1x11008x4096x3032,"
+                         "1x11008x4096x4032,16x4096x4096x1000,16x4096x4096x2128,"
+                         "16x4096x4096x3032,16x4096x4096x4032,512x4096x4096x1000,"
+                         "512x4096x4096x2128,512x4096x4096x3032,512x4096x4096x4032",
+    .uncached_shape = "1x4096x4096x2128",
+    .uncached_dim = 1,
+    .tune_shapes = "1x4096x4096x2128,1x4096x4096x4032,1x4096x4096x2032,16x4096x4096x2128",
+    .llm_shapes = "1x4096x4096x2128,1x11008x4096x2128,16x4096x4096x2128,1x4096x4096x4032,"
+                  "1x4096x4096x3032",
+    .test_shape = "7x129x64x2032",
+    .has_unfused = 1,
+    .yardstick = "oclf_linear over the dequantized weight in the call's dtype",
+    .create = linq_create,
+    .run = linq_run,
+    .verify = linq_verify,
+    .min_bytes = linq_bytes,
+    .flops = NULL,
+    .destroy = linq_destroy,
+    .space = lin_space,
+    .kernel_check = &linear_q_check,
 };

@@ -10,6 +10,11 @@
  * Fused parameters: MB, NB (register block), VEC, WGM, WGN (blocks per
  * group along M and N), STAGE, KC (local-memory tiles, KC columns of K at a
  * time), MV (matrix-vector shape). The unfused path has none.
+ *
+ * oclf_linear_q (op linear_q) runs the same kernels built with a quantized
+ * W (OCLF_QW), dequantized at its load; its unfused path dequantizes a tile
+ * of W's rows at a time (lin_dequant) into an f32 temporary and runs the
+ * unfused path above on each tile. oclf_qweight_convert is lin_qconvert.
  */
 #include "../internal.h"
 
@@ -120,8 +125,16 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
     oclf_params_set(out, "MV", mv);
 }
 
+/* The weight's format as a shape dim of linear_q (its "qformat"): the
+ * format times 1000 plus the group, 1000 for INT8 per output channel, 2128
+ * for INT4 in groups of 128, 4032 for Q4_0. Never 1 (KN) or 0 (NK), so the
+ * heuristic, which reads dim 3 as linear's layout, sees NK. */
+#define LIN_QCODE(fmt, group) ((uint64_t)(fmt) * 1000u + (uint64_t)(group))
+
+/* `qgroup`: a quantized W's group (0 for none or INT8 per channel), which
+ * VEC must divide so that no vector of weights straddles two scales. */
 static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int wkn,
-                              lin_cfg *cfg)
+                              unsigned qgroup, lin_cfg *cfg)
 {
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
@@ -137,6 +150,10 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter KC = %lld is not a multiple of VEC = %lld",
                          (long long)v[P_KC], (long long)v[P_VEC]);
+    if (qgroup && qgroup % (unsigned)v[P_VEC])
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter VEC = %lld does not divide the weight's group of %u",
+                         (long long)v[P_VEC], qgroup);
     const int64_t wgn = v[P_WGN];
     if (v[P_MV] && (v[P_STAGE] || v[P_WGM] != 1 || (wgn & (wgn - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -169,49 +186,94 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
     return OCLF_SUCCESS;
 }
 
-/* The fused program for (dtype, prologue, cfg) and the kernel it runs. */
-static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
-                                 const lin_cfg *cfg, oclf_program **prog, const char **kernel)
+/* How a quantized W is read: the kernels' OCLF_QW defines. fmt 0: W in
+ * the call's dtype. */
+typedef struct lin_qkind {
+    int fmt;         /* oclf_qformat, or 0 */
+    unsigned group;  /* 32 for Q8_0/Q4_0; 0 for INT8 per channel */
+    int zero, sf32;  /* INT4 zero points; f32 scales */
+} lin_qkind;
+
+static void lin_qdefines(const lin_qkind *q, char *buf, size_t len)
 {
-    char defines[OCLF_DEFINES_MAX + 16], opts[OCLF_OPTIONS_MAX];
-    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s", prologue, cfg->defines);
+    if (!q || !q->fmt)
+        snprintf(buf, len, "%s", "");
+    else
+        snprintf(buf, len, "-DOCLF_QW=%d -DOCLF_QG=%u -DOCLF_QZ=%d -DOCLF_QSF32=%d ", q->fmt,
+                 q->group, q->zero, q->sf32);
+}
+
+/* The fused program for (dtype, prologue, weight, cfg) and its kernel. */
+static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
+                                 const lin_qkind *q, const lin_cfg *cfg, oclf_program **prog,
+                                 const char **kernel)
+{
+    char qd[96], defines[OCLF_DEFINES_MAX + 128], opts[OCLF_OPTIONS_MAX];
+    lin_qdefines(q, qd, sizeof qd);
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s", prologue, qd, cfg->defines);
     oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     *kernel = cfg->mv ? "linear_mv" : "linear_fused";
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
 
-static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, oclf_program **prog)
+static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, const lin_qkind *q,
+                                   oclf_program **prog)
 {
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, "-DOCLF_UNFUSED=1");
+    char qd[96], defines[160], opts[OCLF_OPTIONS_MAX];
+    lin_qdefines(q, qd, sizeof qd);
+    snprintf(defines, sizeof defines, "-DOCLF_UNFUSED=1 %s", qd);
+    oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     return oclf_program_get(ctx, "linear.cl", opts, prog);
+}
+
+/* The weight kind a linear_q shape names (its qformat dim); validation
+ * assumes f16 scales and no zero points, the programs of which differ from
+ * the others only in how a scale is read. */
+static lin_qkind qkind_of_shape(oclf_op op, const oclf_shape *shape)
+{
+    lin_qkind q = {0, 0, 0, 0};
+    if (op == OCLF_OP_LINEAR_Q) {
+        q.fmt = (int)(shape->dim[3] / 1000u);
+        q.group = (unsigned)(shape->dim[3] % 1000u);
+    }
+    return q;
 }
 
 static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                  const oclf_shape *shape, const oclf_resolved *r, int deep,
                                  oclf_op_cfg *out)
 {
-    (void)op;
     oclf_program *prog;
     oclf_status st;
+    const lin_qkind q = qkind_of_shape(op, shape);
+    if (q.fmt && (q.fmt >= OCLF_QFORMAT_COUNT_ || q.group > 128))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "linear_q: unknown weight format %llu",
+                         (unsigned long long)shape->dim[3]);
     if (r->path == OCLF_PATH_UNFUSED) {
         /* No parameters: the GEMM library tunes itself. */
         if (out)
             memset(out, 0, sizeof(lin_cfg));
-        if (!deep || (st = unfused_program(ctx, dtype, &prog)))
+        if (!deep || (st = unfused_program(ctx, dtype, &q, &prog)))
             return deep ? st : OCLF_SUCCESS;
-        static const char *const names[] = {"lin_prep", "lin_bias", "lin_res", "lin_act",
-                                            "lin_store"};
-        return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), LIN_ELEM_WGS);
+        static const char *const names[] = {"lin_prep", "lin_bias", "lin_res",  "lin_act",
+                                            "lin_store", "lin_dequant"};
+        return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names) - (q.fmt ? 0 : 1),
+                                     LIN_ELEM_WGS);
     }
     lin_cfg cfg;
-    const int wkn = shape->dim[3] == OCLF_WEIGHT_KN;
-    if ((st = lin_config(ctx, &r->params, wkn, &cfg)))
+    const int wkn = !q.fmt && shape->dim[3] == OCLF_WEIGHT_KN;
+    if ((st = lin_config(ctx, &r->params, wkn, q.group, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
     if (!deep)
         return OCLF_SUCCESS;
+    if (q.fmt) {
+        const char *kernel;
+        if ((st = fused_program(ctx, dtype, 0, &q, &cfg, &prog, &kernel)))
+            return st;
+        return oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn));
+    }
     /* The other layout's program too: it runs the same parameters when that
      * layout has no record of its own (dispatch falls back on the nearest
      * shape), and so the cross-compile suite, which lists the programs
@@ -220,9 +282,9 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
     for (int l = 0; l < 2; l++) {
         const char *kernel;
         lin_cfg lc;
-        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, &lc)))
+        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, 0, &lc)))
             return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
-        if ((st = fused_program(ctx, dtype, 0, &lc, &prog, &kernel)) ||
+        if ((st = fused_program(ctx, dtype, 0, NULL, &lc, &prog, &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
             return st;
     }
@@ -248,14 +310,99 @@ typedef struct lin_call {
     oclf_operand x, w, y, bias, res;
     float alpha, beta;
     cl_uint act, before;
+    /* A quantized W: its kind, scales and zero points (w holds its bytes). */
+    lin_qkind q;
+    oclf_operand qscale, qzero;
+    /* The unfused path of a quantized W: w is a packed f32 tile already. */
+    int w_f32;
 } lin_call;
 
+/* Bytes of one row of a quantized W of k weights. */
+static size_t qrow_bytes(int fmt, size_t k)
+{
+    switch (fmt) {
+    case OCLF_QFORMAT_INT8: return k;
+    case OCLF_QFORMAT_INT4: return k / 2;
+    case OCLF_QFORMAT_Q8_0: return k / 32 * 34;
+    default: return k / 32 * 18;
+    }
+}
+
+/* The weight of oclf_linear_q against the header's rules, into c->w,
+ * c->qscale, c->qzero and c->q. */
+static oclf_status check_qweight(oclf_context *ctx, const oclf_qweight *w, size_t n, size_t k,
+                                 lin_call *c)
+{
+    const char *op = "linear_q";
+    if (!w)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: w is NULL", op);
+    const int fmt = (int)w->format;
+    if (fmt < OCLF_QFORMAT_INT8 || fmt >= OCLF_QFORMAT_COUNT_)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown weight format %d", op, fmt);
+    static const char *const names[] = {"", "INT8", "INT4", "Q8_0", "Q4_0"};
+    const int gguf = fmt >= OCLF_QFORMAT_Q8_0;
+    unsigned g = w->group;
+    if (gguf && g == 0)
+        g = 32;
+    const int group_ok = gguf ? g == 32
+                              : (g == 32 || g == 64 || g == 128 || (fmt == OCLF_QFORMAT_INT8 && !g));
+    if (!group_ok)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s does not take a group of %u (%s)", op,
+                         names[fmt], w->group,
+                         gguf ? "blocks are 32" : fmt == OCLF_QFORMAT_INT8 ? "0, 32, 64 or 128"
+                                                                           : "32, 64 or 128");
+    if (g && k % g)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: K = %zu is not a multiple of %s's group "
+                                                     "of %u",
+                         op, k, names[fmt], g);
+    if (w->zero && fmt != OCLF_QFORMAT_INT4)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: %s is symmetric and takes no zero points", op, names[fmt]);
+    oclf_status st;
+    if ((st = oclf_check_2d(ctx, "linear_q: w.q", w->q, n, qrow_bytes(fmt, k), 1, &c->w)))
+        return st;
+    if (gguf) {
+        if (w->scale.mem)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: %s carries its scales in its blocks; scale.mem must be NULL",
+                             op, names[fmt]);
+        /* the f16 d of every block sits at an even byte */
+        if (c->w.offset % 2 || c->w.stride % 2)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "%s: %s's q offset (%zu) and row stride (%zu) must be even", op,
+                             names[fmt], c->w.offset, c->w.stride);
+    } else {
+        const int f32_ok = fmt == OCLF_QFORMAT_INT8 && !g;
+        if (w->scale_dtype != OCLF_F16 && !(f32_ok && w->scale_dtype == OCLF_F32))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s%s takes %s scales, not dtype %d",
+                             op, names[fmt], g ? " in groups" : " per channel",
+                             f32_ok ? "f32 or f16" : "f16", (int)w->scale_dtype);
+        const size_t es = oclf_dtype_size(w->scale_dtype);
+        st = g ? oclf_check_2d(ctx, "linear_q: w.scale", w->scale, n, k / g, es, &c->qscale)
+               : oclf_check_vector(ctx, "linear_q: w.scale", w->scale, n, es, &c->qscale);
+        if (st)
+            return st;
+        if (!g)
+            c->qscale.stride = 1; /* row r's one scale */
+        if (w->zero &&
+            (st = oclf_check_2d(ctx, "linear_q: w.zero", *w->zero, n, k / g, 1, &c->qzero)))
+            return st;
+    }
+    c->q.fmt = fmt;
+    c->q.group = g;
+    c->q.zero = w->zero != NULL;
+    c->q.sf32 = !gguf && w->scale_dtype == OCLF_F32;
+    return OCLF_SUCCESS;
+}
+
+/* `qw` NULL: W is `w` in the call's dtype (oclf_linear); else the
+ * quantized weight of oclf_linear_q (`w` and `layout` unused). */
 static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, size_t n, size_t k,
                               oclf_buf x, oclf_linear_act prologue, oclf_buf w,
-                              oclf_weight_layout layout, oclf_buf y,
-                              const oclf_linear_epilogue *epi, lin_call *c)
+                              oclf_weight_layout layout, const oclf_qweight *qw, int quant,
+                              oclf_buf y, const oclf_linear_epilogue *epi, lin_call *c)
 {
-    const char *op = "linear";
+    const char *op = quant ? "linear_q" : "linear";
     memset(c, 0, sizeof *c);
     oclf_linear_epilogue plain;
     oclf_linear_epilogue_init(&plain);
@@ -284,9 +431,10 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, siz
     const size_t el = oclf_dtype_size(dtype);
     const int wkn = layout == OCLF_WEIGHT_KN;
     oclf_status st;
-    if ((st = oclf_check_2d(ctx, "linear: x", x, m, k, el, &c->x)) ||
-        (st = oclf_check_2d(ctx, "linear: w", w, wkn ? k : n, wkn ? n : k, el, &c->w)) ||
-        (st = oclf_check_2d(ctx, "linear: y", y, m, n, el, &c->y)))
+    if ((st = oclf_check_2d(ctx, quant ? "linear_q: x" : "linear: x", x, m, k, el, &c->x)) ||
+        (st = quant ? check_qweight(ctx, qw, n, k, c)
+                    : oclf_check_2d(ctx, "linear: w", w, wkn ? k : n, wkn ? n : k, el, &c->w)) ||
+        (st = oclf_check_2d(ctx, quant ? "linear_q: y" : "linear: y", y, m, n, el, &c->y)))
         return st;
     if (epi->bias &&
         (st = oclf_check_vector(ctx, "linear: bias", *epi->bias, n, el, &c->bias)))
@@ -295,7 +443,8 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, siz
         (st = oclf_check_2d(ctx, "linear: residual", *epi->residual, m, n, el, &c->res)))
         return st;
     if (oclf_overlap(&c->y, &c->x) || oclf_overlap(&c->y, &c->w) ||
-        (epi->bias && oclf_overlap(&c->y, &c->bias)))
+        (epi->bias && oclf_overlap(&c->y, &c->bias)) || oclf_overlap(&c->y, &c->qscale) ||
+        oclf_overlap(&c->y, &c->qzero))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: y overlaps x, w or bias", op);
     if (epi->residual) {
         c->inplace = oclf_same_range(&c->y, &c->res);
@@ -324,7 +473,7 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
 {
     oclf_program *prog;
     const char *kernel;
-    oclf_status st = fused_program(ctx, c->dtype, c->prologue, cfg, &prog, &kernel);
+    oclf_status st = fused_program(ctx, c->dtype, c->prologue, &c->q, cfg, &prog, &kernel);
     if (st != OCLF_SUCCESS)
         return st;
     const int mv = cfg->mv;
@@ -344,14 +493,30 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
     cl_ulong yo = c->y.offset, ys = c->y.stride;
     cl_uint hb = (cl_uint)c->has_bias, hr = (cl_uint)c->has_res;
     cl_uint m = (cl_uint)c->m, n = (cl_uint)c->n, k = (cl_uint)c->k;
+    /* A quantized W's scales and zero points follow W's arguments; absent
+     * ones (GGUF scales live in W, symmetric formats have no zeros) are
+     * never read and W's handle stands in. */
+    cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
+    cl_ulong so = c->qscale.offset, ss = c->qscale.stride, zo = c->qzero.offset,
+             zs = c->qzero.stride;
     oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo),      OCLF_ARG(xs),       OCLF_ARG(c->w.mem),
-                    OCLF_ARG(wo),       OCLF_ARG(ws),      OCLF_ARG(bm),       OCLF_ARG(bo),
+                    OCLF_ARG(wo),       OCLF_ARG(ws),      OCLF_ARG(sm),       OCLF_ARG(so),
+                    OCLF_ARG(ss),       OCLF_ARG(zm),      OCLF_ARG(zo),       OCLF_ARG(zs),
+                    OCLF_ARG(bm),       OCLF_ARG(bo),
                     OCLF_ARG(hb),       OCLF_ARG(rm),      OCLF_ARG(ro),       OCLF_ARG(rs),
                     OCLF_ARG(hr),       OCLF_ARG(c->y.mem), OCLF_ARG(yo),      OCLF_ARG(ys),
                     OCLF_ARG(c->alpha), OCLF_ARG(c->beta), OCLF_ARG(c->act),   OCLF_ARG(c->before),
                     OCLF_ARG(m),        OCLF_ARG(n),       OCLF_ARG(k)};
-    return oclf_enqueue(ctx, queue, prog, kernel, a, OCLF_NARGS(a), groups * wgs, wgs,
-                        num_events, wait_list, event);
+    /* Without a quantized W the kernel has no scale or zero arguments. */
+    const oclf_arg *args = a;
+    oclf_arg plain[OCLF_NARGS(a) - 6];
+    if (!c->q.fmt) {
+        memcpy(plain, a, 6 * sizeof *a);
+        memcpy(plain + 6, a + 12, (OCLF_NARGS(a) - 12) * sizeof *a);
+        args = plain;
+    }
+    return oclf_enqueue(ctx, queue, prog, kernel, args, OCLF_NARGS(a) - (c->q.fmt ? 0 : 6),
+                        groups * wgs, wgs, num_events, wait_list, event);
 }
 
 /* One elementwise launch of the unfused path over rows x cols. */
@@ -372,16 +537,17 @@ static oclf_status elem_launch(oclf_chain *ch, oclf_program *prog, const char *n
 static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call *c)
 {
     oclf_program *prog;
-    oclf_status st = unfused_program(ctx, c->dtype, &prog);
+    oclf_status st = unfused_program(ctx, c->dtype, NULL, &prog);
     if (st != OCLF_SUCCESS)
         return st;
     const int conv = c->dtype != OCLF_F32;
+    const int conv_w = conv && !c->w_f32;
     const int prep_x = (conv || c->prologue) && c->k > 0;
     const int direct = !conv && !c->inplace && c->k > 0;
     const size_t wr = c->wkn ? c->k : c->n, wc = c->wkn ? c->n : c->k;
     cl_mem xf = NULL, wf = NULL, cf = NULL;
     if ((prep_x && (st = oclf_temp_buffer(ctx, c->m * c->k * 4, &xf))) ||
-        (conv && c->k > 0 && (st = oclf_temp_buffer(ctx, wr * wc * 4, &wf))) ||
+        (conv_w && c->k > 0 && (st = oclf_temp_buffer(ctx, wr * wc * 4, &wf))) ||
         (!direct && (st = oclf_temp_buffer(ctx, c->m * c->n * 4, &cf))))
         goto done;
     const cl_uint m = (cl_uint)c->m, n = (cl_uint)c->n;
@@ -462,6 +628,95 @@ done:;
     return st;
 }
 
+/* The unfused path's f32 weight tile: at most this many bytes of W's rows. */
+#define LIN_QTILE_BYTES ((size_t)64 << 20)
+
+/* A quantized W's unfused path: lin_dequant writes a tile of W's rows as
+ * packed f32, and the plain unfused path computes that tile's columns of y;
+ * one temporary serves every tile (the chain orders each tile's dequantize
+ * after the previous tile's GEMM). */
+static oclf_status run_unfused_q(oclf_context *ctx, oclf_chain *ch, const lin_call *c)
+{
+    oclf_program *prog;
+    oclf_status st = unfused_program(ctx, c->dtype, &c->q, &prog);
+    if (st != OCLF_SUCCESS)
+        return st;
+    size_t tile = c->k ? LIN_QTILE_BYTES / (c->k * 4) : c->n;
+    tile = tile < 1 ? 1 : tile > c->n ? c->n : tile;
+    cl_mem wf = NULL;
+    if (c->k && (st = oclf_temp_buffer(ctx, tile * c->k * 4, &wf)))
+        return st;
+    cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
+    for (size_t n0 = 0; n0 < c->n && st == OCLF_SUCCESS; n0 += tile) {
+        const size_t nt = c->n - n0 < tile ? c->n - n0 : tile;
+        if (c->k) {
+            cl_ulong wo = c->w.offset + n0 * c->w.stride, ws = c->w.stride;
+            cl_ulong so = c->qscale.offset + n0 * c->qscale.stride, ss = c->qscale.stride;
+            cl_ulong zo = c->qzero.offset + n0 * c->qzero.stride, zs = c->qzero.stride;
+            cl_uint rows = (cl_uint)nt, cols = (cl_uint)c->k;
+            oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(wo), OCLF_ARG(ws),   OCLF_ARG(sm),
+                            OCLF_ARG(so),       OCLF_ARG(ss), OCLF_ARG(zm),   OCLF_ARG(zo),
+                            OCLF_ARG(zs),       OCLF_ARG(wf), OCLF_ARG(rows), OCLF_ARG(cols)};
+            if ((st = elem_launch(ch, prog, "lin_dequant", a, OCLF_NARGS(a), nt, c->k)))
+                break;
+        }
+        lin_call t = *c;
+        t.n = nt;
+        t.w = (oclf_operand){.mem = wf, .offset = 0, .stride = c->k};
+        t.w_f32 = 1;
+        t.q.fmt = 0;
+        t.y.offset += n0;
+        t.bias.offset += n0;
+        t.res.offset += n0;
+        st = run_unfused(ctx, ch, &t);
+    }
+    if (wf)
+        clReleaseMemObject(wf); /* freed by OpenCL once the launches finish */
+    return st;
+}
+
+/* The call's fused configuration from its resolved choice. */
+static oclf_status resolved_cfg(oclf_context *ctx, const oclf_resolved *r, const lin_call *c,
+                                lin_cfg *cfg)
+{
+    if (r->path != OCLF_PATH_FUSED)
+        return OCLF_SUCCESS;
+    if (r->has_cfg) {
+        memcpy(cfg, &r->cfg, sizeof *cfg);
+        return OCLF_SUCCESS;
+    }
+    return lin_config(ctx, &r->params, c->wkn, c->q.group, cfg);
+}
+
+/* Everything after the checks, shared by both entry points. */
+static oclf_status lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op, const lin_call *c,
+                           const oclf_shape *shape, const oclf_choice *choice, cl_uint num_events,
+                           const cl_event *wait_list, cl_event *event)
+{
+    oclf_status st;
+    oclf_resolved r;
+    lin_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, op, &oclf_linear_hooks, c->dtype, shape, choice, &r)) ||
+        (st = resolved_cfg(ctx, &r, c, &cfg)))
+        return st;
+    if (c->m == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+    if (r.path == OCLF_PATH_FUSED)
+        return run_fused(ctx, queue, c, &cfg, num_events, wait_list, event);
+    /* One work-item per element of x, W or y in the unfused kernels. */
+    size_t big = c->m * c->n > c->m * c->k ? c->m * c->n : c->m * c->k;
+    big = big > c->n * c->k ? big : c->n * c->k;
+    if (big > OCLF_MAX_LAUNCH_ITEMS - LIN_ELEM_WGS)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "%s: the unfused path's %zu elements exceed the launch range",
+                         c->q.fmt ? "linear_q" : "linear", big);
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    st = c->q.fmt ? run_unfused_q(ctx, &ch, c) : run_unfused(ctx, &ch, c);
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}
+
 oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
                         size_t n, size_t k, oclf_buf x, oclf_linear_act prologue, oclf_buf w,
                         oclf_weight_layout layout, oclf_buf y, const oclf_linear_epilogue *epilogue,
@@ -471,33 +726,75 @@ oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dt
     oclf_status st;
     lin_call c;
     if ((st = oclf_check_call(ctx, "linear", queue, num_events, wait_list, dtype, event)) ||
-        (st = check_args(ctx, dtype, m, n, k, x, prologue, w, layout, y, epilogue, &c)))
+        (st = check_args(ctx, dtype, m, n, k, x, prologue, w, layout, NULL, 0, y, epilogue, &c)))
         return st;
-    oclf_shape shape = {{m, n, k, (uint64_t)layout}};
-    oclf_resolved r;
-    lin_cfg cfg;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_LINEAR, &oclf_linear_hooks, dtype, &shape,
-                                     choice, &r)))
+    const oclf_shape shape = {{m, n, k, (uint64_t)layout}};
+    return lin_run(ctx, queue, OCLF_OP_LINEAR, &c, &shape, choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
+                          size_t n, size_t k, oclf_buf x, oclf_linear_act prologue,
+                          const oclf_qweight *w, oclf_buf y, const oclf_linear_epilogue *epilogue,
+                          const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
+                          cl_event *event)
+{
+    oclf_status st;
+    lin_call c;
+    const oclf_buf none = {NULL, 0, 0};
+    if ((st = oclf_check_call(ctx, "linear_q", queue, num_events, wait_list, dtype, event)) ||
+        (st = check_args(ctx, dtype, m, n, k, x, prologue, none, OCLF_WEIGHT_NK, w, 1, y, epilogue,
+                         &c)))
         return st;
-    if (r.path == OCLF_PATH_FUSED) {
-        if (r.has_cfg)
-            memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = lin_config(ctx, &r.params, c.wkn, &cfg)))
-            return st;
-    }
-    if (m == 0)
+    const oclf_shape shape = {{m, n, k, LIN_QCODE(c.q.fmt, c.q.group)}};
+    return lin_run(ctx, queue, OCLF_OP_LINEAR_Q, &c, &shape, choice, num_events, wait_list, event);
+}
+
+oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size_t n, size_t k,
+                                 const oclf_qweight *src, const oclf_qweight *dst,
+                                 cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+    const char *op = "qweight_convert";
+    oclf_status st;
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, OCLF_F32, event)))
+        return st;
+    if (!src || !dst)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: src or dst is NULL", op);
+    if (src->format != OCLF_QFORMAT_Q8_0 && src->format != OCLF_QFORMAT_Q4_0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: src must be Q8_0 or Q4_0 (format %d)", op, (int)src->format);
+    const int fmt = src->format;
+    const oclf_qformat want = fmt == OCLF_QFORMAT_Q8_0 ? OCLF_QFORMAT_INT8 : OCLF_QFORMAT_INT4;
+    if (dst->format != want || dst->group != 32 || dst->scale_dtype != OCLF_F16 || dst->zero)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: %s converts into %s with group 32, f16 scales and no zero points",
+                         op, fmt == OCLF_QFORMAT_Q8_0 ? "Q8_0" : "Q4_0",
+                         want == OCLF_QFORMAT_INT8 ? "INT8" : "INT4");
+    if (n > INT_MAX || k > INT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: N and K must be below 2^31", op);
+    lin_call s, d;
+    memset(&s, 0, sizeof s);
+    memset(&d, 0, sizeof d);
+    if ((st = check_qweight(ctx, src, n, k, &s)) || (st = check_qweight(ctx, dst, n, k, &d)))
+        return st;
+    if (oclf_overlap(&d.w, &s.w) || oclf_overlap(&d.qscale, &s.w) ||
+        oclf_overlap(&d.w, &d.qscale))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: the arrays of src and dst overlap", op);
+    const size_t blocks = k / 32;
+    if (n * blocks == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    if (r.path == OCLF_PATH_FUSED)
-        return run_fused(ctx, queue, &c, &cfg, num_events, wait_list, event);
-    /* One work-item per element of x, W or y in the unfused kernels. */
-    size_t big = c.m * c.n > c.m * c.k ? c.m * c.n : c.m * c.k;
-    big = big > c.n * c.k ? big : c.n * c.k;
-    if (big > OCLF_MAX_LAUNCH_ITEMS - LIN_ELEM_WGS)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED,
-                         "linear: the unfused path's %zu elements exceed the launch range", big);
-    oclf_chain ch;
-    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = run_unfused(ctx, &ch, &c);
-    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
-    return st;
+    if (n * blocks > OCLF_MAX_LAUNCH_ITEMS - LIN_ELEM_WGS)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu blocks exceed the launch range", op,
+                         n * blocks);
+    oclf_program *prog;
+    if ((st = unfused_program(ctx, OCLF_F32, &s.q, &prog)))
+        return st;
+    cl_ulong wo = s.w.offset, ws = s.w.stride, qo = d.w.offset, qs = d.w.stride;
+    cl_ulong so = d.qscale.offset, ss = d.qscale.stride;
+    cl_uint rows = (cl_uint)n, nb = (cl_uint)blocks;
+    oclf_arg a[] = {OCLF_ARG(s.w.mem), OCLF_ARG(wo),          OCLF_ARG(ws), OCLF_ARG(d.w.mem),
+                    OCLF_ARG(qo),      OCLF_ARG(qs),          OCLF_ARG(d.qscale.mem),
+                    OCLF_ARG(so),      OCLF_ARG(ss),          OCLF_ARG(rows), OCLF_ARG(nb)};
+    return oclf_enqueue(ctx, queue, prog, "lin_qconvert", a, OCLF_NARGS(a),
+                        oclf_round_up(n * blocks, LIN_ELEM_WGS), LIN_ELEM_WGS, num_events,
+                        wait_list, event);
 }
