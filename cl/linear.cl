@@ -82,6 +82,9 @@ static inline float lin_act_run(float t, uint act)
 #ifndef OCLF_QSF32
 #define OCLF_QSF32 0
 #endif
+#ifndef OCLF_QSCALE
+#define OCLF_QSCALE 1
+#endif
 #if OCLF_QW
 typedef uchar wstor_t;
 /* The scale of element c: INT8 per output channel has one a row. */
@@ -90,12 +93,24 @@ typedef uchar wstor_t;
 #else
 #define Q_GROUP(c) 0
 #endif
+/* One f16 scale from its bits. A scalar vload_half from global memory is a
+ * software conversion on the CPU device here (some twenty integer
+ * instructions, which bound the GGUF kernels); the language's own _Float16
+ * conversion, where the device has it (common.h), is one vcvtph2ps. */
+static inline float q_f16(ushort h)
+{
+#if OCLF_FLOAT16
+    return (float)__builtin_astype(h, _Float16);
+#else
+    return vload_half(0, (private const half *)&h);
+#endif
+}
 #if OCLF_QSF32
 typedef float qsc_t;
 #define QSC(p, i) ((p)[(i)])
 #else
-typedef half qsc_t;
-#define QSC(p, i) vload_half((i), (p))
+typedef ushort qsc_t; /* f16 bits */
+#define QSC(p, i) q_f16((p)[(i)])
 #endif
 #define QARGS global const qsc_t *qs, ulong qso, ulong qss, global const uchar *qz, ulong qzo, ulong qzs
 #define QROW_ARGS global const wstor_t *wp, global const qsc_t *sp, global const uchar *zp
@@ -103,7 +118,7 @@ typedef half qsc_t;
 #define QBLOCK_BYTES (OCLF_QW == 3 ? 34 : 18)
 static inline float q_block_d(global const uchar *blk)
 {
-    return vload_half(0, (global const half *)blk);
+    return q_f16(*(global const ushort *)blk);
 }
 
 static inline float q_ld(QROW_ARGS, uint c)
@@ -180,6 +195,94 @@ static inline floatv q_ldv(QROW_ARGS, uint c)
 #endif
 }
 #endif /* OCLF_VEC */
+
+/* The grouped kernels' pieces (OCLF_QG > 0): per group, the dot product of
+ * x with the bare integers (q_rawv: q, or the nibble), then the group's
+ * scale and zero point applied once to that partial sum:
+ *   sum_c x_c (q_c - z) s = s (sum_c x_c q_c - z sum_c x_c),
+ * the sum of x shared by every column. Formats without a zero point
+ * (INT8, Q8_0) skip the second term. */
+#define Q_HAS_Z (OCLF_QW == 2 || OCLF_QW == 4)
+#if OCLF_VEC == 1
+static inline float q_rawv(global const wstor_t *wp, uint c)
+{
+#if OCLF_QW == 1
+    return (float)(char)wp[c];
+#elif OCLF_QW == 2
+    const uchar b = wp[c >> 1];
+    return (float)((c & 1) ? b >> 4 : b & 15);
+#elif OCLF_QW == 3
+    return (float)(char)wp[(c / 32) * 34 + 2 + c % 32];
+#else
+    const uint j = c % 32;
+    const uchar b = wp[(c / 32) * 18 + 2 + (j & 15)];
+    return (float)(j < 16 ? b & 15 : b >> 4);
+#endif
+}
+#else
+static inline floatv q_rawv(global const wstor_t *wp, uint c)
+{
+#if OCLF_QW == 1
+    return QCVT(QLOADS(wp + c));
+#elif OCLF_QW == 2
+#if OCLF_VEC == 2
+    const uchar b = wp[c >> 1];
+#else
+    const Q4_HALF b = Q4_LOAD(wp + (c >> 1));
+#endif
+    return QCVT(Q4_INTERLEAVE(b & (uchar)15, b >> (uchar)4));
+#elif OCLF_QW == 3
+    return QCVT(QLOADS(wp + (c / 32) * 34 + 2 + c % 32));
+#else
+    const uint j = c % 32;
+    const ucharv b = QLOADU(wp + (c / 32) * 18 + 2 + (j & 15));
+    return QCVT(j < 16 ? b & (uchar)15 : b >> (uchar)4);
+#endif
+}
+#endif
+/* The 4-bit formats read OCLF_VEC bytes a step, 2 x OCLF_VEC weights: the
+ * low nibbles widen into one vector and the high ones into another, with no
+ * shuffle of the weights; x's two vectors are arranged to match instead,
+ * once per row for every column. Byte t of a group's (INT4) or block's
+ * (Q4_0) bytes: INT4 holds weights 2t and 2t + 1, whose x values are the
+ * even and odd elements of x from 2t on; Q4_0 holds weights t and t + 16. */
+#define Q_PAIRS ((OCLF_QW == 2 || OCLF_QW == 4) && OCLF_VEC > 1)
+#if Q_PAIRS
+#if OCLF_VEC == 2
+#define Q_EVENS(a, b) ((float2)((a).s0, (b).s0))
+#define Q_ODDS(a, b) ((float2)((a).s1, (b).s1))
+#else
+#define Q_EVENS(a, b) ((floatv)((a).even, (b).even))
+#define Q_ODDS(a, b) ((floatv)((a).odd, (b).odd))
+#endif
+/* The group's bytes from byte t (VEC of them), at wp's row. */
+static inline ucharv q_bytes(global const wstor_t *wp, uint g0, uint t)
+{
+#if OCLF_QW == 2
+    return QLOADU(wp + g0 / 2 + t);
+#else
+    return QLOADU(wp + (g0 / 32) * 18 + 2 + t);
+#endif
+}
+#endif
+
+/* The scale and zero point of the group that starts at element c. */
+static inline float q_gscale(QROW_ARGS, uint c)
+{
+#if OCLF_QW >= 3
+    return q_block_d(wp + (c / 32) * QBLOCK_BYTES);
+#else
+    return QSC(sp, Q_GROUP(c));
+#endif
+}
+static inline float q_gzero(global const uchar *zp, uint c)
+{
+#if OCLF_QZ
+    return (float)zp[c / OCLF_QG];
+#else
+    return 8.0f;
+#endif
+}
 #endif /* OCLF_QW */
 
 #ifndef OCLF_UNFUSED
@@ -429,11 +532,90 @@ kernel void linear_fused(LIN_ARGS)
 #if !OCLF_WKN
     FOR_N(DECL_W)
     uint c = 0;
+#if OCLF_QW && OCLF_QG
+    /* A quantized W in groups, a group at a time. OCLF_QSCALE 1: the
+     * products with the bare integers summed per group, then the group's
+     * scale and zero point applied once to each partial sum (fewest
+     * operations per weight; twice the accumulators: few rows). 0: every
+     * weight dequantized once, (q - z) s, and shared by the MB rows (many
+     * rows). K is a multiple of the group and the group of VEC (x 2 for
+     * the 4-bit pairs), so no tail follows. */
+#define DECL_P(i, j) floatv p##i##_##j = VSPLAT(0.0f);
+#define DECL_XG(i) floatv xg##i = VSPLAT(0.0f);
+#define LOAD_GS(j)                                                             \
+    const float gs##j = q_gscale(wp##j, sp##j, zp##j, g0);                     \
+    const float gz##j = Q_HAS_Z ? q_gzero(zp##j, g0) : 0.0f;
+#if OCLF_QSCALE
+#define QT(i, j) p##i##_##j
+#define DEQ(j, v) (v)
+#else
+#define QT(i, j) a##i##_##j
+#define DEQ(j, v) (((v) - VSPLAT(gz##j)) * gs##j)
+#endif
+#if Q_HAS_Z
+#define APPLY_G(i, j)                                                          \
+    a##i##_##j = fma(VSPLAT(gs##j), fma(VSPLAT(-gz##j), xg##i, p##i##_##j), a##i##_##j);
+#else
+#define APPLY_G(i, j) a##i##_##j = fma(VSPLAT(gs##j), p##i##_##j, a##i##_##j);
+#endif
+#if Q_PAIRS
+#if OCLF_QW == 2
+#define LOAD_XQ(i)                                                             \
+    floatv xv0##i = LDV(xp##i, g0 + 2 * t), xv1##i = LDV(xp##i, g0 + 2 * t + OCLF_VEC); \
+    xv0##i = PRO(floatv, xv0##i);                                              \
+    xv1##i = PRO(floatv, xv1##i);                                              \
+    const floatv xa##i = Q_EVENS(xv0##i, xv1##i), xb##i = Q_ODDS(xv0##i, xv1##i);
+#else
+#define LOAD_XQ(i)                                                             \
+    floatv xa##i = LDV(xp##i, g0 + t), xb##i = LDV(xp##i, g0 + 16 + t);        \
+    xa##i = PRO(floatv, xa##i);                                                \
+    xb##i = PRO(floatv, xb##i);
+#endif
+#define ACC_XG(i) xg##i += xa##i + xb##i;
+#define LOAD_Q(j)                                                              \
+    const ucharv qb##j = q_bytes(wp##j, g0, t);                                \
+    const floatv ql##j = DEQ(j, QCVT(qb##j & (uchar)15)), qh##j = DEQ(j, QCVT(qb##j >> (uchar)4));
+#define FMA_Q(i, j)                                                            \
+    QT(i, j) = fma(xa##i, ql##j, QT(i, j));                                    \
+    QT(i, j) = fma(xb##i, qh##j, QT(i, j));
+#define Q_STEPS(v) (uint v = 0; v < OCLF_QG / 2; v += OCLF_VEC)
+#else
+#define LOAD_XQ(i) LOAD_X(i)
+#define ACC_XG(i) xg##i += vx##i;
+#define LOAD_Q(j) const floatv vq##j = DEQ(j, q_rawv(wp##j, c));
+#define FMA_Q(i, j) QT(i, j) = fma(vx##i, vq##j, QT(i, j));
+#define Q_STEPS(v) (c = g0; c < g0 + OCLF_QG; c += OCLF_VEC)
+#endif
+    for (uint g0 = 0; g0 < k; g0 += OCLF_QG) {
+#if OCLF_QSCALE
+        FOR_MN(DECL_P)
+#if Q_HAS_Z
+        FOR_M(DECL_XG)
+#endif
+#else
+        FOR_N(LOAD_GS)
+#endif
+        for Q_STEPS(t) {
+            FOR_M(LOAD_XQ)
+#if OCLF_QSCALE && Q_HAS_Z
+            FOR_M(ACC_XG)
+#endif
+            FOR_N(LOAD_Q)
+            FOR_MN(FMA_Q)
+        }
+#if OCLF_QSCALE
+        FOR_N(LOAD_GS)
+        FOR_MN(APPLY_G)
+#endif
+    }
+    c = k; /* no tail: K is a multiple of the group */
+#else
     for (; c + OCLF_VEC <= k; c += OCLF_VEC) {
         FOR_M(LOAD_X)
         FOR_N(LOAD_W)
         FOR_MN(FMA_V)
     }
+#endif
     FOR_MN(SUM)
     for (; c < k; c++) {
         FOR_M(LOAD_XS)

@@ -557,11 +557,41 @@ static double linq_bytes(const op_shape *s, oclf_dtype dt)
  * of one row, so every weight byte and scale leaves global memory once. */
 static const op_kernel_check linear_q_check = {
     "7x37x64x1000,1x20x64x1032,3x9x128x2032,5x11x256x2128,7x13x64x3032,2x37x96x4032",
-    "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0;"
-    "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0;"
-    "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0;"
-    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1",
-    "MB=1,NB=4,VEC=1,WGM=1,WGN=8,STAGE=1,KC=32,MV=0", "1x32x256x2032", 1, 1};
+    "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=1;"
+    "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0,QSCALE=0;"
+    "MB=1,NB=2,VEC=2,WGM=3,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=1;"
+    "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0,QSCALE=0;"
+    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1,QSCALE=0",
+    "MB=1,NB=4,VEC=1,WGM=1,WGN=8,STAGE=1,KC=32,MV=0,QSCALE=0", "1x32x256x2032", 1, 1};
+
+/* linear's space, each point with QSCALE, which only the unstaged tiled
+ * kernel reads (0 elsewhere); its 4-bit pairs of nibble vectors need 2 x
+ * VEC to divide the group, which the library's validation checks. */
+static int linq_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
+                      oclf_path path, oclf_params *out, int max)
+{
+    oclf_params *base = malloc((size_t)(max > 0 ? max : 1) * sizeof *base);
+    if (!base)
+        return 0;
+    const int nb = lin_space(env, op, s, dt, path, base, max);
+    op_point_check chk;
+    op_point_check_init(&chk, env, op, s, dt, path);
+    int n = 0;
+    for (int i = 0; i < nb; i++) {
+        int64_t stage = 0, mv = 0;
+        oclf_params_get(&base[i], "STAGE", &stage);
+        oclf_params_get(&base[i], "MV", &mv);
+        const int both = path == OCLF_PATH_FUSED && !stage && !mv;
+        for (int q = both ? 1 : 0; q >= 0; q--) {
+            oclf_params p = base[i];
+            if (path == OCLF_PATH_FUSED)
+                oclf_params_set(&p, "QSCALE", q);
+            op_space_add_valid(&chk, out, &n, max, &p);
+        }
+    }
+    free(base);
+    return n;
+}
 
 const op_desc op_linear_q = {
     .name = "linear_q",
@@ -590,6 +620,6 @@ const op_desc op_linear_q = {
     .min_bytes = linq_bytes,
     .flops = NULL,
     .destroy = linq_destroy,
-    .space = lin_space,
+    .space = linq_space,
     .kernel_check = &linear_q_check,
 };

@@ -36,6 +36,10 @@ static const oclf_param_spec lin_params[] = {
 };
 enum { P_MB, P_NB, P_VEC, P_WGM, P_WGN, P_STAGE, P_KC, P_MV, P_COUNT };
 _Static_assert(sizeof lin_params / sizeof lin_params[0] == P_COUNT, "one spec per parameter");
+/* linear_q's one more: QSCALE, where the unstaged tiled kernel applies a
+ * group's scale (1: once to the group's partial sums; 0: to each weight as
+ * it is loaded, shared by the block's rows). */
+static const oclf_param_spec linq_params[] = {{"QSCALE", 0, 1, 0, OCLF_PARAM_DEFINE}};
 
 /* The fused configuration for one weight layout: kc is 0 unless staged and
  * mv 0 for KN (no program per unused value); `defines` holds the layout
@@ -80,9 +84,16 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
          * 1024^3 here, 6 of 6 interleaved pairs); KN: 4 rows x 2 vectors
          * of 16 columns (4 x 4 of those spilled: 2.5-3x slower at 512^3).
          * A single row (decode) reads each W row once. */
-        const int kn = shape->dim[3] == OCLF_WEIGHT_KN;
+        const int kn = shape->dim[3] == OCLF_WEIGHT_KN, quant = shape->dim[3] >= 1000;
         mb = kn ? (m >= 4 ? 4 : m >= 2 ? 2 : 1) : (m >= 2 ? 2 : 1);
         nb = kn ? 2 : 8;
+        if (quant) {
+            /* A quantized W: one row against 8 columns for decode; from 4
+             * rows, 4 x 2, whose dequantized weights serve 4 rows (2.2x
+             * the 2 x 8 block at 16 x 4096 x 4096 INT4 here). */
+            mb = m >= 4 ? 4 : 1;
+            nb = m >= 4 ? 2 : 8;
+        }
         vec = 16;
         wgn = 1;
         stage = 0;
@@ -123,7 +134,20 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
     oclf_params_set(out, "STAGE", stage);
     oclf_params_set(out, "KC", kc);
     oclf_params_set(out, "MV", mv);
+    /* A quantized W (linear_q's qformat, never a layout): each group's
+     * partial sums scaled once (faster than scaling every weight at 1 and
+     * 16 rows here, INT4 in groups of 128). */
+    if (shape->dim[3] >= 1000)
+        oclf_params_set(out, "QSCALE", 1);
 }
+
+/* How a quantized W is read: the kernels' OCLF_QW defines. fmt 0: W in
+ * the call's dtype. */
+typedef struct lin_qkind {
+    int fmt;         /* oclf_qformat, or 0 */
+    unsigned group;  /* 32 for Q8_0/Q4_0; 0 for INT8 per channel */
+    int zero, sf32;  /* INT4 zero points; f32 scales */
+} lin_qkind;
 
 /* The weight's format as a shape dim of linear_q (its "qformat"): the
  * format times 1000 plus the group, 1000 for INT8 per output channel, 2128
@@ -131,11 +155,14 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
  * heuristic, which reads dim 3 as linear's layout, sees NK. */
 #define LIN_QCODE(fmt, group) ((uint64_t)(fmt) * 1000u + (uint64_t)(group))
 
-/* `qgroup`: a quantized W's group (0 for none or INT8 per channel), which
- * VEC must divide so that no vector of weights straddles two scales. */
+/* `q`: a quantized W (NULL or fmt 0: none), whose group VEC must divide
+ * (twice VEC for the 4-bit formats' pairs of nibble vectors), so that no
+ * step straddles two scales. */
 static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int wkn,
-                              unsigned qgroup, lin_cfg *cfg)
+                              const lin_qkind *q, lin_cfg *cfg)
 {
+    const unsigned qgroup = q && q->fmt ? q->group : 0;
+    int64_t qscale = 0;
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
     oclf_status st = oclf_params_read(ctx, lin_params, P_COUNT, p, v);
@@ -150,10 +177,13 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter KC = %lld is not a multiple of VEC = %lld",
                          (long long)v[P_KC], (long long)v[P_VEC]);
-    if (qgroup && qgroup % (unsigned)v[P_VEC])
+    const int pairs = q && (q->fmt == OCLF_QFORMAT_INT4 || q->fmt == OCLF_QFORMAT_Q4_0);
+    if (qgroup && qgroup % (unsigned)(v[P_VEC] * (pairs ? 2 : 1)))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter VEC = %lld does not divide the weight's group of %u",
-                         (long long)v[P_VEC], qgroup);
+                         "kernel parameter VEC = %lld%s does not divide the weight's group of %u",
+                         (long long)v[P_VEC], pairs ? " (x 2 weights a byte)" : "", qgroup);
+    if (q && q->fmt && (st = oclf_params_read(ctx, linq_params, 1, p, &qscale)))
+        return st;
     const int64_t wgn = v[P_WGN];
     if (v[P_MV] && (v[P_STAGE] || v[P_WGM] != 1 || (wgn & (wgn - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -183,16 +213,14 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
     const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, lin_params,
                        P_COUNT, v);
+    if (q && q->fmt) {
+        size_t len = strlen(cfg->defines);
+        if (len + 1 < sizeof cfg->defines)
+            cfg->defines[len++] = ' ';
+        oclf_param_defines(cfg->defines + len, sizeof cfg->defines - len, linq_params, 1, &qscale);
+    }
     return OCLF_SUCCESS;
 }
-
-/* How a quantized W is read: the kernels' OCLF_QW defines. fmt 0: W in
- * the call's dtype. */
-typedef struct lin_qkind {
-    int fmt;         /* oclf_qformat, or 0 */
-    unsigned group;  /* 32 for Q8_0/Q4_0; 0 for INT8 per channel */
-    int zero, sf32;  /* INT4 zero points; f32 scales */
-} lin_qkind;
 
 static void lin_qdefines(const lin_qkind *q, char *buf, size_t len)
 {
@@ -262,7 +290,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
     }
     lin_cfg cfg;
     const int wkn = !q.fmt && shape->dim[3] == OCLF_WEIGHT_KN;
-    if ((st = lin_config(ctx, &r->params, wkn, q.group, &cfg)))
+    if ((st = lin_config(ctx, &r->params, wkn, &q, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
@@ -282,7 +310,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
     for (int l = 0; l < 2; l++) {
         const char *kernel;
         lin_cfg lc;
-        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, 0, &lc)))
+        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, NULL, &lc)))
             return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
         if ((st = fused_program(ctx, dtype, 0, NULL, &lc, &prog, &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
@@ -685,7 +713,7 @@ static oclf_status resolved_cfg(oclf_context *ctx, const oclf_resolved *r, const
         memcpy(cfg, &r->cfg, sizeof *cfg);
         return OCLF_SUCCESS;
     }
-    return lin_config(ctx, &r->params, c->wkn, c->q.group, cfg);
+    return lin_config(ctx, &r->params, c->wkn, &c->q, cfg);
 }
 
 /* Everything after the checks, shared by both entry points. */
