@@ -98,6 +98,7 @@ static void put_f16(uint8_t *p, uint16_t h)
 
 /* ---- a quantized weight on host and device ------------------------------ */
 
+/* Once uploaded, w.zero points at zb: a qdev stays where it was uploaded. */
 typedef struct qdev {
     qfmt f;
     size_t n, k;
@@ -247,12 +248,11 @@ static qcase base_case(oclf_dtype dt, int fmt, size_t m, size_t n, size_t k)
     return c;
 }
 
-/* The weight is uploaded where it stays: w.zero points into it. */
 static void case_weight(const qcase *c, qdev *d)
 {
     *d = qdev_random(&c->f, c->n, c->k, c->qpad, c->qoff, c->spad, c->soff,
-                         c->n * 131 + c->k * 17 + (uint64_t)c->f.format * 1009 + c->f.group +
-                             c->qoff * 7 + (uint64_t)c->f.zero * 3);
+                     c->n * 131 + c->k * 17 + (uint64_t)c->f.format * 1009 + c->f.group +
+                         c->qoff * 7 + (uint64_t)c->f.zero * 3);
     qdev_upload(d);
 }
 
@@ -765,14 +765,15 @@ END_TEST
 /* Kernel structures given in full: the CPU block, tiny and odd blocks,
  * staged tiles whose K chunk is below, equal to and above a group of 32,
  * the matrix-vector shape with 16, 32 and 64 lanes; each with an INT8, an
- * INT4 and a GGUF weight. */
+ * INT4 and a GGUF weight. The unstaged blocks scale a group's partial sums
+ * by default (the library's QSCALE); one dequantizes every weight. */
 static const struct {
     const char *params;
     int fmts[3];
 } structures[] = {
     {"MB=2,NB=8,VEC=16,WGM=16,WGN=1,STAGE=0,KC=16,MV=0", {F_INT8_G0_F32, F_INT4_G32_Z, F_Q4_0}},
     {"MB=1,NB=1,VEC=1,WGM=1,WGN=1,STAGE=0,KC=16,MV=0", {F_INT8_G32, F_INT4_G64, F_Q8_0}},
-    {"MB=8,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0", {F_INT8_G0_F16, F_INT4_G128_Z, F_Q4_0}},
+    {"MB=8,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0,QSCALE=0", {F_INT8_G0_F16, F_INT4_G128_Z, F_Q4_0}},
     {"MB=2,NB=2,VEC=4,WGM=8,WGN=8,STAGE=1,KC=32,MV=0", {F_INT8_G64, F_INT4_G32, F_Q8_0}},
     {"MB=1,NB=4,VEC=2,WGM=4,WGN=16,STAGE=1,KC=16,MV=0", {F_INT8_G128, F_INT4_G64_Z, F_Q4_0}},
     {"MB=4,NB=1,VEC=8,WGM=3,WGN=5,STAGE=1,KC=8,MV=0", {F_INT8_G0_F32, F_INT4_G128, F_Q8_0}},
@@ -827,44 +828,80 @@ START_TEST(test_unfused_tiles)
 }
 END_TEST
 
-/* Scales are read as stored: a NaN scale, and an infinite one over a zero
- * integer (0 x inf), give NaN rows on both paths; the other rows are
- * unaffected. */
+/* Scales are read as stored and applied to each weight: a NaN scale gives
+ * a NaN row, and an infinite one over a group whose weights are all
+ * positive but one zero (0 x inf) gives NaN too, where a sum of the bare
+ * integers scaled afterwards would give -inf (x is all ones, so no lane of
+ * a vector sum mixes signs). The other row is unaffected. */
 START_TEST(test_nonfinite_scales)
 {
-    static const int fmts[] = {F_INT8_G0_F32, F_INT4_G32, F_Q8_0};
-    const int fmt = fmts[_i];
-    const qfmt *f = &formats[fmt];
-    qcase c = base_case(OCLF_F32, fmt, 3, 3, 64);
-    c.bias = 1;
-    qdev qw = qdev_random(f, c.n, c.k, 0, 0, 0, 0, 99 + (uint64_t)_i);
+    static const int fmts[] = {F_INT8_G0_F32, F_INT4_G32, F_INT4_G64_Z, F_Q8_0, F_Q4_0};
+    th_env *e = th_get();
+    const qfmt *f = &formats[fmts[_i]];
+    const size_t n = 3, k = 128, g = f->group ? f->group : is_gguf(f) ? 32 : k;
+    qdev qw = qdev_random(f, n, k, 0, 0, 0, 0, 99 + (uint64_t)_i);
+    /* row 2, weights [0, g): q - z = 1..7 (positive), weight 5 exactly 0 */
+    for (size_t c = 0; c < g; c++) {
+        const unsigned v = c == 5 ? 0 : 1 + (unsigned)(c % 7);
+        uint8_t *row = qw.q + 2 * qw.qs;
+        switch (f->format) {
+        case OCLF_QFORMAT_INT8: row[c] = (uint8_t)v; break;
+        case OCLF_QFORMAT_Q8_0: row[2 + c] = (uint8_t)v; break;
+        case OCLF_QFORMAT_INT4: {
+            const unsigned z = f->zero ? qw.z[2 * qw.zs] % 8 : 8, nib = z + v;
+            row[c / 2] = (uint8_t)(c % 2 ? (row[c / 2] & 15u) | nib << 4 : (row[c / 2] & 0xf0u) | nib);
+            break;
+        }
+        default: {
+            const size_t j = c % 16;
+            row[2 + j] = (uint8_t)(c < 16 ? (row[2 + j] & 0xf0u) | (8 + v) : (row[2 + j] & 15u) | (8 + v) << 4);
+            break;
+        }
+        }
+    }
+    if (f->zero)
+        qw.z[2 * qw.zs] %= 8;
     if (is_gguf(f)) {
-        put_f16(qw.q + 1 * qw.qs + 34, 0x7e00); /* row 1, block 1: NaN */
-        put_f16(qw.q + 2 * qw.qs, 0x7c00);      /* row 2, block 0: +inf */
-        qw.q[2 * qw.qs + 2 + 5] = 0;
+        /* row 1's last block: NaN */
+        put_f16(qw.q + 1 * qw.qs + (k / 32 - 1) * (f->format == OCLF_QFORMAT_Q8_0 ? 34 : 18),
+                0x7e00);
+        put_f16(qw.q + 2 * qw.qs, 0xfc00);
     } else {
-        const size_t ss = qw.ss;
-        oclf_ref_set(f->sdt, qw.s, 1 * ss + ss - 1, NAN);
-        oclf_ref_set(f->sdt, qw.s, 2 * ss, -INFINITY);
-        if (f->format == OCLF_QFORMAT_INT8)
-            qw.q[2 * qw.qs + 5] = 0;
-        else
-            qw.q[2 * qw.qs + 5] = 0x38; /* weight 10 is 8 - 8 = 0 */
+        oclf_ref_set(f->sdt, qw.s, 1 * qw.ss + qw.ss - 1, NAN);
+        oclf_ref_set(f->sdt, qw.s, 2 * qw.ss, -INFINITY);
     }
     qdev_upload(&qw);
-    oclf_choice fu = th_choice(OCLF_PATH_FUSED), un = th_choice(OCLF_PATH_UNFUSED);
-    for (int p = 0; p < 2; p++) {
-        c.choice = p ? &un : &fu;
-        void *y = run_with(&c, &qw, NULL);
-        for (size_t i = 0; i < c.m; i++) {
-            const float *row = (const float *)y + i * c.n;
-            ck_assert_msg(isfinite(row[0]) && isnan(row[1]) && isnan(row[2]),
-                          "%s %s: row %zu is %g %g %g, expected finite, NaN, NaN", fmt_name(f),
-                          choice_name(c.choice), i, (double)row[0], (double)row[1],
-                          (double)row[2]);
-        }
-        free(y);
+    double *wd = qdev_dequant(&qw);
+    double want0 = 0, mag0 = 0;
+    for (size_t c = 0; c < k; c++)
+        want0 += wd[c], mag0 += fabs(wd[c]);
+    ck_assert_msg(isnan(wd[2 * k - 1]) && isnan(wd[2 * k + 5]), "the reference does not give NaN weights");
+    float *x = malloc(k * sizeof *x), y[3];
+    for (size_t c = 0; c < k; c++)
+        x[c] = 1.0f;
+    cl_mem mx = th_upload(x, k * 4), my = th_alloc(n * 4);
+    const oclf_choice chs[] = {
+        th_choice(OCLF_PATH_FUSED),
+        th_choice(OCLF_PATH_UNFUSED),
+        parse_choice("MB=1,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1"),
+        parse_choice("MB=1,NB=2,VEC=4,WGM=2,WGN=4,STAGE=1,KC=32,MV=0"),
+        /* the library's own parameter for scaling a group's partial sums */
+        parse_choice("MB=1,NB=8,VEC=16,WGM=1,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=1"),
+    };
+    for (int p = 0; p < 5; p++) {
+        if (quick() && (p == 2 || p == 3))
+            continue;
+        TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, 1, n, k, (oclf_buf){mx, 0, 0},
+                            OCLF_LINEAR_NONE, &qw.w, (oclf_buf){my, 0, 0}, NULL, &chs[p], 0, NULL,
+                            NULL));
+        th_download(my, y, sizeof y);
+        ck_assert_msg(fabs(y[0] - want0) <= 1e-5 * (fabs(want0) + mag0) && isnan(y[1]) &&
+                          isnan(y[2]),
+                      "%s %s: y is %g %g %g, expected %g, NaN, NaN", fmt_name(f),
+                      choice_name(&chs[p]), (double)y[0], (double)y[1], (double)y[2], want0);
     }
+    free(x), free(wd);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
     qdev_free(&qw);
 }
 END_TEST
@@ -1401,7 +1438,7 @@ static Suite *linear_quant_suite(void)
     tcase_add_loop_test(t, test_epilogues, 0, quick() ? 5 : 15);
     tcase_add_loop_test(t, test_strides_inplace, 0, quick() ? 4 : 8);
     tcase_add_loop_test(t, test_structures, 0, quick() ? 3 : NSTRUCT);
-    tcase_add_loop_test(t, test_nonfinite_scales, 0, 3);
+    tcase_add_loop_test(t, test_nonfinite_scales, 0, 5);
     tcase_add_loop_test(t, test_unfused_tiles, 0, quick() ? 1 : 2);
     suite_add_tcase(s, t);
     TCase *c = tcase_create("convert");
