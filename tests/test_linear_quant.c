@@ -1102,6 +1102,13 @@ START_TEST(test_bad_arguments)
     const oclf_qweight *valid[] = {&int8g32, &int8g0, &int4z, &q80, &q40};
     for (size_t i = 0; i < sizeof valid / sizeof *valid; i++)
         TH_OK(CALL(valid[i]));
+    /* GGUF weights carry their scales: scale_dtype is not read */
+    w = q40;
+    w.scale_dtype = OCLF_BF16;
+    TH_OK(CALL(&w));
+    w = q80;
+    w.scale_dtype = (oclf_dtype)7;
+    TH_OK(CALL(&w));
     clEnqueueWriteBuffer(q, bad_y, CL_TRUE, 0, sizeof bad_hy, bad_hy, 0, NULL, NULL);
 
     /* handles and the statuses of oclf_linear */
@@ -1403,6 +1410,10 @@ START_TEST(test_convert_bad_arguments)
     s = q80;
     s.q.offset = 2;
     EXPECT_CONV(CONV(N, K, &s, &to8));
+    /* a GGUF src at an odd byte (of a buffer large enough for it) */
+    s = q40;
+    s.q = (oclf_buf){sq8, 1, 0};
+    EXPECT_CONV(CONV(N, K, &s, &to4));
     /* dst over src */
     d = to8;
     d.q = (oclf_buf){sq8, 0, 0};
@@ -1410,6 +1421,10 @@ START_TEST(test_convert_bad_arguments)
     d = to4;
     d.scale = (oclf_buf){sq4, 0, 0};
     EXPECT_CONV(CONV(N, K, &q40, &d));
+    /* dst's scales over its own q */
+    d = to8;
+    d.scale = (oclf_buf){dq, 8, 0};
+    EXPECT_CONV(CONV(N, K, &q80, &d));
     /* the valid calls after all the failures */
     TH_OK(CONV(N, K, &q80, &to8));
     TH_OK(CONV(N, K, &q40, &to4));
