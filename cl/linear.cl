@@ -130,11 +130,11 @@ static inline float q_ld(QROW_ARGS, uint c)
     const float z = OCLF_QZ ? (float)zp[c / OCLF_QG] : 8.0f;
     return ((float)((c & 1) ? b >> 4 : b & 15) - z) * QSC(sp, c / OCLF_QG);
 #elif OCLF_QW == 3
-    global const uchar *blk = wp + (c / 32) * 34;
-    return (float)(char)blk[2 + c % 32] * q_block_d(blk);
+    global const uchar *blk = wp + (c >> 5) * 34;
+    return (float)(char)blk[2 + (c & 31)] * q_block_d(blk);
 #else
-    global const uchar *blk = wp + (c / 32) * 18;
-    const uint j = c % 32;
+    global const uchar *blk = wp + (c >> 5) * 18;
+    const uint j = (c & 31);
     const uchar b = blk[2 + (j & 15)];
     return ((float)(j < 16 ? b & 15 : b >> 4) - 8.0f) * q_block_d(blk);
 #endif
@@ -183,13 +183,13 @@ static inline floatv q_ldv(QROW_ARGS, uint c)
     const float z = OCLF_QZ ? (float)zp[c / OCLF_QG] : 8.0f;
     return (QCVT(u) - z) * QSC(sp, c / OCLF_QG);
 #elif OCLF_QW == 3
-    global const uchar *blk = wp + (c / 32) * 34;
-    return QCVT(QLOADS(blk + 2 + c % 32)) * q_block_d(blk);
+    global const uchar *blk = wp + (c >> 5) * 34;
+    return QCVT(QLOADS(blk + 2 + (c & 31))) * q_block_d(blk);
 #else
     /* A vector lies in one half of a block: the low nibbles of its bytes
      * (weights 0-15) or the high ones (16-31). */
-    global const uchar *blk = wp + (c / 32) * 18;
-    const uint j = c % 32;
+    global const uchar *blk = wp + (c >> 5) * 18;
+    const uint j = (c & 31);
     const ucharv b = QLOADU(blk + 2 + (j & 15));
     return (QCVT(j < 16 ? b & (uchar)15 : b >> (uchar)4) - 8.0f) * q_block_d(blk);
 #endif
@@ -212,10 +212,10 @@ static inline float q_rawv(global const wstor_t *wp, uint c)
     const uchar b = wp[c >> 1];
     return (float)((c & 1) ? b >> 4 : b & 15);
 #elif OCLF_QW == 3
-    return (float)(char)wp[(c / 32) * 34 + 2 + c % 32];
+    return (float)(char)wp[(c >> 5) * 34 + 2 + (c & 31)];
 #else
-    const uint j = c % 32;
-    const uchar b = wp[(c / 32) * 18 + 2 + (j & 15)];
+    const uint j = (c & 31);
+    const uchar b = wp[(c >> 5) * 18 + 2 + (j & 15)];
     return (float)(j < 16 ? b & 15 : b >> 4);
 #endif
 }
@@ -232,10 +232,10 @@ static inline floatv q_rawv(global const wstor_t *wp, uint c)
 #endif
     return QCVT(Q4_INTERLEAVE(b & (uchar)15, b >> (uchar)4));
 #elif OCLF_QW == 3
-    return QCVT(QLOADS(wp + (c / 32) * 34 + 2 + c % 32));
+    return QCVT(QLOADS(wp + (c >> 5) * 34 + 2 + (c & 31)));
 #else
-    const uint j = c % 32;
-    const ucharv b = QLOADU(wp + (c / 32) * 18 + 2 + (j & 15));
+    const uint j = (c & 31);
+    const ucharv b = QLOADU(wp + (c >> 5) * 18 + 2 + (j & 15));
     return QCVT(j < 16 ? b & (uchar)15 : b >> (uchar)4);
 #endif
 }
@@ -248,12 +248,25 @@ static inline floatv q_rawv(global const wstor_t *wp, uint c)
  * even and odd elements of x from 2t on; Q4_0 holds weights t and t + 16. */
 #define Q_PAIRS ((OCLF_QW == 2 || OCLF_QW == 4) && OCLF_VEC > 1)
 #if Q_PAIRS
+/* Written out lane by lane rather than as (a.even, b.even): the optimizer
+ * makes the same shuffle of either, and oclgrind 21.10's uninitialized-value
+ * check crashes on the concatenating shuffle that the swizzles are at -O0. */
 #if OCLF_VEC == 2
 #define Q_EVENS(a, b) ((float2)((a).s0, (b).s0))
 #define Q_ODDS(a, b) ((float2)((a).s1, (b).s1))
+#elif OCLF_VEC == 4
+#define Q_EVENS(a, b) ((float4)((a).s0, (a).s2, (b).s0, (b).s2))
+#define Q_ODDS(a, b) ((float4)((a).s1, (a).s3, (b).s1, (b).s3))
+#elif OCLF_VEC == 8
+#define Q_EVENS(a, b) ((float8)((a).s0, (a).s2, (a).s4, (a).s6, (b).s0, (b).s2, (b).s4, (b).s6))
+#define Q_ODDS(a, b) ((float8)((a).s1, (a).s3, (a).s5, (a).s7, (b).s1, (b).s3, (b).s5, (b).s7))
 #else
-#define Q_EVENS(a, b) ((floatv)((a).even, (b).even))
-#define Q_ODDS(a, b) ((floatv)((a).odd, (b).odd))
+#define Q_EVENS(a, b)                                                          \
+    ((float16)((a).s0, (a).s2, (a).s4, (a).s6, (a).s8, (a).sa, (a).sc, (a).se, \
+               (b).s0, (b).s2, (b).s4, (b).s6, (b).s8, (b).sa, (b).sc, (b).se))
+#define Q_ODDS(a, b)                                                           \
+    ((float16)((a).s1, (a).s3, (a).s5, (a).s7, (a).s9, (a).sb, (a).sd, (a).sf, \
+               (b).s1, (b).s3, (b).s5, (b).s7, (b).s9, (b).sb, (b).sd, (b).sf))
 #endif
 /* The group's bytes from byte t (VEC of them), at wp's row. */
 static inline ucharv q_bytes(global const wstor_t *wp, uint g0, uint t)
@@ -270,7 +283,7 @@ static inline ucharv q_bytes(global const wstor_t *wp, uint g0, uint t)
 static inline float q_gscale(QROW_ARGS, uint c)
 {
 #if OCLF_QW >= 3
-    return q_block_d(wp + (c / 32) * QBLOCK_BYTES);
+    return q_block_d(wp + (c >> 5) * QBLOCK_BYTES);
 #else
     return QSC(sp, Q_GROUP(c));
 #endif
@@ -647,6 +660,60 @@ kernel void linear_fused(LIN_ARGS)
 /* x tile: TM rows of KC (+1: lanes reading different rows at one column hit
  * different banks). W tile, NK: TN rows of KC (+1); KN: KC rows of TN. Zeros
  * beyond K and outside the matrix, so every lane runs whole chunks. */
+#if OCLF_QW
+/* The staged tile's runs of a quantized W: QRUN weights from element c of a
+ * row (c a multiple of QRUN), into dst. QRUN divides KC and every group, so
+ * a run has one scale, read once where runs are whole groups of 32; for
+ * Q4_0 such a run is a block, whose bytes hold both halves' nibbles and are
+ * then read once. Past k (only INT8 per
+ * channel has a K that is no multiple of the run): zeros. */
+#if OCLF_KC % 32 == 0
+#define QRUN 32
+#elif OCLF_KC % 16 == 0
+#define QRUN 16
+#elif OCLF_KC % 8 == 0
+#define QRUN 8
+#else
+#define QRUN 4
+#endif
+static inline void q_run(QROW_ARGS, uint c, uint k, local float *dst)
+{
+#if OCLF_QW == 1
+    const float sc = QSC(sp, Q_GROUP(c));
+    for (uint i = 0; i < QRUN; i++)
+        dst[i] = c + i < k ? (float)(char)wp[c + i] * sc : 0.0f;
+#elif OCLF_QW == 2
+    const float sc = QSC(sp, Q_GROUP(c)), z = OCLF_QZ ? (float)zp[c / OCLF_QG] : 8.0f;
+    for (uint i = 0; i < QRUN / 2; i++) {
+        const uchar b = wp[(c >> 1) + i];
+        dst[2 * i] = ((float)(b & 15) - z) * sc;
+        dst[2 * i + 1] = ((float)(b >> 4) - z) * sc;
+    }
+#elif OCLF_QW == 3
+    global const uchar *blk = wp + (c >> 5) * 34;
+    const float d = q_block_d(blk);
+    for (uint i = 0; i < QRUN; i++)
+        dst[i] = (float)(char)blk[2 + (c & 31) + i] * d;
+#else
+    global const uchar *blk = wp + (c >> 5) * 18;
+    const float d = q_block_d(blk);
+#if QRUN == 32
+    for (uint i = 0; i < 16; i++) {
+        const uchar b = blk[2 + i];
+        dst[i] = ((float)(b & 15) - 8.0f) * d;
+        dst[16 + i] = ((float)(b >> 4) - 8.0f) * d;
+    }
+#else
+    const uint j0 = c & 31;
+    for (uint i = 0; i < QRUN; i++) {
+        const uchar b = blk[2 + ((j0 + i) & 15)];
+        dst[i] = ((float)(j0 + i < 16 ? b & 15 : b >> 4) - 8.0f) * d;
+    }
+#endif
+#endif
+}
+#endif
+
 #define XLS (OCLF_KC + 1)
 #if !OCLF_WKN
 #define WL_SIZE (TN * XLS)
@@ -683,21 +750,28 @@ kernel void linear_fused(LIN_ARGS)
             xl[r * XLS + cc] = v;
         }
 #if !OCLF_WKN
+#if OCLF_QW
+        /* A run of QRUN weights of one row per work-item: its scale (and
+         * zero point) read once, each byte once. */
+        for (uint e = lid; e < TN * (OCLF_KC / QRUN); e += wgs) {
+            const uint r = e / (OCLF_KC / QRUN), c = c0 + (e - r * (OCLF_KC / QRUN)) * QRUN;
+            local float *dst = wl + r * XLS + (c - c0);
+            if (tn0 + r < n && c < k) {
+                const ulong row = tn0 + r;
+                q_run(w + wo + row * ws, qs + qso + row * qss, qz + qzo + row * qzs, c, k, dst);
+            } else {
+                for (uint i = 0; i < QRUN; i++)
+                    dst[i] = 0.0f;
+            }
+        }
+#else
         for (uint e = lid; e < TN * OCLF_KC; e += wgs) {
             const uint r = e / OCLF_KC, cc = e - r * OCLF_KC;
-#if OCLF_QW
-            float v = 0.0f;
-            if (tn0 + r < n && c0 + cc < k) {
-                const ulong row = tn0 + r;
-                v = q_ld(w + wo + row * ws, qs + qso + row * qss, qz + qzo + row * qzs, c0 + cc);
-            }
-            wl[r * XLS + cc] = v;
-#else
             wl[r * XLS + cc] = tn0 + r < n && c0 + cc < k
                                    ? LD(w, wo + (ulong)(tn0 + r) * ws + c0 + cc)
                                    : 0.0f;
-#endif
         }
+#endif
 #else
         for (uint e = lid; e < OCLF_KC * TN; e += wgs) {
             const uint r = e / TN, cc = e - r * TN;
@@ -787,8 +861,11 @@ kernel void lin_dequant(global const wstor_t *w, ulong wo, ulong ws, QARGS, glob
     const ulong gid = get_global_id(0);
     if (gid >= (ulong)rows * cols)
         return;
+    /* the remainder as a product: a division and a remainder of the same
+     * operands become a pair with a `freeze`, which oclgrind's
+     * uninitialized-value check cannot run */
     const ulong r = gid / cols;
-    const uint c = (uint)(gid % cols);
+    const uint c = (uint)(gid - r * cols);
     out[gid] = q_ld(w + wo + r * ws, qs + qso + r * qss, qz + qzo + r * qzs, c);
 }
 
@@ -803,7 +880,7 @@ kernel void lin_qconvert(global const uchar *w, ulong wo, ulong ws, global uchar
     if (gid >= (ulong)rows * blocks)
         return;
     const ulong r = gid / blocks;
-    const uint b = (uint)(gid % blocks);
+    const uint b = (uint)(gid - r * blocks); /* not %: see lin_dequant */
     global const uchar *blk = w + wo + r * ws + (ulong)b * QBLOCK_BYTES;
     sc[so + r * ss + b] = (ushort)(blk[0] | (blk[1] << 8));
 #if OCLF_QW == 3

@@ -171,10 +171,12 @@ int main(int argc, char **argv)
     const char *ext = getenv("OCLF_KERNELS_EXTERNAL");
     for (size_t i = 0; i < K_COUNT; i++) {
         const char *name = op_names[i];
-        /* "-op": every op but that one */
-        if (argc > 2 && (argv[2][0] == '-' ? strcmp(argv[2] + 1, name) == 0
-                                           : strcmp(argv[2], name) != 0))
-            continue;
+        /* "a,b": those ops; "-a,b": every op but those */
+        if (argc > 2) {
+            const int except = argv[2][0] == '-';
+            if (op_listed(argv[2] + except, name) == except)
+                continue;
+        }
         /* Every descriptor that runs this op (one per preset expression). */
         int ndesc = 0;
         for (int oi = 0; op_table[oi]; oi++) {
