@@ -752,7 +752,10 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
  * ggml's quantizer writes a negative d where a block's largest-magnitude
  * weight is positive, and -0.0 for an all-zero block: any sign is taken.
  * K must be a multiple of the group (32 for Q8_0 and Q4_0). Scales are
- * read as stored (an infinite or NaN scale gives what the formula gives).
+ * read as stored: a NaN scale makes the outputs that read its group NaN,
+ * an infinite one makes them infinite or NaN (the formula gives NaN where
+ * q = z meets the infinite scale; a kernel that applies the scale once to
+ * a group's partial sum, QSCALE 1 below, gives the sum's infinity there).
  *
  * Buffers: `q` in bytes (offset and row stride in bytes; stride 0: packed,
  * K, K/2, K/32 x 34 or K/32 x 18). `scale` in elements of scale_dtype
@@ -782,9 +785,12 @@ typedef struct oclf_qweight {
  * oclf_linear (strides, in-place residual, epilogue, M = 0 a marker).
  *
  * Paths: fused, the GEMM kernels of oclf_linear (the same parameters) with
- * the weight dequantized at its load: the scale of a weight's group read
- * beside it and applied to the widened integers before the product; the
- * matrix-vector shape (MV) for few rows. Unfused: a dequantize kernel writes
+ * the weight dequantized at its load, and one parameter more: QSCALE (0 or
+ * 1) for the unstaged tiled kernel of a grouped format, 1 to sum each
+ * group's products with the bare integers and apply the group's scale and
+ * zero point once to that sum (s (sum x q - z sum x)), 0 to dequantize
+ * every weight, (q - z) s, before its products. The staged tiles and the
+ * matrix-vector shape (MV, few rows) dequantize every weight. Unfused: a dequantize kernel writes
  * W into an f32 temporary, tiled over N so that the temporary stays within
  * 64 MiB, and each tile runs oclf_linear's unfused path.
  *

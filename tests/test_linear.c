@@ -79,7 +79,7 @@ static void *run_case(const lin_case *c, double **scale_out)
                                (const char *)w + o * es, ws, c->layout,
                                c->bias ? (const char *)b + o * es : NULL,
                                c->res ? (const char *)r + o * es : NULL, ys, c->alpha, c->beta,
-                               c->before, c->act};
+                               c->before, c->act, NULL};
     oclf_ref_linear(&ra, want, scale);
     cl_event ev = NULL;
     TH_OK(oclf_linear(e->ctx, e->queue, dt, m, n, k, bx, c->prologue, bw, c->layout, by, &epi,
