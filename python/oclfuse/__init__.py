@@ -8,9 +8,13 @@
 Operations: rms_norm, add_rms_norm, layer_norm, add_layer_norm, act_and_mul,
 rotary_embedding, qk_norm_rope, qk_norm_rope_cache, attention, attention_paged,
 kv_cache_write, l2_topk, l2_topk_sharded, l2_topk_merge,
-linear, and Expr (generated elementwise kernels; form_id gives an
-expression's tuning key). A refused call raises OclfError with the status
-and the library's sentence. bf16 is uint16 storage: to_bf16/from_bf16.
+linear, linear_q (quantized weights: "int8", "int4", GGUF "q8_0" and "q4_0"),
+qweight_convert (GGUF blocks into linear_q's separate arrays, on the device),
+and Expr (generated elementwise kernels; form_id gives an expression's tuning
+key). On the host, in NumPy: dequantize (the quantized formats' formulas,
+float64) and quantize_q8_0 / quantize_q4_0 (ggml's reference quantizers).
+A refused call raises OclfError with the status and the library's sentence.
+bf16 is uint16 storage: to_bf16/from_bf16.
 """
 from ._capi import (BUILD_FAILED, DB_ERROR, INVALID_ARGUMENT, IO_ERROR, OPENCL_ERROR,
                     OUT_OF_RESOURCES, SUCCESS, UNSUPPORTED)
@@ -18,8 +22,9 @@ from ._core import (Context, OclfError, context_for, default_context, from_bf16,
                     to_bf16, version)
 from .expr import Expr, form_id
 from .ops import (Shard, act_and_mul, add_layer_norm, add_rms_norm, attention, attention_paged,
-                  kv_cache_write, l2_topk, l2_topk_merge, l2_topk_sharded, layer_norm, linear,
-                  pack_mask, qk_norm_rope, qk_norm_rope_cache, rms_norm, rotary_embedding)
+                  dequantize, kv_cache_write, l2_topk, l2_topk_merge, l2_topk_sharded,
+                  layer_norm, linear, linear_q, pack_mask, qk_norm_rope, qk_norm_rope_cache,
+                  quantize_q4_0, quantize_q8_0, qweight_convert, rms_norm, rotary_embedding)
 from .tuning import (tuning_db_check, tuning_db_default_path, tuning_db_merge, tuning_explain,
                      tuning_params_valid, tuning_resolve)
 
@@ -28,7 +33,8 @@ __all__ = [
     "storage_dtype", "rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "act_and_mul",
     "rotary_embedding", "qk_norm_rope", "qk_norm_rope_cache", "attention", "attention_paged",
     "kv_cache_write", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
-    "pack_mask", "linear", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",
+    "pack_mask", "linear", "linear_q", "qweight_convert", "dequantize", "quantize_q8_0",
+    "quantize_q4_0", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",
     "tuning_db_merge",
     "tuning_explain", "tuning_resolve", "tuning_params_valid", "SUCCESS", "INVALID_ARGUMENT", "UNSUPPORTED", "BUILD_FAILED",
     "OUT_OF_RESOURCES", "OPENCL_ERROR", "DB_ERROR", "IO_ERROR",

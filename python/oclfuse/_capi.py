@@ -48,6 +48,8 @@ L2_FAST, L2_EXACT = 0, 1
 # enum oclf_linear_act, oclf_weight_layout
 LINEAR_NONE, LINEAR_RELU, LINEAR_GELU, LINEAR_GELU_TANH, LINEAR_SILU = 0, 1, 2, 3, 4
 WEIGHT_NK, WEIGHT_KN = 0, 1
+# enum oclf_qformat
+QFORMAT_INT8, QFORMAT_INT4, QFORMAT_Q8_0, QFORMAT_Q4_0 = 1, 2, 3, 4
 # enum oclf_expr_kind
 EXPR_MATRIX, EXPR_ROW, EXPR_COL, EXPR_SCALAR = 0, 1, 2, 3
 # enum oclf_log_level
@@ -160,6 +162,17 @@ class oclf_linear_epilogue(ctypes.Structure):
     ]
 
 
+class oclf_qweight(ctypes.Structure):
+    _fields_ = [
+        ("format", c_enum),
+        ("group", c_uint),
+        ("q", oclf_buf),
+        ("scale", oclf_buf),
+        ("scale_dtype", c_enum),
+        ("zero", POINTER(oclf_buf)),
+    ]
+
+
 class oclf_attention_options(ctypes.Structure):
     _fields_ = [
         ("size", c_size_t),
@@ -204,7 +217,8 @@ STRUCTS = {cls.__name__: cls for cls in (
     oclf_context_options, oclf_context_stats, oclf_params, oclf_choice, oclf_tuning_decision,
     oclf_buf,
     oclf_activation, oclf_rope, oclf_heads, oclf_l2_topk_options, oclf_l2_shard,
-    oclf_linear_epilogue, oclf_attention_options, oclf_kv_cache, oclf_expr_decl, oclf_expr_arg)}
+    oclf_linear_epilogue, oclf_qweight, oclf_attention_options, oclf_kv_cache, oclf_expr_decl,
+    oclf_expr_arg)}
 
 P = POINTER
 _ev = P(cl_handle)        # cl_event *: the optional event out
@@ -271,6 +285,11 @@ FUNCTIONS = {
     "oclf_linear": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
                               oclf_buf, c_enum, oclf_buf, c_enum, oclf_buf,
                               P(oclf_linear_epilogue), P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_linear_q": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
+                                oclf_buf, c_enum, P(oclf_qweight), oclf_buf,
+                                P(oclf_linear_epilogue), P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_qweight_convert": (_status, (c_void_p, cl_handle, c_size_t, c_size_t, P(oclf_qweight),
+                                       P(oclf_qweight)) + _wait + (_ev,)),
     "oclf_attention_options_init": (None, (P(oclf_attention_options),)),
     "oclf_attention": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
                                  c_size_t, c_size_t, oclf_buf, oclf_buf, oclf_heads, oclf_heads,

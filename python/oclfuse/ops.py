@@ -28,6 +28,9 @@ _PRECISION = {"fast": C.L2_FAST, "exact": C.L2_EXACT}
 _LINEAR_ACTS = {"none": C.LINEAR_NONE, "relu": C.LINEAR_RELU, "gelu": C.LINEAR_GELU,
                 "gelu_tanh": C.LINEAR_GELU_TANH, "silu": C.LINEAR_SILU}
 _LAYOUTS = {"nk": C.WEIGHT_NK, "kn": C.WEIGHT_KN}
+_QFORMATS = {"int8": C.QFORMAT_INT8, "int4": C.QFORMAT_INT4, "q8_0": C.QFORMAT_Q8_0,
+             "q4_0": C.QFORMAT_Q4_0}
+_SCALE_DTYPES = {np.dtype(np.float32): C.F32, np.dtype(np.float16): C.F16}
 
 
 def _lookup(table, key, what):
@@ -454,6 +457,18 @@ def linear(x, weight, bias=None, residual=None, *, layout="nk", prologue="none",
     if residual is not None and tuple(residual.shape) != shape:
         raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {shape}")
     out, new = _out_like(call, out, shape, x.dtype)
+    e = _epilogue(call, bias, residual, out, act, alpha, beta, residual_before_act)
+    dx, dw = call.dev(x), call.dev(weight)
+    do = call.dev(out, write=True, init=not new)
+    call.run(lib.oclf_linear, oclf_dtype(x.dtype), m, n, k, buf(dx),
+             _lookup(_LINEAR_ACTS, prologue, "prologue"), buf(dw), lay, buf(do),
+             ctypes.byref(e), make_choice(path, params))
+    return out
+
+
+def _epilogue(call, bias, residual, out, act, alpha, beta, residual_before_act):
+    """oclf_linear_epilogue of linear and linear_q, and the oclf_buf pointers it
+    holds (kept by the caller until the call)."""
     e = C.init_struct(C.oclf_linear_epilogue())
     lib.oclf_linear_epilogue_init(ctypes.byref(e))
     e.alpha, e.beta = alpha, beta
@@ -462,12 +477,278 @@ def linear(x, weight, bias=None, residual=None, *, layout="nk", prologue="none",
     e.bias = buf_ptr(call.dev(bias)) if bias is not None else None
     e.residual = (buf_ptr(call.dev(residual, write=out is residual))
                   if residual is not None else None)
-    dx, dw = call.dev(x), call.dev(weight)
+    return e
+
+
+def _qformat(format):
+    return _lookup(_QFORMATS, format.lower() if isinstance(format, str) else format, "format")
+
+
+def _qlayout(fmt, group, k):
+    """(bytes a row of q, scale columns, its group) of a weight of K columns,
+    or None where the library refuses the format, group or K (its sentence
+    says why). Scale columns: 0 for one scale a row, None for no scale array
+    (GGUF)."""
+    gguf = fmt in (C.QFORMAT_Q8_0, C.QFORMAT_Q4_0)
+    if gguf:
+        if group not in (0, 32) or k % 32:
+            return None
+        return (k // 32 * (34 if fmt == C.QFORMAT_Q8_0 else 18), None, 32)
+    if fmt == C.QFORMAT_INT8 and group == 0:
+        return (k, 0, 0)
+    if fmt not in (C.QFORMAT_INT8, C.QFORMAT_INT4) or group not in (32, 64, 128) or k % group:
+        return None
+    return (k if fmt == C.QFORMAT_INT8 else k // 2, k // group, group)
+
+
+def _qrows(q, n, row_bytes, name):
+    """N of a quantized array q (2-D [N, row_bytes] bytes; 1-D: packed rows),
+    checked against n where given (row_bytes None: not checked)."""
+    if q.ndim == 2:
+        rows = q.shape[0]
+        if n is not None and n != rows:
+            raise ValueError(f"{name} has {rows} rows, n is {n}")
+        if row_bytes is not None and q.shape[1] != row_bytes:
+            raise ValueError(f"{name} rows hold {q.shape[1]} bytes, the format takes "
+                             f"{row_bytes} a row")
+        return rows
+    if q.ndim != 1:
+        raise ValueError(f"{name} must be 2-D [N, row bytes] or 1-D, not {q.ndim}-D")
+    if n is None:
+        n = q.shape[0] // row_bytes if row_bytes else 1
+    if row_bytes is not None and q.shape[0] != n * row_bytes:
+        raise ValueError(f"{name} holds {q.shape[0]} bytes, {n} rows of the format take "
+                         f"{n * row_bytes}")
+    return n
+
+
+def _qweight(call, fmt, group, q, scale, zero, n, k):
+    """(oclf_qweight, N, what it points to) of device operands q, scale and
+    zero, after the Python-side checks (dtypes, shapes) of a format, group
+    and K the library takes; the library checks the rest and says why it
+    refuses a format, group or K."""
+    lay = _qlayout(fmt, group, k)
+    if np.dtype(q.dtype) not in (np.dtype(np.uint8), np.dtype(np.int8)) or (
+            np.dtype(q.dtype) == np.int8 and fmt != C.QFORMAT_INT8):
+        raise TypeError(f"q must be uint8 bytes (int8 for INT8), not {q.dtype}")
+    n = _qrows(q, n, lay and lay[0], "q")
+    w = C.init_struct(C.oclf_qweight())
+    w.format, w.group = fmt, group
+    dq = call.dev(q)
+    w.q = buf(dq) if q.ndim == 2 else buf(dq, rows_stride=False)
+    if scale is not None:
+        try:
+            w.scale_dtype = _SCALE_DTYPES[np.dtype(scale.dtype)]
+        except KeyError:
+            raise TypeError(f"scale must be float16 or float32, not {scale.dtype}") from None
+        if lay is not None and lay[1] is not None:
+            want = (n,) if lay[1] == 0 else (n, lay[1])
+            if tuple(scale.shape) != want:
+                raise ValueError(f"scale has shape {tuple(scale.shape)}, expected {want}")
+        w.scale = buf(call.dev(scale))
+    keep = None
+    if zero is not None:
+        if np.dtype(zero.dtype) != np.uint8:
+            raise TypeError(f"zero must be uint8, not {zero.dtype}")
+        if lay is not None and lay[1] and tuple(zero.shape) != (n, lay[1]):
+            raise ValueError(f"zero has shape {tuple(zero.shape)}, expected {(n, lay[1])}")
+        keep = w.zero = buf_ptr(call.dev(zero))
+    return w, n, keep
+
+
+def linear_q(x, q, scale=None, *, format, n=None, group=0, zero=None, bias=None,
+             residual=None, prologue="none", act="none", alpha=1.0, beta=1.0,
+             residual_before_act=False, out=None, path=None, params=None, ctx=None, queue=None,
+             wait_for=None):
+    """linear with a quantized weight W [N, K], dequantized where the kernel
+    loads it: out [M, N] = epilogue(prologue(x) W^T) for x [M, K] (a 1-D x
+    is one row; K is x's). format and the arrays (see oclfuse.h, "Quantized
+    weights", and dequantize for the formulas):
+
+      "int8"  q int8 (or uint8) [N, K]; group 0: scale [N] float32 or
+              float16, w = q s[n]; group 32, 64 or 128: scale float16
+              [N, K/group].
+      "int4"  q uint8 [N, K/2], weight 2i the low nibble of byte i, 2i + 1
+              the high one; group 32, 64 or 128, scale float16 [N,
+              K/group]; zero uint8 [N, K/group]: w = (q - z) s, without
+              zero points w = (q - 8) s.
+      "q8_0", "q4_0"  ggml's blocks of 32 as GGUF stores them, q uint8 [N,
+              K/32 * 34] or [N, K/32 * 18] (scales inside; scale None).
+
+    n: N, default q's rows (a 1-D q holds packed rows: N from its length).
+    Python-side mistakes (dtypes, shapes) are TypeError/ValueError; the
+    library's refusals (a group the format does not take, K not a multiple
+    of the group, ...) OclfError with its sentence. Everything else as
+    linear: prologue, act, alpha, bias [N], residual [M, N], beta,
+    residual_before_act; `out` may be the residual. Returns out."""
+    fmt = _qformat(format)
+    call = _start([x, q, scale, zero, bias, residual, out], ctx, queue, wait_for)
+    m, k = matrix_shape(x, "x")
+    same_dtype(x.dtype, bias=bias, residual=residual)
+    w, n, keep = _qweight(call, fmt, group, q, scale, zero, n, k)
+    shape = (n,) if x.ndim == 1 else (m, n)
+    if residual is not None and tuple(residual.shape) != shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {shape}")
+    out, new = _out_like(call, out, shape, x.dtype)
+    e = _epilogue(call, bias, residual, out, act, alpha, beta, residual_before_act)
+    dx = call.dev(x)
     do = call.dev(out, write=True, init=not new)
-    call.run(lib.oclf_linear, oclf_dtype(x.dtype), m, n, k, buf(dx),
-             _lookup(_LINEAR_ACTS, prologue, "prologue"), buf(dw), lay, buf(do),
+    call.run(_fn("oclf_linear_q"), oclf_dtype(x.dtype), m, n, k, buf(dx),
+             _lookup(_LINEAR_ACTS, prologue, "prologue"), ctypes.byref(w), buf(do),
              ctypes.byref(e), make_choice(path, params))
+    del keep
     return out
+
+
+def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, ctx=None, queue=None,
+                    wait_for=None):
+    """Rewrites a GGUF weight (q uint8 [N, K/32 * 34] for format "q8_0", [N,
+    K/32 * 18] for "q4_0") on the device into the separate arrays linear_q
+    also takes, the same values bit for bit: "q8_0" into "int8" group 32 (q
+    int8 [N, K], scale float16 [N, K/32]), "q4_0" into "int4" group 32
+    without zero points (q uint8 [N, K/2], scale float16 [N, K/32]). q_out
+    and scale_out: arrays to write (default new ones). Returns (q_out,
+    scale_out), to pass as linear_q(x, q_out, scale_out, format=..., group=32)."""
+    fmt = _qformat(format)
+    call = _start([q, q_out, scale_out], ctx, queue, wait_for)
+    if fmt in (C.QFORMAT_Q8_0, C.QFORMAT_Q4_0):
+        src, n, _ = _qweight(call, fmt, 0, q, None, None, n, k)
+    else:  # the library's sentence on a source it does not convert
+        src = C.init_struct(C.oclf_qweight())
+        src.format, src.q = fmt, buf(call.dev(q))
+        n = q.shape[0] if n is None else n
+    to_int8 = fmt != C.QFORMAT_Q4_0
+    shapes = ((n, k) if to_int8 else (n, k // 2), (n, k // 32))
+    dtypes = (np.int8 if to_int8 else np.uint8, np.float16)
+    outs = []
+    for name, a, shp, dt in (("q_out", q_out, shapes[0], dtypes[0]),
+                             ("scale_out", scale_out, shapes[1], dtypes[1])):
+        if a is None:
+            a = call.new(shp, dt)
+        elif tuple(a.shape) != shp or np.dtype(a.dtype) != np.dtype(dt):
+            raise ValueError(f"{name} must be {np.dtype(dt)} {shp}, not {a.dtype} "
+                             f"{tuple(a.shape)}")
+        outs.append(a)
+    dst = C.init_struct(C.oclf_qweight())
+    dst.format = C.QFORMAT_INT8 if to_int8 else C.QFORMAT_INT4
+    dst.group, dst.scale_dtype = 32, C.F16
+    dst.q = buf(call.dev(outs[0], write=True, init=False))
+    dst.scale = buf(call.dev(outs[1], write=True, init=False))
+    call.run(_fn("oclf_qweight_convert"), n, k, ctypes.byref(src), ctypes.byref(dst))
+    return tuple(outs)
+
+
+# ---------------------------------------------------------------------------
+# Quantized weights on the host, in NumPy: the header's formulas (a reference
+# for linear_q) and ggml's reference quantizers for Q8_0 and Q4_0.
+
+def _f16_bytes(b):
+    """float64 values of little-endian f16 in the last axis' byte pairs."""
+    return np.ascontiguousarray(b).view("<f2")[..., 0].astype(np.float64)
+
+
+def dequantize(q, scale=None, *, format, k, group=0, zero=None):
+    """W [N, K] as float64 from a quantized weight as linear_q takes it (NumPy
+    or PyOpenCL arrays, read back), by the header's formulas:
+    "int8": w = q s (s[n] with group 0, s[n, c / group] else); "int4": w =
+    (q - z) s, z the zero point or 8; "q8_0": w = q d; "q4_0": w = (nibble
+    - 8) d, d each block's f16. An infinite or NaN scale gives what the
+    formula gives."""
+    fmt = _qformat(format)
+    q = _host(q)
+    lay = _qlayout(fmt, group, k)
+    if lay is None:
+        raise ValueError(f"format {format!r} does not take group {group} with K = {k}")
+    row_bytes, scols, g = lay
+    q = q.reshape(-1, row_bytes) if q.ndim == 1 and row_bytes else q
+    n = _qrows(q, None, row_bytes, "q")
+    q = np.ascontiguousarray(q).view(np.uint8).reshape(n, row_bytes)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if scols is None:  # GGUF: [N, blocks, bytes]
+            blocks = q.reshape(n, k // 32, row_bytes * 32 // k if k else 0)
+            d = _f16_bytes(blocks[..., :2])[..., None]
+            body = blocks[..., 2:]
+            if fmt == C.QFORMAT_Q8_0:
+                w = body.view(np.int8).astype(np.float64) * d
+            else:
+                nib = np.concatenate([body & 15, body >> 4], axis=-1).astype(np.float64)
+                w = (nib - 8.0) * d
+            return w.reshape(n, k)
+        if scale is None:
+            raise ValueError("INT8 and INT4 weights take a scale array")
+        s = _host(scale)
+        if np.dtype(s.dtype) not in _SCALE_DTYPES:
+            raise TypeError(f"scale must be float16 or float32, not {s.dtype}")
+        want = (n,) if scols == 0 else (n, scols)
+        if tuple(s.shape) != want:
+            raise ValueError(f"scale has shape {tuple(s.shape)}, expected {want}")
+        s = s.astype(np.float64)
+        s = s[:, None] if scols == 0 else np.repeat(s, g, axis=1)
+        if fmt == C.QFORMAT_INT8:
+            return q.view(np.int8).astype(np.float64) * s
+        nib = np.empty((n, k), np.float64)
+        nib[:, 0::2] = q & 15
+        nib[:, 1::2] = q >> 4
+        z = 8.0
+        if zero is not None:
+            z = _host(zero)
+            if tuple(z.shape) != (n, scols):
+                raise ValueError(f"zero has shape {tuple(z.shape)}, expected {(n, scols)}")
+            z = np.repeat(z.astype(np.float64), g, axis=1)
+        return (nib - z) * s
+
+
+def _gguf_blocks(w):
+    """float32 [N, K/32, 32] blocks of a float array [N, K] (1-D: one row)."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim == 1:
+        w = w[None, :]
+    if w.ndim != 2 or w.shape[1] % 32:
+        raise ValueError(f"w must be [N, K] with K a multiple of 32, not {w.shape}")
+    return w.reshape(w.shape[0], w.shape[1] // 32, 32)
+
+
+def _gguf_pack(d, body):
+    """uint8 [N, K/32 * (2 + body bytes)]: each block's f16 d, then its body."""
+    n, nb = d.shape
+    out = np.empty((n, nb, 2 + body.shape[-1]), np.uint8)
+    out[..., :2] = d.astype("<f2").view(np.uint8).reshape(n, nb, 2)
+    out[..., 2:] = body
+    return out.reshape(n, -1)
+
+
+def quantize_q8_0(w):
+    """ggml's quantize_row_q8_0_ref over each row of a float array w [N, K]
+    (K a multiple of 32; 1-D: one row), in float32 as ggml: per block of 32,
+    d = amax / 127, q = round(x / d) (half away from zero), d stored as f16.
+    Returns the GGUF bytes, uint8 [N, K/32 * 34]."""
+    x = _gguf_blocks(w)
+    d = np.abs(x).max(axis=-1, initial=np.float32(0)) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    x0 = (x * inv[..., None]).astype(np.float64)  # exact: roundf's argument
+    q = (np.sign(x0) * np.floor(np.abs(x0) + 0.5)).astype(np.int8)
+    return _gguf_pack(d, q.view(np.uint8))
+
+
+def quantize_q4_0(w):
+    """ggml's quantize_row_q4_0_ref over each row of a float array w [N, K]
+    (K a multiple of 32; 1-D: one row), in float32 as ggml: per block of 32,
+    max the first value of the largest magnitude (its sign kept), d = max /
+    -8 (negative for a positive max, -0.0 for an all-zero block), weight j
+    stored as min(15, int(x / d + 8.5)), weights j and j + 16 in the low and
+    high nibble of byte j. Returns the GGUF bytes, uint8 [N, K/32 * 18]."""
+    x = _gguf_blocks(w)
+    a = np.abs(x)
+    amax = a.max(axis=-1, initial=np.float32(0))
+    first = np.take_along_axis(x, a.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    mx = np.where(amax > 0, first, np.float32(0)).astype(np.float32)
+    d = (mx / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    x0 = (x * inv[..., None] + np.float32(8.5)).astype(np.float32)
+    nib = np.minimum(15, np.trunc(x0).astype(np.int64)).astype(np.uint8)
+    return _gguf_pack(d, nib[..., :16] | (nib[..., 16:] << 4))
 
 
 def _l2_options(precision, max_temp_bytes, x_norms=None, allowed=None):

@@ -112,6 +112,14 @@ int main(void)
     F(oclf_linear_epilogue, residual_before_act);
     F(oclf_linear_epilogue, act);
 
+    S(oclf_qweight);
+    F(oclf_qweight, format);
+    F(oclf_qweight, group);
+    F(oclf_qweight, q);
+    F(oclf_qweight, scale);
+    F(oclf_qweight, scale_dtype);
+    F(oclf_qweight, zero);
+
     S(oclf_attention_options);
     F(oclf_attention_options, size);
     F(oclf_attention_options, scale);
@@ -149,6 +157,7 @@ int main(void)
     /* enums are passed as int by the ctypes declarations */
     S(oclf_status);
     S(oclf_dtype);
+    S(oclf_qformat);
     printf("}}\n}\n");
     return 0;
 }

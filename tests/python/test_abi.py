@@ -33,8 +33,19 @@ def test_struct_layout(layout, name):
 
 
 def test_enums_are_int(layout):
-    for name in ("oclf_status", "oclf_dtype"):
+    for name in ("oclf_status", "oclf_dtype", "oclf_qformat"):
         assert layout[name]["size"] == ctypes.sizeof(_capi.c_enum)
+
+
+def test_qformat_values():
+    """enum oclf_qformat's values as _capi has them."""
+    import re
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include",
+                        "oclfuse.h")
+    found = dict(re.findall(r"OCLF_QFORMAT_(INT8|INT4|Q8_0|Q4_0)\s*=\s*(\d+)",
+                            open(path).read()))
+    assert {k: int(v) for k, v in found.items()} == {
+        name: getattr(_capi, "QFORMAT_" + name) for name in ("INT8", "INT4", "Q8_0", "Q4_0")}
 
 
 def test_params_item(layout):
