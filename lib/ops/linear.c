@@ -358,12 +358,15 @@ static size_t qrow_bytes(int fmt, size_t k)
 
 /* The weight of oclf_linear_q against the header's rules, into c->w,
  * c->qscale, c->qzero and c->q. */
-static oclf_status check_qweight(oclf_context *ctx, const oclf_qweight *w, size_t n, size_t k,
-                                 lin_call *c)
+static oclf_status check_qweight(oclf_context *ctx, const char *op, const char *what,
+                                 const oclf_qweight *w, size_t n, size_t k, lin_call *c)
 {
-    const char *op = "linear_q";
+    char nq[64], ns[64], nz[64];
+    snprintf(nq, sizeof nq, "%s: %s.q", op, what);
+    snprintf(ns, sizeof ns, "%s: %s.scale", op, what);
+    snprintf(nz, sizeof nz, "%s: %s.zero", op, what);
     if (!w)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: w is NULL", op);
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s is NULL", op, what);
     const int fmt = (int)w->format;
     if (fmt < OCLF_QFORMAT_INT8 || fmt >= OCLF_QFORMAT_COUNT_)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown weight format %d", op, fmt);
@@ -387,7 +390,7 @@ static oclf_status check_qweight(oclf_context *ctx, const oclf_qweight *w, size_
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: %s is symmetric and takes no zero points", op, names[fmt]);
     oclf_status st;
-    if ((st = oclf_check_2d(ctx, "linear_q: w.q", w->q, n, qrow_bytes(fmt, k), 1, &c->w)))
+    if ((st = oclf_check_2d(ctx, nq, w->q, n, qrow_bytes(fmt, k), 1, &c->w)))
         return st;
     if (gguf) {
         if (w->scale.mem)
@@ -406,14 +409,14 @@ static oclf_status check_qweight(oclf_context *ctx, const oclf_qweight *w, size_
                              op, names[fmt], g ? " in groups" : " per channel",
                              f32_ok ? "f32 or f16" : "f16", (int)w->scale_dtype);
         const size_t es = oclf_dtype_size(w->scale_dtype);
-        st = g ? oclf_check_2d(ctx, "linear_q: w.scale", w->scale, n, k / g, es, &c->qscale)
-               : oclf_check_vector(ctx, "linear_q: w.scale", w->scale, n, es, &c->qscale);
+        st = g ? oclf_check_2d(ctx, ns, w->scale, n, k / g, es, &c->qscale)
+               : oclf_check_vector(ctx, ns, w->scale, n, es, &c->qscale);
         if (st)
             return st;
         if (!g)
             c->qscale.stride = 1; /* row r's one scale */
         if (w->zero &&
-            (st = oclf_check_2d(ctx, "linear_q: w.zero", *w->zero, n, k / g, 1, &c->qzero)))
+            (st = oclf_check_2d(ctx, nz, *w->zero, n, k / g, 1, &c->qzero)))
             return st;
     }
     c->q.fmt = fmt;
@@ -459,16 +462,20 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, siz
     const size_t el = oclf_dtype_size(dtype);
     const int wkn = layout == OCLF_WEIGHT_KN;
     oclf_status st;
-    if ((st = oclf_check_2d(ctx, quant ? "linear_q: x" : "linear: x", x, m, k, el, &c->x)) ||
-        (st = quant ? check_qweight(ctx, qw, n, k, c)
-                    : oclf_check_2d(ctx, "linear: w", w, wkn ? k : n, wkn ? n : k, el, &c->w)) ||
-        (st = oclf_check_2d(ctx, quant ? "linear_q: y" : "linear: y", y, m, n, el, &c->y)))
+    char nx[32], nw[32], ny[32], nb[32], nr[32];
+    snprintf(nx, sizeof nx, "%s: x", op);
+    snprintf(nw, sizeof nw, "%s: w", op);
+    snprintf(ny, sizeof ny, "%s: y", op);
+    snprintf(nb, sizeof nb, "%s: bias", op);
+    snprintf(nr, sizeof nr, "%s: residual", op);
+    if ((st = oclf_check_2d(ctx, nx, x, m, k, el, &c->x)) ||
+        (st = quant ? check_qweight(ctx, op, "w", qw, n, k, c)
+                    : oclf_check_2d(ctx, nw, w, wkn ? k : n, wkn ? n : k, el, &c->w)) ||
+        (st = oclf_check_2d(ctx, ny, y, m, n, el, &c->y)))
         return st;
-    if (epi->bias &&
-        (st = oclf_check_vector(ctx, "linear: bias", *epi->bias, n, el, &c->bias)))
+    if (epi->bias && (st = oclf_check_vector(ctx, nb, *epi->bias, n, el, &c->bias)))
         return st;
-    if (epi->residual &&
-        (st = oclf_check_2d(ctx, "linear: residual", *epi->residual, m, n, el, &c->res)))
+    if (epi->residual && (st = oclf_check_2d(ctx, nr, *epi->residual, m, n, el, &c->res)))
         return st;
     if (oclf_overlap(&c->y, &c->x) || oclf_overlap(&c->y, &c->w) ||
         (epi->bias && oclf_overlap(&c->y, &c->bias)) || oclf_overlap(&c->y, &c->qscale) ||
@@ -802,7 +809,8 @@ oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size
     lin_call s, d;
     memset(&s, 0, sizeof s);
     memset(&d, 0, sizeof d);
-    if ((st = check_qweight(ctx, src, n, k, &s)) || (st = check_qweight(ctx, dst, n, k, &d)))
+    if ((st = check_qweight(ctx, op, "src", src, n, k, &s)) ||
+        (st = check_qweight(ctx, op, "dst", dst, n, k, &d)))
         return st;
     if (oclf_overlap(&d.w, &s.w) || oclf_overlap(&d.qscale, &s.w) ||
         oclf_overlap(&d.w, &d.qscale))
