@@ -268,6 +268,33 @@ static inline floatv q_rawv(global const wstor_t *wp, uint c)
     ((float16)((a).s1, (a).s3, (a).s5, (a).s7, (a).s9, (a).sb, (a).sd, (a).sf, \
                (b).s1, (b).s3, (b).s5, (b).s7, (b).s9, (b).sb, (b).sd, (b).sf))
 #endif
+/* INT4 has two ways to pair x with the nibbles: arrange x's two vectors as
+ * even and odd elements (Q4_XPERM 1: two permutes per row a step), or
+ * interleave each column's low and high nibbles back into element order
+ * (0: two byte unpacks per column a step). The cheaper is the one done for
+ * fewer operands: rows (MB) or columns (NB) of the block. */
+#define Q4_XPERM (OCLF_MB <= OCLF_NB)
+/* The nibble vectors l and h (VEC lanes each, from VEC bytes) interleaved
+ * back into element order: the first and the second VEC weights. Written
+ * lane by lane, as Q_EVENS, for oclgrind. */
+#if OCLF_VEC == 2
+#define Q4_ILV_LO(l, h) ((uchar2)((l).s0, (h).s0))
+#define Q4_ILV_HI(l, h) ((uchar2)((l).s1, (h).s1))
+#elif OCLF_VEC == 4
+#define Q4_ILV_LO(l, h) ((uchar4)((l).s0, (h).s0, (l).s1, (h).s1))
+#define Q4_ILV_HI(l, h) ((uchar4)((l).s2, (h).s2, (l).s3, (h).s3))
+#elif OCLF_VEC == 8
+#define Q4_ILV_LO(l, h) ((uchar8)((l).s0, (h).s0, (l).s1, (h).s1, (l).s2, (h).s2, (l).s3, (h).s3))
+#define Q4_ILV_HI(l, h) ((uchar8)((l).s4, (h).s4, (l).s5, (h).s5, (l).s6, (h).s6, (l).s7, (h).s7))
+#else
+#define Q4_ILV_LO(l, h)                                                        \
+    ((uchar16)((l).s0, (h).s0, (l).s1, (h).s1, (l).s2, (h).s2, (l).s3, (h).s3, \
+               (l).s4, (h).s4, (l).s5, (h).s5, (l).s6, (h).s6, (l).s7, (h).s7))
+#define Q4_ILV_HI(l, h)                                                        \
+    ((uchar16)((l).s8, (h).s8, (l).s9, (h).s9, (l).sa, (h).sa, (l).sb, (h).sb, \
+               (l).sc, (h).sc, (l).sd, (h).sd, (l).se, (h).se, (l).sf, (h).sf))
+#endif
+
 /* The group's bytes from byte t (VEC of them), at wp's row. */
 static inline ucharv q_bytes(global const wstor_t *wp, uint g0, uint t)
 {
@@ -572,12 +599,17 @@ kernel void linear_fused(LIN_ARGS)
 #define APPLY_G(i, j) a##i##_##j = fma(VSPLAT(gs##j), p##i##_##j, a##i##_##j);
 #endif
 #if Q_PAIRS
-#if OCLF_QW == 2
+#if OCLF_QW == 2 && Q4_XPERM
 #define LOAD_XQ(i)                                                             \
     floatv xv0##i = LDV(xp##i, g0 + 2 * t), xv1##i = LDV(xp##i, g0 + 2 * t + OCLF_VEC); \
     xv0##i = PRO(floatv, xv0##i);                                              \
     xv1##i = PRO(floatv, xv1##i);                                              \
     const floatv xa##i = Q_EVENS(xv0##i, xv1##i), xb##i = Q_ODDS(xv0##i, xv1##i);
+#elif OCLF_QW == 2
+#define LOAD_XQ(i)                                                             \
+    floatv xa##i = LDV(xp##i, g0 + 2 * t), xb##i = LDV(xp##i, g0 + 2 * t + OCLF_VEC); \
+    xa##i = PRO(floatv, xa##i);                                                \
+    xb##i = PRO(floatv, xb##i);
 #else
 #define LOAD_XQ(i)                                                             \
     floatv xa##i = LDV(xp##i, g0 + t), xb##i = LDV(xp##i, g0 + 16 + t);        \
@@ -585,9 +617,17 @@ kernel void linear_fused(LIN_ARGS)
     xb##i = PRO(floatv, xb##i);
 #endif
 #define ACC_XG(i) xg##i += xa##i + xb##i;
+#if OCLF_QW == 2 && !Q4_XPERM
+#define LOAD_Q(j)                                                              \
+    const ucharv qb##j = q_bytes(wp##j, g0, t);                                \
+    const ucharv qn##j = qb##j & (uchar)15, qm##j = qb##j >> (uchar)4;         \
+    const floatv ql##j = DEQ(j, QCVT(Q4_ILV_LO(qn##j, qm##j))),                \
+                 qh##j = DEQ(j, QCVT(Q4_ILV_HI(qn##j, qm##j)));
+#else
 #define LOAD_Q(j)                                                              \
     const ucharv qb##j = q_bytes(wp##j, g0, t);                                \
     const floatv ql##j = DEQ(j, QCVT(qb##j & (uchar)15)), qh##j = DEQ(j, QCVT(qb##j >> (uchar)4));
+#endif
 #define FMA_Q(i, j)                                                            \
     QT(i, j) = fma(xa##i, ql##j, QT(i, j));                                    \
     QT(i, j) = fma(xb##i, qh##j, QT(i, j));
@@ -867,6 +907,29 @@ kernel void lin_dequant(global const wstor_t *w, ulong wo, ulong ws, QARGS, glob
     const ulong r = gid / cols;
     const uint c = (uint)(gid - r * cols);
     out[gid] = q_ld(w + wo + r * ws, qs + qso + r * qss, qz + qzo + r * qzs, c);
+}
+
+/* out [rows, k] in the call's dtype: rows of the quantized W dequantized,
+ * OCLF_VEC weights a work-item (the fused path's PRE strategy: a tile of W
+ * dequantized once, then the dense tiled kernel over it). */
+kernel void lin_dequant_w(global const wstor_t *w, ulong wo, ulong ws, QARGS, global stor_t *out,
+                          uint rows, uint k)
+{
+    const uint chunks = (k + OCLF_VEC - 1) / OCLF_VEC;
+    const ulong gid = get_global_id(0);
+    if (gid >= (ulong)rows * chunks)
+        return;
+    const ulong r = gid / chunks;
+    const uint c = (uint)(gid - r * chunks) * OCLF_VEC; /* not %: see lin_dequant */
+    global const wstor_t *wp = w + wo + r * ws;
+    global const qsc_t *sp = qs + qso + r * qss;
+    global const uchar *zp = qz + qzo + r * qzs;
+    global stor_t *o = out + r * k;
+    if (c + OCLF_VEC <= k)
+        STV(o, c, q_ldv(wp, sp, zp, c));
+    else
+        for (uint i = c; i < k; i++)
+            ST(o, i, q_ld(wp, sp, zp, i));
 }
 
 #if OCLF_QW >= 3

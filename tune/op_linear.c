@@ -560,13 +560,16 @@ static const op_kernel_check linear_q_check = {
     "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=1;"
     "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0,QSCALE=0;"
     "MB=1,NB=2,VEC=2,WGM=3,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=1;"
+    "MB=2,NB=4,VEC=8,WGM=2,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=0,PRE=1;"
     "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0,QSCALE=0;"
     "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1,QSCALE=0",
-    "MB=1,NB=4,VEC=1,WGM=1,WGN=8,STAGE=1,KC=32,MV=0,QSCALE=0", "1x32x256x2032", 1, 1};
+    "MB=1,NB=4,VEC=1,WGM=1,WGN=8,STAGE=1,KC=32,MV=0,QSCALE=0,PRE=0", "1x32x256x2032", 1, 1};
 
 /* linear's space, each point with QSCALE, which only the unstaged tiled
- * kernel reads (0 elsewhere); its 4-bit pairs of nibble vectors need 2 x
- * VEC to divide the group, which the library's validation checks. */
+ * kernel reads (0 elsewhere), and PRE 0; from 16 rows, the unstaged points
+ * again with PRE 1 (the dense kernel over a dequantized tile of W). The
+ * 4-bit pairs of nibble vectors need 2 x VEC to divide the group, which
+ * the library's validation checks. */
 static int linq_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
                       oclf_path path, oclf_params *out, int max)
 {
@@ -582,10 +585,14 @@ static int linq_space(const op_env *env, const op_desc *op, const op_shape *s, o
         oclf_params_get(&base[i], "STAGE", &stage);
         oclf_params_get(&base[i], "MV", &mv);
         const int both = path == OCLF_PATH_FUSED && !stage && !mv;
-        for (int q = both ? 1 : 0; q >= 0; q--) {
+        for (int q = both ? 2 : 0; q >= 0; q--) {
+            if (q == 2 && s->d[0] < 16)
+                continue;
             oclf_params p = base[i];
-            if (path == OCLF_PATH_FUSED)
-                oclf_params_set(&p, "QSCALE", q);
+            if (path == OCLF_PATH_FUSED) {
+                oclf_params_set(&p, "QSCALE", q == 1);
+                oclf_params_set(&p, "PRE", q == 2);
+            }
             op_space_add_valid(&chk, out, &n, max, &p);
         }
     }

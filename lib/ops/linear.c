@@ -39,13 +39,21 @@ _Static_assert(sizeof lin_params / sizeof lin_params[0] == P_COUNT, "one spec pe
 /* linear_q's one more: QSCALE, where the unstaged tiled kernel applies a
  * group's scale (1: once to the group's partial sums; 0: to each weight as
  * it is loaded, shared by the block's rows). */
-static const oclf_param_spec linq_params[] = {{"QSCALE", 0, 1, 0, OCLF_PARAM_DEFINE}};
+/* PRE, a strategy rather than a kernel parameter: 1 dequantizes W a tile
+ * of rows at a time into a temporary of the call's dtype (lin_dequant_w)
+ * and runs the dense tiled kernel with the other parameters over it; many
+ * rows amortize the one dequantization, where the kernels that dequantize
+ * at the load repeat it for every block of rows. */
+static const oclf_param_spec linq_params[] = {{"QSCALE", 0, 1, 0, OCLF_PARAM_DEFINE},
+                                              {"PRE", 0, 1, 0, OCLF_PARAM_ARG}};
+enum { Q_QSCALE, Q_PRE, Q_COUNT };
 
 /* The fused configuration for one weight layout: kc is 0 unless staged and
  * mv 0 for KN (no program per unused value); `defines` holds the layout
  * and the parameters, the call adds its prologue. */
 typedef struct lin_cfg {
     int mb, nb, vec, wgm, wgn, stage, kc, mv;
+    int pre; /* linear_q: the tile is dequantized first (PRE) */
     char defines[OCLF_DEFINES_MAX];
 } lin_cfg;
 OCLF_CFG_FITS(lin_cfg);
@@ -137,8 +145,15 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
     /* A quantized W (linear_q's qformat, never a layout): each group's
      * partial sums scaled once (faster than scaling every weight at 1 and
      * 16 rows here, INT4 in groups of 128). */
-    if (shape->dim[3] >= 1000)
+    if (shape->dim[3] >= 1000) {
         oclf_params_set(out, "QSCALE", 1);
+        /* From 128 rows (CPU): W dequantized once into a temporary, then
+         * the dense kernel (512 x 4096 x 4096 INT4 here: 1.10x the f16
+         * weight's time, against 1.39x dequantizing at every load; at 16
+         * rows the dequantization alone took 2.5x the product). A GPU's
+         * staged tiles dequantize once per tile of TM rows already. */
+        oclf_params_set(out, "PRE", (dev->type & CL_DEVICE_TYPE_CPU) && m >= 128);
+    }
 }
 
 /* How a quantized W is read: the kernels' OCLF_QW defines. fmt 0: W in
@@ -162,7 +177,7 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
                               const lin_qkind *q, lin_cfg *cfg)
 {
     const unsigned qgroup = q && q->fmt ? q->group : 0;
-    int64_t qscale = 0;
+    int64_t qv[Q_COUNT] = {0, 0};
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
     oclf_status st = oclf_params_read(ctx, lin_params, P_COUNT, p, v);
@@ -182,7 +197,7 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter VEC = %lld%s does not divide the weight's group of %u",
                          (long long)v[P_VEC], pairs ? " (x 2 weights a byte)" : "", qgroup);
-    if (q && q->fmt && (st = oclf_params_read(ctx, linq_params, 1, p, &qscale)))
+    if (q && q->fmt && (st = oclf_params_read(ctx, linq_params, Q_COUNT, p, qv)))
         return st;
     const int64_t wgn = v[P_WGN];
     if (v[P_MV] && (v[P_STAGE] || v[P_WGM] != 1 || (wgn & (wgn - 1))))
@@ -213,11 +228,13 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
     const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, lin_params,
                        P_COUNT, v);
-    if (q && q->fmt) {
+    /* PRE runs the dense kernel, which takes no QSCALE */
+    cfg->pre = (int)qv[Q_PRE];
+    if (q && q->fmt && !cfg->pre) {
         size_t len = strlen(cfg->defines);
         if (len + 1 < sizeof cfg->defines)
             cfg->defines[len++] = ' ';
-        oclf_param_defines(cfg->defines + len, sizeof cfg->defines - len, linq_params, 1, &qscale);
+        oclf_param_defines(cfg->defines + len, sizeof cfg->defines - len, linq_params, 1, qv);
     }
     return OCLF_SUCCESS;
 }
@@ -249,7 +266,9 @@ static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, const li
 {
     char qd[96], defines[160], opts[OCLF_OPTIONS_MAX];
     lin_qdefines(q, qd, sizeof qd);
-    snprintf(defines, sizeof defines, "-DOCLF_UNFUSED=1 %s", qd);
+    /* lin_dequant_w's vectors: 16 weights, which divide every group */
+    snprintf(defines, sizeof defines, "-DOCLF_UNFUSED=1 %s%s", qd,
+             q && q->fmt ? "-DOCLF_VEC=16" : "");
     oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
@@ -297,10 +316,14 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
     if (!deep)
         return OCLF_SUCCESS;
     if (q.fmt) {
-        const char *kernel;
-        if ((st = fused_program(ctx, dtype, 0, &q, &cfg, &prog, &kernel)))
+        const char *kernel, *dequant = "lin_dequant_w";
+        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, &cfg, &prog, &kernel)) ||
+            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
             return st;
-        return oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn));
+        if (cfg.pre && ((st = unfused_program(ctx, dtype, &q, &prog)) ||
+                        (st = oclf_check_kernel_wgs(ctx, prog, &dequant, 1, LIN_ELEM_WGS))))
+            return st;
+        return OCLF_SUCCESS;
     }
     /* The other layout's program too: it runs the same parameters when that
      * layout has no record of its own (dispatch falls back on the nearest
@@ -710,6 +733,60 @@ static oclf_status run_unfused_q(oclf_context *ctx, oclf_chain *ch, const lin_ca
     return st;
 }
 
+/* The PRE strategy: a tile of W's rows dequantized into a temporary of the
+ * call's dtype (lin_dequant_w), then the dense tiled kernel computes that
+ * tile's columns of y; tiles of at most LIN_QTILE_BYTES, one temporary for
+ * all (the chain orders each tile's dequantization after the previous
+ * tile's product). */
+static oclf_status run_fused_pre(oclf_context *ctx, oclf_chain *ch, const lin_call *c,
+                                 const lin_cfg *cfg)
+{
+    oclf_program *prog;
+    oclf_status st = unfused_program(ctx, c->dtype, &c->q, &prog);
+    if (st != OCLF_SUCCESS)
+        return st;
+    const size_t el = oclf_dtype_size(c->dtype);
+    size_t tile = c->k ? LIN_QTILE_BYTES / (c->k * el) : c->n;
+    tile = tile < 1 ? 1 : tile > c->n ? c->n : tile;
+    cl_mem wt = NULL;
+    if (c->k && (st = oclf_temp_buffer(ctx, tile * c->k * el, &wt)))
+        return st;
+    cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
+    for (size_t n0 = 0; n0 < c->n && st == OCLF_SUCCESS; n0 += tile) {
+        const size_t nt = c->n - n0 < tile ? c->n - n0 : tile;
+        if (c->k) {
+            cl_ulong wo = c->w.offset + n0 * c->w.stride, ws = c->w.stride;
+            cl_ulong so = c->qscale.offset + n0 * c->qscale.stride, ss = c->qscale.stride;
+            cl_ulong zo = c->qzero.offset + n0 * c->qzero.stride, zs = c->qzero.stride;
+            cl_uint rows = (cl_uint)nt, cols = (cl_uint)c->k;
+            oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(wo), OCLF_ARG(ws),   OCLF_ARG(sm),
+                            OCLF_ARG(so),       OCLF_ARG(ss), OCLF_ARG(zm),   OCLF_ARG(zo),
+                            OCLF_ARG(zs),       OCLF_ARG(wt), OCLF_ARG(rows), OCLF_ARG(cols)};
+            if ((st = elem_launch(ch, prog, "lin_dequant_w", a, OCLF_NARGS(a), nt,
+                                  (c->k + 15) / 16)))
+                break;
+        }
+        lin_call t = *c;
+        t.n = nt;
+        t.w = (oclf_operand){.mem = wt ? wt : c->y.mem, .offset = 0, .stride = c->k};
+        t.q.fmt = 0;
+        t.y.offset += n0;
+        t.bias.offset += n0;
+        t.res.offset += n0;
+        cl_event ev = NULL;
+        st = run_fused(ctx, ch->queue, &t, cfg, ch->prev ? 1 : ch->num_events,
+                       ch->prev ? &ch->prev : ch->wait_list, &ev);
+        if (st == OCLF_SUCCESS) {
+            if (ch->prev)
+                clReleaseEvent(ch->prev);
+            ch->prev = ev;
+        }
+    }
+    if (wt)
+        clReleaseMemObject(wt); /* freed by OpenCL once the launches finish */
+    return st;
+}
+
 /* The call's fused configuration from its resolved choice. */
 static oclf_status resolved_cfg(oclf_context *ctx, const oclf_resolved *r, const lin_call *c,
                                 lin_cfg *cfg)
@@ -736,7 +813,7 @@ static oclf_status lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op
         return st;
     if (c->m == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    if (r.path == OCLF_PATH_FUSED)
+    if (r.path == OCLF_PATH_FUSED && !(c->q.fmt && cfg.pre))
         return run_fused(ctx, queue, c, &cfg, num_events, wait_list, event);
     /* One work-item per element of x, W or y in the unfused kernels. */
     size_t big = c->m * c->n > c->m * c->k ? c->m * c->n : c->m * c->k;
@@ -747,7 +824,9 @@ static oclf_status lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op
                          c->q.fmt ? "linear_q" : "linear", big);
     oclf_chain ch;
     oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = c->q.fmt ? run_unfused_q(ctx, &ch, c) : run_unfused(ctx, &ch, c);
+    st = r.path == OCLF_PATH_FUSED ? run_fused_pre(ctx, &ch, c, &cfg)
+         : c->q.fmt                ? run_unfused_q(ctx, &ch, c)
+                                   : run_unfused(ctx, &ch, c);
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;
 }
