@@ -133,16 +133,12 @@ static oclf_status lin_run(const op_env *env, void *p, const oclf_choice *ch, cl
                        (oclf_buf){a->y, 0, 0}, &e, ch, 0, NULL, ev);
 }
 
-/* The first, a middle and the last row against the reference (all of them
- * would cost M x N x K in fp64 on the host). */
-static int lin_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+/* The first, a middle and the last row of y against the reference (all
+ * of them would cost M x N x K in fp64 on the host), the weight read from
+ * `wd` (fp64 [N, K]) when given, else from the instance's. */
+static int lin_check_rows(const op_env *env, const lin_inst *a, const double *wd, char *msg,
+                          size_t len)
 {
-    lin_inst *a = p;
-    oclf_status st = lin_run(env, a, ch, NULL);
-    if (st != OCLF_SUCCESS) {
-        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
-        return 0;
-    }
     if (a->m == 0)
         return 1;
     const size_t es = oclf_dtype_size(a->dtype);
@@ -159,7 +155,8 @@ static int lin_verify(const op_env *env, void *p, const oclf_choice *ch, char *m
             .x = (const char *)a->hx + i * a->k * es, .xs = a->k,
             .prologue = OCLF_LINEAR_NONE, .w = a->hw, .ws = a->k, .layout = OCLF_WEIGHT_NK,
             .bias = a->hb, .residual = (const char *)a->hr + i * a->n * es, .rs = a->n,
-            .alpha = 1.0f, .beta = 1.0f, .residual_before_act = 1, .act = OCLF_LINEAR_RELU};
+            .alpha = 1.0f, .beta = 1.0f, .residual_before_act = 1, .act = OCLF_LINEAR_RELU,
+            .wd = wd};
         oclf_ref_linear(&r, want, scale);
         size_t first = 0;
         double maxerr = 0;
@@ -174,6 +171,17 @@ static int lin_verify(const op_env *env, void *p, const oclf_choice *ch, char *m
     }
     free(got), free(want), free(scale);
     return ok;
+}
+
+static int lin_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
+{
+    lin_inst *a = p;
+    oclf_status st = lin_run(env, a, ch, NULL);
+    if (st != OCLF_SUCCESS) {
+        snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
+        return 0;
+    }
+    return lin_check_rows(env, a, NULL, msg, len);
 }
 
 /* x, W, bias and residual read once, y written once. */
@@ -493,48 +501,16 @@ static oclf_status linq_run(const op_env *env, void *p, const oclf_choice *ch, c
                          OCLF_LINEAR_NONE, &w, (oclf_buf){d->y, 0, 0}, &e, ch, 0, NULL, ev);
 }
 
-/* As lin_verify: three rows against the reference over the fp64 weight. */
+/* As lin_verify, over the fp64 dequantized weight. */
 static int linq_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
 {
     linq_inst *a = p;
-    lin_inst *d = &a->dense;
     oclf_status st = linq_run(env, a, ch, NULL);
     if (st != OCLF_SUCCESS) {
         snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
         return 0;
     }
-    if (d->m == 0)
-        return 1;
-    const size_t es = oclf_dtype_size(d->dtype);
-    void *got = malloc(d->m * d->n * es + 4);
-    double *want = malloc(d->n * sizeof *want + 8), *scale = malloc(d->n * sizeof *scale + 8);
-    int ok = got && want && scale && op_download(env, d->y, got, d->m * d->n * es) == 0;
-    if (!ok)
-        snprintf(msg, len, "cannot read the result back");
-    const size_t rows[3] = {0, d->m / 2, d->m - 1};
-    for (int t = 0; t < 3 && ok; t++) {
-        const size_t i = rows[t];
-        oclf_ref_linear_args r = {
-            .dtype = d->dtype, .m = 1, .n = d->n, .k = d->k,
-            .x = (const char *)d->hx + i * d->k * es, .xs = d->k,
-            .prologue = OCLF_LINEAR_NONE, .w = NULL, .ws = d->k, .layout = OCLF_WEIGHT_NK,
-            .bias = d->hb, .residual = (const char *)d->hr + i * d->n * es, .rs = d->n,
-            .alpha = 1.0f, .beta = 1.0f, .residual_before_act = 1, .act = OCLF_LINEAR_RELU,
-            .wd = a->wd};
-        oclf_ref_linear(&r, want, scale);
-        size_t first = 0;
-        double maxerr = 0;
-        size_t bad = oclf_ref_linear_compare(d->dtype, (const char *)got + i * d->n * es, d->n,
-                                             want, scale, 1, d->n, &first, &maxerr);
-        if (bad) {
-            ok = 0;
-            snprintf(msg, len, "row %zu: %zu elements out of tolerance (first column %zu, max "
-                               "error %g)",
-                     i, bad, first, maxerr);
-        }
-    }
-    free(got), free(want), free(scale);
-    return ok;
+    return lin_check_rows(env, &a->dense, a->wd, msg, len);
 }
 
 /* x, the weight's bytes (quants and scales), bias and residual read once,

@@ -686,6 +686,24 @@ done:;
     return st;
 }
 
+/* One of the dequantize kernels (lin_dequant: f32, an element a work-item;
+ * lin_dequant_w: the call's dtype, 16 a work-item) over W's rows n0 ..
+ * n0 + nt into dst [nt, K], `per_row` work-items a row. */
+static oclf_status launch_dequant(oclf_chain *ch, oclf_program *prog, const char *kernel,
+                                  const lin_call *c, size_t n0, size_t nt, cl_mem dst,
+                                  size_t per_row)
+{
+    cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
+    cl_ulong wo = c->w.offset + n0 * c->w.stride, ws = c->w.stride;
+    cl_ulong so = c->qscale.offset + n0 * c->qscale.stride, ss = c->qscale.stride;
+    cl_ulong zo = c->qzero.offset + n0 * c->qzero.stride, zs = c->qzero.stride;
+    cl_uint rows = (cl_uint)nt, cols = (cl_uint)c->k;
+    oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(wo), OCLF_ARG(ws),   OCLF_ARG(sm),
+                    OCLF_ARG(so),       OCLF_ARG(ss), OCLF_ARG(zm),   OCLF_ARG(zo),
+                    OCLF_ARG(zs),       OCLF_ARG(dst), OCLF_ARG(rows), OCLF_ARG(cols)};
+    return elem_launch(ch, prog, kernel, a, OCLF_NARGS(a), nt, per_row);
+}
+
 /* The unfused path's f32 weight tile: at most this many bytes of W's rows. */
 #define LIN_QTILE_BYTES ((size_t)64 << 20)
 
@@ -704,20 +722,10 @@ static oclf_status run_unfused_q(oclf_context *ctx, oclf_chain *ch, const lin_ca
     cl_mem wf = NULL;
     if (c->k && (st = oclf_temp_buffer(ctx, tile * c->k * 4, &wf)))
         return st;
-    cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
     for (size_t n0 = 0; n0 < c->n && st == OCLF_SUCCESS; n0 += tile) {
         const size_t nt = c->n - n0 < tile ? c->n - n0 : tile;
-        if (c->k) {
-            cl_ulong wo = c->w.offset + n0 * c->w.stride, ws = c->w.stride;
-            cl_ulong so = c->qscale.offset + n0 * c->qscale.stride, ss = c->qscale.stride;
-            cl_ulong zo = c->qzero.offset + n0 * c->qzero.stride, zs = c->qzero.stride;
-            cl_uint rows = (cl_uint)nt, cols = (cl_uint)c->k;
-            oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(wo), OCLF_ARG(ws),   OCLF_ARG(sm),
-                            OCLF_ARG(so),       OCLF_ARG(ss), OCLF_ARG(zm),   OCLF_ARG(zo),
-                            OCLF_ARG(zs),       OCLF_ARG(wf), OCLF_ARG(rows), OCLF_ARG(cols)};
-            if ((st = elem_launch(ch, prog, "lin_dequant", a, OCLF_NARGS(a), nt, c->k)))
-                break;
-        }
+        if (c->k && (st = launch_dequant(ch, prog, "lin_dequant", c, n0, nt, wf, c->k)))
+            break;
         lin_call t = *c;
         t.n = nt;
         t.w = (oclf_operand){.mem = wf, .offset = 0, .stride = c->k};
@@ -751,21 +759,11 @@ static oclf_status run_fused_pre(oclf_context *ctx, oclf_chain *ch, const lin_ca
     cl_mem wt = NULL;
     if (c->k && (st = oclf_temp_buffer(ctx, tile * c->k * el, &wt)))
         return st;
-    cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
     for (size_t n0 = 0; n0 < c->n && st == OCLF_SUCCESS; n0 += tile) {
         const size_t nt = c->n - n0 < tile ? c->n - n0 : tile;
-        if (c->k) {
-            cl_ulong wo = c->w.offset + n0 * c->w.stride, ws = c->w.stride;
-            cl_ulong so = c->qscale.offset + n0 * c->qscale.stride, ss = c->qscale.stride;
-            cl_ulong zo = c->qzero.offset + n0 * c->qzero.stride, zs = c->qzero.stride;
-            cl_uint rows = (cl_uint)nt, cols = (cl_uint)c->k;
-            oclf_arg a[] = {OCLF_ARG(c->w.mem), OCLF_ARG(wo), OCLF_ARG(ws),   OCLF_ARG(sm),
-                            OCLF_ARG(so),       OCLF_ARG(ss), OCLF_ARG(zm),   OCLF_ARG(zo),
-                            OCLF_ARG(zs),       OCLF_ARG(wt), OCLF_ARG(rows), OCLF_ARG(cols)};
-            if ((st = elem_launch(ch, prog, "lin_dequant_w", a, OCLF_NARGS(a), nt,
-                                  (c->k + 15) / 16)))
-                break;
-        }
+        if (c->k &&
+            (st = launch_dequant(ch, prog, "lin_dequant_w", c, n0, nt, wt, (c->k + 15) / 16)))
+            break;
         lin_call t = *c;
         t.n = nt;
         t.w = (oclf_operand){.mem = wt ? wt : c->y.mem, .offset = 0, .stride = c->k};
