@@ -687,7 +687,7 @@ done:;
 }
 
 /* One of the dequantize kernels (lin_dequant: f32, an element a work-item;
- * lin_dequant_w: the call's dtype, 16 a work-item) over W's rows n0 ..
+ * lin_dequant_w: the call's dtype, 256 a work-item) over W's rows n0 ..
  * n0 + nt into dst [nt, K], `per_row` work-items a row. */
 static oclf_status launch_dequant(oclf_chain *ch, oclf_program *prog, const char *kernel,
                                   const lin_call *c, size_t n0, size_t nt, cl_mem dst,
@@ -762,7 +762,7 @@ static oclf_status run_fused_pre(oclf_context *ctx, oclf_chain *ch, const lin_ca
     for (size_t n0 = 0; n0 < c->n && st == OCLF_SUCCESS; n0 += tile) {
         const size_t nt = c->n - n0 < tile ? c->n - n0 : tile;
         if (c->k &&
-            (st = launch_dequant(ch, prog, "lin_dequant_w", c, n0, nt, wt, (c->k + 15) / 16)))
+            (st = launch_dequant(ch, prog, "lin_dequant_w", c, n0, nt, wt, (c->k + 255) / 256)))
             break;
         lin_call t = *c;
         t.n = nt;
