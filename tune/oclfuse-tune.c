@@ -80,7 +80,9 @@ static void usage(FILE *f)
             "  --platform P --device D   index or name substring (default: first)\n"
             "  --ops a,b,...        operations (default: all)\n"
             "  --dtypes f32,...     storage dtypes (default: f32,f16,bf16)\n"
-            "  --shapes S           preset (default, bench, llm, short: the bench shapes of\n"
+            "  --shapes S           preset (default, bench, llm, layer: every shape of a\n"
+            "                       Llama-3-8B decoder layer at decode 1 and 16 and\n"
+            "                       prefill 512, short: the bench shapes of\n"
             "                       a short run, as oclfuse-bench --short), a comma list,\n"
             "                       or a file with one shape per line\n"
             "  --budget SECONDS     for the whole run (default 600, none with\n"
@@ -110,6 +112,9 @@ static char *shape_list(const op_desc *op, const char *spec)
             sprintf(all, "%s%s%s", op->bench_shapes, more ? "," : "", more ? more : "");
         return all;
     }
+    /* "layer": only the ops a decoder layer calls have shapes */
+    if (spec && strcmp(spec, "layer") == 0)
+        return strdup(op->layer_shapes ? op->layer_shapes : "");
     const char *preset = !spec || strcmp(spec, "default") == 0 ? op->tune_shapes
                          : strcmp(spec, "llm") == 0
                              ? (op->llm_shapes ? op->llm_shapes : op->tune_shapes)

@@ -108,6 +108,7 @@ const op_desc op_act_and_mul = {
     .uncached_dim = 0,
     .tune_shapes = "4096x4096,256x13824,1x13824",
     .llm_shapes = "1x11008,32x11008,512x14336,1x13824,2048x13824",
+    .layer_shapes = "1x14336,16x14336,512x14336",
     .test_shape = "7x769",
     .has_unfused = 1,
     .create = act_create,

@@ -363,6 +363,8 @@ const op_desc op_attention_paged = {
      * one sequence of 32768 (split KV), and a chunk of 256 queries at the
      * end of 2048 keys (chunked prefill) */
     .bench_shapes = "16x1x4096x32x8x128x16,1x1x32768x32x8x128x16,1x256x2048x32x8x128x16",
+    /* decode of 1 and 16 sequences after a prefill of 512, and that prefill */
+    .layer_shapes = "1x1x513x32x8x128x16,16x1x513x32x8x128x16,1x512x512x32x8x128x16",
     .tune_shapes = "16x1x4096x32x8x128x16,1x1x32768x32x8x128x16",
     /* decode streams the cache once: more sequences until it is out of
      * cache */

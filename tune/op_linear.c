@@ -326,6 +326,10 @@ const op_desc op_linear = {
     .uncached_dim = 1,
     .tune_shapes = "128x128x128,256x256x256,1024x1024x1024,1x4096x4096,16x4096x4096",
     .llm_shapes = "1x4096x4096,16x4096x4096,128x4096x11008,2048x4096x4096",
+    /* qkv (32 + 2 x 8 heads of 128), o, gate|up (2 x 14336), down */
+    .layer_shapes = "1x6144x4096,1x4096x4096,1x28672x4096,1x4096x14336,16x6144x4096,"
+                    "16x4096x4096,16x28672x4096,16x4096x14336,512x6144x4096,512x4096x4096,"
+                    "512x28672x4096,512x4096x14336",
     .test_shape = "7x129x33",
     .has_unfused = 1,
     .yardstick = "the GEMM library's plain Sgemm (x W^T, no epilogue)",
@@ -594,6 +598,11 @@ const op_desc op_linear_q = {
     .tune_shapes = "1x4096x4096x2128,1x4096x4096x4032,1x4096x4096x2032,16x4096x4096x2128",
     .llm_shapes = "1x4096x4096x2128,1x11008x4096x2128,16x4096x4096x2128,1x4096x4096x4032,"
                   "1x4096x4096x3032",
+    /* the same products with INT4 weights in groups of 128 */
+    .layer_shapes = "1x6144x4096x2128,1x4096x4096x2128,1x28672x4096x2128,1x4096x14336x2128,"
+                    "16x6144x4096x2128,16x4096x4096x2128,16x28672x4096x2128,"
+                    "16x4096x14336x2128,512x6144x4096x2128,512x4096x4096x2128,"
+                    "512x28672x4096x2128,512x4096x14336x2128",
     .test_shape = "7x129x64x2032",
     .has_unfused = 1,
     .yardstick = "oclf_linear over the dequantized weight in the call's dtype",

@@ -190,7 +190,7 @@ static const op_kernel_check norm_check = {
     "LAYOUT=1,WGS=16,VEC=4,STAGE=1",
     "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4", "4x200", 0, 1};
 
-#define NORM_DESC(sym, KIND, NAME)                                                           \
+#define NORM_DESC(sym, KIND, NAME, LAYER)                                                           \
     static void *sym##_create(const op_env *e, const op_shape *s, oclf_dtype d, char *err,  \
                               size_t n)                                                     \
     {                                                                                       \
@@ -208,6 +208,7 @@ static const op_kernel_check norm_check = {
         .uncached_dim = 0,                                                                  \
         .tune_shapes = "4096x4096,256x4096,1x8192",                                         \
         .llm_shapes = "1x4096,32x4096,512x4096,1x8192,2048x8192",                           \
+        .layer_shapes = LAYER,                                                              \
         .test_shape = "7x769",                                                              \
         .has_unfused = 1,                                                                   \
         .create = sym##_create,                                                             \
@@ -220,7 +221,7 @@ static const op_kernel_check norm_check = {
         .kernel_check = &norm_check,                                                        \
     };
 
-NORM_DESC(rms_norm, RMS, "rms_norm")
-NORM_DESC(add_rms_norm, ADD_RMS, "add_rms_norm")
-NORM_DESC(layer_norm, LN, "layer_norm")
-NORM_DESC(add_layer_norm, ADD_LN, "add_layer_norm")
+NORM_DESC(rms_norm, RMS, "rms_norm", "1x4096,16x4096,512x4096")
+NORM_DESC(add_rms_norm, ADD_RMS, "add_rms_norm", "1x4096,16x4096,512x4096")
+NORM_DESC(layer_norm, LN, "layer_norm", NULL)
+NORM_DESC(add_layer_norm, ADD_LN, "add_layer_norm", NULL)

@@ -209,7 +209,7 @@ static const op_kernel_check rope_check = {
     "LAYOUT=1,WGS=8,VEC=4,STAGE=1,ROWS=2",
     "LAYOUT=1,WGS=16,VEC=4,STAGE=1,ROWS=4", "4x2x1x1x32x32", 0, 1};
 
-#define ROPE_DESC(sym, KIND, NAME, UNFUSED)                                                  \
+#define ROPE_DESC(sym, KIND, NAME, UNFUSED, LAYER)                                                  \
     static void *sym##_create(const op_env *e, const op_shape *s, oclf_dtype d, char *err,  \
                               size_t n)                                                     \
     {                                                                                       \
@@ -228,6 +228,7 @@ static const op_kernel_check rope_check = {
         .tune_shapes = "4096x32x8x8x128x128,256x32x8x8x128x128,1x32x8x8x128x128",           \
         .llm_shapes = "1x32x8x8x128x128,32x32x8x8x128x128,512x32x8x8x128x128,"              \
                       "2048x64x8x8x128x128,512x16x16x16x256x64",                            \
+        .layer_shapes = LAYER,                                                              \
         .test_shape = "5x4x2x2x80x48",                                                      \
         .has_unfused = UNFUSED,                                                             \
         .create = sym##_create,                                                             \
@@ -242,5 +243,6 @@ static const op_kernel_check rope_check = {
         .kernel_check = &rope_check,                                                        \
     };
 
-ROPE_DESC(rotary_embedding, ROTARY, "rotary_embedding", 0)
-ROPE_DESC(qk_norm_rope, QK_NORM_ROPE, "qk_norm_rope", 1)
+ROPE_DESC(rotary_embedding, ROTARY, "rotary_embedding", 0, NULL)
+ROPE_DESC(qk_norm_rope, QK_NORM_ROPE, "qk_norm_rope", 1,
+          "1x32x8x8x128x128,16x32x8x8x128x128,512x32x8x8x128x128")

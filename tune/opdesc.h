@@ -76,6 +76,10 @@ typedef struct op_desc {
     int uncached_dim;
     const char *tune_shapes;            /* default shapes for the tuner */
     const char *llm_shapes;             /* the tuner's "llm" preset (NULL: tune_shapes) */
+    /* The tuner's "layer" preset: the shapes a Llama-3-8B decoder layer
+     * (oclfuse-layer's defaults) calls the op with, decoding 1 and 16
+     * sequences and prefilling 512 tokens; NULL for an op it never calls. */
+    const char *layer_shapes;
     const char *test_shape;             /* one small shape with tails, for tests */
     int has_unfused;
     /* A plain call of another library timed beside the paths in the same
