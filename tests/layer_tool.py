@@ -73,9 +73,9 @@ def main():
     tool = sys.argv[1]
     check_json(tool, "f16", ["--dtype", "f32"])
     check_json(tool, "int4", ["--dtype", "f32", "--no-qk-norm", "--o-residual"])
-    r = run(tool, SMALL + ["--decode", "1"])
+    r = run(tool, SMALL + ["--decode", "1", "--repeat", "3"])
     check(r.returncode == 0 and "prefill" in r.stdout and "roof ms" in r.stdout
-          and "attention_paged" in r.stdout, "table printed")
+          and "attention_paged" in r.stdout and "3 timed passes" in r.stdout, "table printed")
     sys.stdout.write(r.stdout)
     r = run(tool, ["--heads", "5", "--kv-heads", "2"])
     check(r.returncode == 2 and "multiple of kv heads" in r.stderr, "bad heads rejected")

@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "  --path auto|fused|unfused   every call but attention_paged, which runs\n"
             "                      fused (its unfused path reads the metadata on the host)\n"
             "  --seed N            weights and inputs (default 1)\n"
+            "  --repeat R          timed passes over every step; each step reports the pass\n"
+            "                      of its median time (default 1)\n"
             "  --platform P --device D      index or name substring\n"
             "  --json              one JSON object instead of the tables\n");
 }
@@ -59,6 +61,12 @@ static int parse_size(const char *opt, const char *v, size_t *out, size_t min)
     return 0;
 }
 
+static int by_wall(const void *a, const void *b)
+{
+    const double x = ((const layer_step_stats *)a)->wall_ns, y = ((const layer_step_stats *)b)->wall_ns;
+    return (x > y) - (x < y);
+}
+
 typedef struct step_row {
     layer_step_stats st;
     size_t tokens;
@@ -71,6 +79,7 @@ int main(int argc, char **argv)
     layer_config_default(&c);
     const char *platform = NULL, *device = NULL;
     int json = 0;
+    size_t repeat = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -81,6 +90,7 @@ int main(int argc, char **argv)
         } sizes[] = {{"--layers", &c.layers, 1},      {"--batch", &c.batch, 1},
                      {"--prefill", &c.prefill, 1},    {"--decode", &c.decode, 0},
                      {"--block-size", &c.block_size, 1}, {"--hidden", &c.hidden, 1},
+                     {"--repeat", &repeat, 1},
                      {"--heads", &c.q_heads, 1},      {"--kv-heads", &c.kv_heads, 1},
                      {"--head-dim", &c.head_dim, 2},  {"--mlp", &c.mlp, 1}};
         int taken = 0;
@@ -218,31 +228,51 @@ int main(int argc, char **argv)
         goto out;
     }
     const double wbytes = layer_weight_bytes(m);
-    for (size_t s = 0; s < steps; s++) {
-        step_row *r = &rows[s];
-        if (layer_step(m, s, &r->st, err, sizeof err)) {
+    /* `repeat` passes; each step keeps the pass of its median time */
+    layer_step_stats *runs = calloc(steps * repeat, sizeof *runs);
+    if (!runs) {
+        free(rows);
+        rc = 1;
+        goto out;
+    }
+    for (size_t p = 0; p < repeat; p++) {
+        if (p && layer_reset(m, err, sizeof err)) {
             fprintf(stderr, "oclfuse-layer: %s\n", err);
-            free(rows);
+            free(rows), free(runs);
             rc = 1;
             goto out;
         }
+        for (size_t s = 0; s < steps; s++)
+            if (layer_step(m, s, &runs[s * repeat + p], err, sizeof err)) {
+                fprintf(stderr, "oclfuse-layer: %s\n", err);
+                free(rows), free(runs);
+                rc = 1;
+                goto out;
+            }
+    }
+    for (size_t s = 0; s < steps; s++) {
+        step_row *r = &rows[s];
+        layer_step_stats *st = runs + s * repeat;
+        qsort(st, repeat, sizeof *st, by_wall);
+        r->st = st[repeat / 2];
         r->tokens = layer_step_tokens(m, s);
         r->bytes = wbytes + layer_kv_bytes(m, s);
         r->roof_ms = r->bytes / (gbps * 1e9) * 1e3;
         r->frac = r->roof_ms / (r->st.wall_ns / 1e6);
         r->flops = layer_step_flops(m, s);
     }
+    free(runs);
 
     if (json) {
         printf("{\"layers\": %zu, \"hidden\": %zu, \"q_heads\": %zu, \"kv_heads\": %zu, "
                "\"head_dim\": %zu, \"mlp\": %zu, \"batch\": %zu, \"prefill\": %zu, "
                "\"decode\": %zu, \"block_size\": %zu, \"dtype\": \"%s\", \"weights\": \"%s\", "
                "\"qk_norm\": %d, \"o_residual\": %d, \"path\": \"%s\", \"seed\": %llu, "
-               "\"eps\": %g, \"theta\": %g,\n",
+               "\"eps\": %g, \"theta\": %g, \"repeat\": %zu,\n",
                c.layers, c.hidden, c.q_heads, c.kv_heads, c.head_dim, c.mlp, c.batch, c.prefill,
                c.decode, c.block_size, dt, c.int4 ? "int4" : dt, c.qk_norm, c.o_residual,
                c.path == OCLF_PATH_AUTO ? "auto" : c.path == OCLF_PATH_FUSED ? "fused" : "unfused",
-               (unsigned long long)c.seed, (double)c.eps, c.theta);
+               (unsigned long long)c.seed, (double)c.eps, c.theta, repeat);
         printf(" \"device\": \"");
         for (const char *p = oclf_context_fingerprint(env.ctx); *p; p++)
             printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char)*p < 32 ? "?" : "%c", *p);
@@ -274,8 +304,10 @@ int main(int argc, char **argv)
         }
         printf(" ]}\n");
     } else {
-        printf("setup %.1f s (weights on the device), warm-up %.1f s (steps 0 and 1 once)\n",
-               make_s, warm_s);
+        printf("setup %.1f s (weights on the device), warm-up %.1f s (steps 0 and 1 once), "
+               "%zu timed pass%s%s\n",
+               make_s, warm_s, repeat, repeat > 1 ? "es" : "",
+               repeat > 1 ? " (each step: the pass of its median time)" : "");
         printf("copy bandwidth %.2f GB/s (same run: read + write bytes / time, 256 MiB "
                "buffers)\n",
                gbps);
