@@ -146,6 +146,8 @@ static inline float q_ld(QROW_ARGS, uint c)
 typedef OCLF_CAT(uchar, OCLF_VEC) ucharv;
 typedef OCLF_CAT(char, OCLF_VEC) charv;
 #define QCVT(v) OCLF_CAT(convert_float, OCLF_VEC)(v)
+typedef OCLF_CAT(int, OCLF_VEC) intv;
+#define QWIDEN(v) OCLF_CAT(convert_int, OCLF_VEC)(v)
 #define QLOADU(p) OCLF_CAT(vload, OCLF_VEC)(0, (global const uchar *)(p))
 #define QLOADS(p) OCLF_CAT(vload, OCLF_VEC)(0, (global const char *)(p))
 /* INT4: OCLF_VEC / 2 bytes hold OCLF_VEC weights, low nibble first; the
@@ -624,9 +626,12 @@ kernel void linear_fused(LIN_ARGS)
     const floatv ql##j = DEQ(j, QCVT(Q4_ILV_LO(qn##j, qm##j))),                \
                  qh##j = DEQ(j, QCVT(Q4_ILV_HI(qn##j, qm##j)));
 #else
+/* The bytes widen to 32-bit lanes first (one zero-extending load on a
+ * CPU), then mask and shift there: three instructions fewer per two nibble
+ * vectors than masking the bytes and widening each half. */
 #define LOAD_Q(j)                                                              \
-    const ucharv qb##j = q_bytes(wp##j, g0, t);                                \
-    const floatv ql##j = DEQ(j, QCVT(qb##j & (uchar)15)), qh##j = DEQ(j, QCVT(qb##j >> (uchar)4));
+    const intv qb##j = QWIDEN(q_bytes(wp##j, g0, t));                          \
+    const floatv ql##j = DEQ(j, QCVT(qb##j & 15)), qh##j = DEQ(j, QCVT(qb##j >> 4));
 #endif
 #define FMA_Q(i, j)                                                            \
     QT(i, j) = fma(xa##i, ql##j, QT(i, j));                                    \
