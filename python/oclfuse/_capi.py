@@ -329,7 +329,8 @@ def _candidates():
         return  # an explicit choice is never silently replaced
     try:
         from . import _build_config  # written by meson install
-        yield os.path.join(_build_config.LIBDIR, SONAME)
+        # relative (pip install .): the library lies in this package's folder
+        yield os.path.join(os.path.dirname(os.path.abspath(__file__)), _build_config.LIBDIR, SONAME)
     except ImportError:
         pass
     found = ctypes.util.find_library("oclfuse")
