@@ -175,6 +175,11 @@ kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
                 lse_out[lseo + row] = lse;
             loss[losso + row] = ce_row_loss(ignored, lse, sumz, zt, cols, ls, zl);
         }
+#if OCLF_LAYOUT == 1
+        /* every lane's reads of the row (the target's logit among them)
+         * before any lane's gradient store */
+        barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
         if (flags & CE_GRAD) {
             const float g = ce_row_scale(ignored, gup, gupo, row, flags, count);
             const float pz = 1.0f + 2.0f * zl * lse;
