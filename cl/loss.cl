@@ -59,17 +59,16 @@ static inline float ce_wg_max(float v, __local float *scratch)
 #endif
 }
 
+/* The largest component of a floatv, by halves (no component is indexed
+ * at run time: oclgrind crashed on the optimized form of that). */
+#define VMAX2_(v) fmax((v).s0, (v).s1)
+#define VMAX4_(v) fmax(VMAX2_((v).lo), VMAX2_((v).hi))
+#define VMAX8_(v) fmax(VMAX4_((v).lo), VMAX4_((v).hi))
+#define VMAX16_(v) fmax(VMAX8_((v).lo), VMAX8_((v).hi))
 #if OCLF_VEC == 1
 #define VMAX(v) (v)
 #else
-static inline float ce_vmax(floatv v)
-{
-    float m = v[0];
-    for (int i = 1; i < OCLF_VEC; i++)
-        m = fmax(m, v[i]);
-    return m;
-}
-#define VMAX(v) ce_vmax(v)
+#define VMAX(v) OCLF_CAT(OCLF_CAT(VMAX, OCLF_VEC), _)(v)
 #endif
 
 /* One element (or vector) of the online softmax: running max m, running
@@ -186,17 +185,19 @@ kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
             const float smooth = ls / (float)cols;
             const float hit = 1.0f - ls;
             FOR_VEC(i, cols) {
-                const floatv z_ = ce_capv(LDV(xr, i), cap);
-                const floatv p_ = exp(z_ - (floatv)lse);
-                floatv oh_ = VSPLAT(0.0f);
                 if (!ignored && (ulong)t >= i && (ulong)t < i + OCLF_VEC) {
-#if OCLF_VEC == 1
-                    oh_ = hit;
-#else
-                    oh_[(uint)t - i] = hit;
-#endif
+                    /* the target's vector, element by element (each
+                     * element is still rounded once) */
+                    for (uint k = i; k < i + OCLF_VEC; k++) {
+                        const float z_ = ce_cap(LD(xr, k), cap);
+                        const float p_ = exp(z_ - lse);
+                        ST(xr, k, CE_GRAD_OF(x, z_, p_, (ulong)t == k ? hit : 0.0f));
+                    }
+                } else {
+                    const floatv z_ = ce_capv(LDV(xr, i), cap);
+                    const floatv p_ = exp(z_ - (floatv)lse);
+                    STV(xr, i, CE_GRAD_OF(x, z_, p_, 0.0f));
                 }
-                STV(xr, i, CE_GRAD_OF(x, z_, p_, oh_));
             }
             FOR_TAIL(i, cols) {
                 const float z_ = ce_cap(LD(xr, i), cap);
