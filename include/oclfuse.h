@@ -1147,7 +1147,10 @@ OCLF_API void oclf_cross_entropy_options_init(oclf_cross_entropy_options *option
  * the caller's wait list and the check kernel, while the other kernels are
  * already queued) and returns OCLF_INVALID_ARGUMENT naming the row ("row 5:
  * target 32000 is outside [0, 32000)"), with every buffer untouched.
- * So the call does not return before its wait list has completed.
+ * So the call does not return before its wait list (and, on an in-order
+ * queue, everything enqueued before it) has completed: a wait list or a
+ * queue held by a user event that the calling thread would complete only
+ * after the call returns deadlocks.
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, vocab == 0, a stride
  * below vocab, buffers smaller than described, a bad options size,
