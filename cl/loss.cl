@@ -72,12 +72,14 @@ static inline float ce_wg_max(float v, __local float *scratch)
 #endif
 
 /* One element (or vector) of the online softmax: running max m, running
- * sum s of exp(z - m). */
+ * sum s of exp(z - m), one exp per element: e = exp(-|z - m|) is
+ * exp(m - z) when z raises the max (s rescaled, plus 1) and exp(z - m)
+ * otherwise. */
 #define CE_ONLINE(m, s, z)                                                     \
     do {                                                                       \
-        const __typeof__(m) nm_ = fmax((m), (z));                              \
-        (s) = (s) * exp((m) - nm_) + exp((z) - nm_);                           \
-        (m) = nm_;                                                             \
+        const __typeof__(m) e_ = exp(-fabs((z) - (m)));                        \
+        (s) = select((s) + e_, (s) * e_ + 1.0f, (z) > (m));                    \
+        (m) = fmax((m), (z));                                                  \
     } while (0)
 
 /* The row's statistics: lse, the sum of the (capped) logits, and the
