@@ -1066,6 +1066,108 @@ OCLF_API oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue
                                              const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
+/* Softmax cross-entropy (PyTorch's F.cross_entropy), with its gradient
+ * written in place over the logits.                                        */
+
+typedef enum oclf_reduction {
+    OCLF_REDUCTION_NONE = 0, /* loss: [tokens] f32, one loss per row */
+    OCLF_REDUCTION_SUM = 1,  /* loss: one f32, the sum over the rows */
+    OCLF_REDUCTION_MEAN = 2  /* loss: one f32, the sum over the rows not ignored, divided by their count */
+} oclf_reduction;
+
+typedef struct oclf_cross_entropy_options {
+    /* sizeof(oclf_cross_entropy_options) as the caller was compiled (the
+     * _INIT macro and oclf_cross_entropy_options_init set it); 0: the first
+     * layout. */
+    size_t size;
+    /* Rows whose target equals it contribute no loss, no z-loss and a zero
+     * gradient (their LSE is still written). The _INIT macro, the _init
+     * function and NULL options give -100, PyTorch's default; a struct
+     * zeroed by hand has 0 (a real class), so set it. */
+    int64_t ignore_index;
+    /* OCLF_REDUCTION_NONE, _SUM or _MEAN (the _INIT macro: MEAN, PyTorch's
+     * default; 0 is NONE). */
+    int reduction;
+    /* eps in [0, 1]: loss = (1 - eps) nll + (eps / V) sum_c -log p_c. */
+    float label_smoothing;
+    /* > 0: every logit x becomes softcap * tanh(x / softcap) before the
+     * softmax (the LSE and the z-loss are of the capped logits; the
+     * gradient is with respect to the logits as given); <= 0: none.
+     * Finite. */
+    float softcap;
+    /* lambda >= 0, finite: each row not ignored adds lambda * lse^2 (with
+     * MEAN divided by the same count as the loss). */
+    float z_loss;
+    /* Optional output, [tokens] f32 (stride ignored): each row's natural-log
+     * logsumexp of its (capped) logits, ignored rows included. NULL: not
+     * written. */
+    const oclf_buf *lse;
+    /* 0 or 1: write d(loss)/d(logits), times the upstream gradient, over the
+     * logits, in their dtype (rounded once). Ignored rows get zeros; with
+     * MEAN and every row ignored, every element is zero. */
+    int compute_grad;
+    /* Optional upstream gradient, f32 (stride ignored): for NONE [tokens]
+     * (row t's gradient is scaled by element t), for SUM and MEAN one
+     * element (the gradient of the reduced loss is scaled by it). NULL: 1.
+     * Read on the device, only with compute_grad. */
+    const oclf_buf *grad_output;
+} oclf_cross_entropy_options;
+
+/* ignore_index -100, reduction MEAN, no smoothing, softcap, z-loss, LSE or
+ * gradient, with `size` set. */
+#define OCLF_CROSS_ENTROPY_OPTIONS_INIT                                                     \
+    {.size = sizeof(oclf_cross_entropy_options), .ignore_index = -100,                      \
+     .reduction = OCLF_REDUCTION_MEAN}
+OCLF_API void oclf_cross_entropy_options_init(oclf_cross_entropy_options *options);
+
+/* Softmax cross-entropy of `tokens` rows of `vocab` logits (`logits`,
+ * dtype, row stride may exceed vocab) against `targets` (device int64
+ * [tokens], stride ignored), as PyTorch's F.cross_entropy with the options
+ * above: per row, with z the (capped) logits, lse = logsumexp(z), t the
+ * target and eps the label smoothing,
+ *   loss = (1 - eps) (lse - z_t) + eps (lse - mean(z)) + z_loss lse^2,
+ * 0 for an ignored row. `loss` (f32, stride ignored) receives [tokens]
+ * per-row losses for NONE, one value for SUM and MEAN; MEAN over zero rows
+ * not ignored (all ignored, or tokens 0 with a loss written) is NaN, as in
+ * PyTorch. Arithmetic in fp32; SUM and MEAN add the per-row losses in a
+ * fixed order (one work-group, no atomics), so a call gives the same bits
+ * every time on a device.
+ *
+ * The gradient (compute_grad) replaces the logits: one pass computes the
+ * row's statistics, a second writes the gradient, so the logits are read
+ * twice and written once and no probabilities are stored. choice: path
+ * FUSED (that one kernel) or UNFUSED (softmax into an f32 [tokens, vocab]
+ * temporary, a loss kernel and a gradient kernel); parameters LAYOUT (0 a
+ * row per work-item, 1 a work-group per row), WGS and VEC as the norms.
+ *
+ * Targets are checked on the device, not read by the host: a first kernel
+ * records the smallest row whose target is outside [0, vocab) and is not
+ * ignore_index, and every later kernel writes nothing when there is one.
+ * The call then waits for that check (a blocking read of one int, after
+ * the caller's wait list and the check kernel, while the other kernels are
+ * already queued) and returns OCLF_INVALID_ARGUMENT naming the row ("row 5:
+ * target 32000 is outside [0, 32000)"), with every buffer untouched.
+ * So the call does not return before its wait list (and, on an in-order
+ * queue, everything enqueued before it) has completed: a wait list or a
+ * queue held by a user event that the calling thread would complete only
+ * after the call returns deadlocks.
+ *
+ * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, vocab == 0, a stride
+ * below vocab, buffers smaller than described, a bad options size,
+ * reduction not one of the three, label_smoothing outside [0, 1], a
+ * softcap or z_loss not finite (z_loss < 0), compute_grad not 0 or 1, loss,
+ * lse, grad_output or targets overlapping the logits or each other, a bad
+ * target (above); OCLF_UNSUPPORTED for an unknown dtype, vocab or tokens
+ * of 2^32 - 1 or more. tokens 0 enqueues a marker (nothing written, even
+ * for MEAN). */
+OCLF_API oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue,
+                                        oclf_dtype dtype, size_t tokens, size_t vocab,
+                                        oclf_buf logits, oclf_buf targets, oclf_buf loss,
+                                        const oclf_cross_entropy_options *options,
+                                        const oclf_choice *choice, cl_uint num_events,
+                                        const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (see README "Elementwise expressions").
  *
  * Source: statements `name = expr;` over declared names; `#` starts a

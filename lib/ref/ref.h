@@ -37,6 +37,21 @@ void oclf_ref_tolerance(oclf_dtype dtype, double *atol, double *rtol);
 size_t oclf_ref_compare(oclf_dtype dtype, const void *got, size_t gs, const double *ref,
                         size_t rows, size_t cols, size_t *first_bad, double *max_err);
 
+/* ---- softmax cross-entropy ------------------------------------- */
+/* PyTorch's F.cross_entropy over rows x cols logits of dtype (row stride
+ * xs) and int64 targets, in fp64 from the stored logits: z = softcap > 0 ?
+ * softcap tanh(x / softcap) : x, lse = logsumexp(z), per row
+ * (1 - eps)(lse - z_t) + eps (lse - mean(z)) + zl lse^2, 0 when t == ignore.
+ * loss_rows[rows] (optional), lse[rows] (optional), *reduced: sum (reduction
+ * 1) or mean over the rows not ignored (2; NaN when none), and grad
+ * (optional, rows x cols packed): d(reduced loss)/dx times the upstream
+ * gradient gup (per row for reduction 0, gup[0] otherwise; NULL: 1).
+ * Targets outside [0, cols) that are not ignored are the caller's error. */
+void oclf_ref_cross_entropy(oclf_dtype dtype, size_t rows, size_t cols, const void *x, size_t xs,
+                            const int64_t *targets, int64_t ignore, int reduction, double eps,
+                            double softcap, double zl, const float *gup, double *loss_rows,
+                            double *lse, double *reduced, double *grad);
+
 /* ---- normalization ----------------------------------------- */
 /* x: rows x cols of dtype, row stride xs; w, b: cols of dtype or NULL;
  * y: rows x cols packed doubles. */

@@ -1,0 +1,315 @@
+/*
+ * Loss family: softmax cross-entropy (PyTorch's F.cross_entropy).
+ *
+ * Every call starts with ce_targets, which checks the targets on the
+ * device: the smallest row whose target is neither in [0, V) nor the
+ * ignore index goes to err[0] (atomic_min over integers, so the result
+ * does not depend on the order of the work-items), and err[1] counts the
+ * rows not ignored (atomic_inc: exact). Every later kernel reads err[0]
+ * first and writes nothing when a bad target was found, so a call with a
+ * bad target leaves every buffer as it was.
+ *
+ * Fused: ce_fused, one launch, the row structure of cl/common.h (LAYOUT 0 a
+ * row per work-item, 1 a work-group per row): pass 1 keeps a running max
+ * and the sum of exp(z - max) per vector lane (online softmax), the sum of
+ * the logits (label smoothing) and the target's logit; pass 2, when the
+ * gradient is asked, writes it over the logits. Unfused: ce_softmax (the
+ * probabilities into an f32 temporary, the LSE and the logits' sum into a
+ * float2 per row), ce_loss_rows, ce_grad. Both end, for sum and mean, with
+ * ce_reduce: one work-group sums the per-row losses in a fixed order.
+ *
+ * z = softcap > 0 ? softcap * tanh(x / softcap) : x is the logit the loss
+ * sees. Per row, with p = softmax(z), lse = logsumexp(z), eps the label
+ * smoothing, lambda the z-loss:
+ *   loss = (1 - eps) (lse - z_t) + eps (lse - mean(z)) + lambda lse^2
+ *   dloss/dz_c = p_c (1 + 2 lambda lse) - (1 - eps) [c = t] - eps / V
+ * and dz/dx = 1 - (z / softcap)^2. Ignored rows have loss 0 and gradient 0.
+ */
+
+#define CE_NO_ERROR 0xffffffffu
+
+/* flags */
+#define CE_GRAD 1u
+#define CE_SUM 2u  /* the per-row losses are reduced (sum or mean) */
+#define CE_MEAN 4u
+
+static inline float ce_cap(float x, float cap) { return cap > 0.0f ? cap * tanh(x / cap) : x; }
+static inline floatv ce_capv(floatv x, float cap)
+{
+    return cap > 0.0f ? (floatv)cap * tanh(x / (floatv)cap) : x;
+}
+
+/* Max of one float per work-item across the work-group (LAYOUT 1). */
+static inline float ce_wg_max(float v, __local float *scratch)
+{
+#if OCLF_LAYOUT == 1
+    const uint lid = get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = OCLF_WGS / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            scratch[lid] = fmax(scratch[lid], scratch[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return scratch[0];
+#else
+    (void)scratch;
+    return v;
+#endif
+}
+
+/* The largest component of a floatv, by halves (no component is indexed
+ * at run time: oclgrind crashed on the optimized form of that). */
+#define VMAX2_(v) fmax((v).s0, (v).s1)
+#define VMAX4_(v) fmax(VMAX2_((v).lo), VMAX2_((v).hi))
+#define VMAX8_(v) fmax(VMAX4_((v).lo), VMAX4_((v).hi))
+#define VMAX16_(v) fmax(VMAX8_((v).lo), VMAX8_((v).hi))
+#if OCLF_VEC == 1
+#define VMAX(v) (v)
+#else
+#define VMAX(v) OCLF_CAT(OCLF_CAT(VMAX, OCLF_VEC), _)(v)
+#endif
+
+/* One element (or vector) of the online softmax: running max m, running
+ * sum s of exp(z - m), one exp per element: e = exp(-|z - m|) is
+ * exp(m - z) when z raises the max (s rescaled, plus 1) and exp(z - m)
+ * otherwise. */
+#define CE_ONLINE(m, s, z)                                                     \
+    do {                                                                       \
+        const __typeof__(m) e_ = exp(-fabs((z) - (m)));                        \
+        (s) = select((s) + e_, (s) * e_ + 1.0f, (z) > (m));                    \
+        (m) = fmax((m), (z));                                                  \
+    } while (0)
+
+/* The row's statistics: lse, the sum of the (capped) logits, and the
+ * target's logit (0 when ignored). `xr`, `cols`, `cap`, `lane`, `nlanes`,
+ * `scratch` in scope. Every lane reads before the reductions' barriers, so
+ * a later in-place write of the row comes after every read of pass 1. */
+#define CE_STATS(t, ignored, lse_out, sumz_out, zt_out)                        \
+    do {                                                                       \
+        floatv m_ = VSPLAT(-FLT_MAX), s_ = VSPLAT(0.0f), sz_ = VSPLAT(0.0f);   \
+        float tm_ = -FLT_MAX, ts_ = 0.0f, tsz_ = 0.0f;                         \
+        FOR_VEC(i, cols) {                                                     \
+            const floatv z_ = ce_capv(LDV(xr, i), cap);                        \
+            CE_ONLINE(m_, s_, z_);                                             \
+            sz_ += z_;                                                         \
+        }                                                                      \
+        FOR_TAIL(i, cols) {                                                    \
+            const float z_ = ce_cap(LD(xr, i), cap);                           \
+            CE_ONLINE(tm_, ts_, z_);                                           \
+            tsz_ += z_;                                                        \
+        }                                                                      \
+        (zt_out) = (ignored) ? 0.0f : ce_cap(LD(xr, (uint)(t)), cap);          \
+        const float lm_ = fmax(VMAX(m_), tm_);                                 \
+        const float gm_ = ce_wg_max(lm_, scratch);                             \
+        const float ls_ = VSUM(s_ * exp(m_ - (floatv)gm_)) + ts_ * exp(tm_ - gm_); \
+        const float gs_ = ROW_REDUCE(ls_, scratch);                            \
+        (sumz_out) = ROW_REDUCE(VSUM(sz_) + tsz_, scratch);                    \
+        (lse_out) = gm_ + log(gs_);                                            \
+    } while (0)
+
+/* The row's loss (0 when ignored). */
+static inline float ce_row_loss(int ignored, float lse, float sumz, float zt, uint cols,
+                                float ls, float zl)
+{
+    if (ignored)
+        return 0.0f;
+    return (1.0f - ls) * (lse - zt) + ls * (lse - sumz / (float)cols) + zl * lse * lse;
+}
+
+/* The row's gradient scale: the upstream gradient (per row for reduction
+ * none, the scalar otherwise; 1 when absent), over the count for mean; 0
+ * for an ignored row. */
+static inline float ce_row_scale(int ignored, global const float *gup, ulong gupo, ulong row,
+                                 uint flags, uint count)
+{
+    if (ignored)
+        return 0.0f;
+    float g = gup ? gup[gupo + ((flags & CE_SUM) ? 0 : row)] : 1.0f;
+    if (flags & CE_MEAN)
+        g /= (float)count;
+    return g;
+}
+
+/* dloss/dx for one logit x (or vector), from p = exp(z - lse). */
+#define CE_GRAD_OF(x, z, p, onehot)                                            \
+    ((p) * pz - (onehot) - smooth) * (cap > 0.0f ? 1.0f - ((z) / cap) * ((z) / cap) : 1.0f) * g
+
+kernel void ce_targets(global const long *tg, ulong to, ulong rows, uint cols, long ignore,
+                       global uint *err)
+{
+    const ulong row = get_global_id(0);
+    if (row >= rows)
+        return;
+    const long t = tg[to + row];
+    if (t == ignore)
+        return;
+    if (t < 0 || t >= (long)cols)
+        atomic_min(&err[0], (uint)row);
+    else
+        atomic_inc(&err[1]);
+}
+
+kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
+                     global const long *tg, ulong to,
+                     global const uint *err,
+                     global const float *gup, ulong gupo,
+                     global float *loss, ulong losso,
+                     global float *lse_out, ulong lseo,
+                     ulong rows, uint cols, long ignore,
+                     float ls, float cap, float zl, uint flags)
+{
+    local float scratch[OCLF_WGS];
+    ROW_LANES;
+    if (err[0] != CE_NO_ERROR)
+        return;
+    const uint count = err[1];
+    FOR_ROWS(row, rows, 1) {
+        global stor_t *xr = x + xo + row * xs;
+        const long t = tg[to + row];
+        const int ignored = t == ignore;
+        float lse, sumz, zt;
+        CE_STATS(t, ignored, lse, sumz, zt);
+        if (lane == 0) {
+            if (lse_out)
+                lse_out[lseo + row] = lse;
+            loss[losso + row] = ce_row_loss(ignored, lse, sumz, zt, cols, ls, zl);
+        }
+#if OCLF_LAYOUT == 1
+        /* every lane's reads of the row (the target's logit among them)
+         * before any lane's gradient store */
+        barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
+        if (flags & CE_GRAD) {
+            const float g = ce_row_scale(ignored, gup, gupo, row, flags, count);
+            const float pz = 1.0f + 2.0f * zl * lse;
+            const float smooth = ls / (float)cols;
+            const float hit = 1.0f - ls;
+            FOR_VEC(i, cols) {
+                if (!ignored && (ulong)t >= i && (ulong)t < i + OCLF_VEC) {
+                    /* the target's vector, element by element (each
+                     * element is still rounded once) */
+                    for (uint k = i; k < i + OCLF_VEC; k++) {
+                        const float z_ = ce_cap(LD(xr, k), cap);
+                        const float p_ = exp(z_ - lse);
+                        ST(xr, k, CE_GRAD_OF(x, z_, p_, (ulong)t == k ? hit : 0.0f));
+                    }
+                } else {
+                    const floatv z_ = ce_capv(LDV(xr, i), cap);
+                    const floatv p_ = exp(z_ - (floatv)lse);
+                    STV(xr, i, CE_GRAD_OF(x, z_, p_, 0.0f));
+                }
+            }
+            FOR_TAIL(i, cols) {
+                const float z_ = ce_cap(LD(xr, i), cap);
+                const float p_ = exp(z_ - lse);
+                const float oh_ = (!ignored && (ulong)t == i) ? hit : 0.0f;
+                ST(xr, i, CE_GRAD_OF(x, z_, p_, oh_));
+            }
+        }
+    }
+}
+
+/* ---- unfused building blocks ------------------------------------------- */
+
+/* p = softmax(z) into an f32 [rows, cols] temporary; stats[row] = (lse,
+ * sum of z). */
+kernel void ce_softmax(global const stor_t *x, ulong xo, ulong xs,
+                       global const uint *err,
+                       global float *p, global float2 *stats,
+                       ulong rows, uint cols, float cap)
+{
+    local float scratch[OCLF_WGS];
+    ROW_LANES;
+    if (err[0] != CE_NO_ERROR)
+        return;
+    FOR_ROWS(row, rows, 1) {
+        global const stor_t *xr = x + xo + row * xs;
+        global float *pr = p + row * cols;
+        float lse, sumz, zt;
+        CE_STATS(0, 1, lse, sumz, zt);
+        (void)zt;
+        FOR_VEC(i, cols) {
+            const floatv z_ = ce_capv(LDV(xr, i), cap);
+            STV_F(pr, i, exp(z_ - (floatv)lse));
+        }
+        FOR_TAIL(i, cols) pr[i] = exp(ce_cap(LD(xr, i), cap) - lse);
+        if (lane == 0)
+            stats[row] = (float2)(lse, sumz);
+    }
+}
+
+/* The per-row losses and the LSE from ce_softmax's statistics and the
+ * target's logit: one work-item a row. */
+kernel void ce_loss_rows(global const stor_t *x, ulong xo, ulong xs,
+                         global const long *tg, ulong to,
+                         global const uint *err, global const float2 *stats,
+                         global float *loss, ulong losso,
+                         global float *lse_out, ulong lseo,
+                         ulong rows, uint cols, long ignore, float ls, float cap, float zl)
+{
+    const ulong row = get_global_id(0);
+    if (row >= rows || err[0] != CE_NO_ERROR)
+        return;
+    const long t = tg[to + row];
+    const int ignored = t == ignore;
+    const float2 st = stats[row];
+    const float zt = ignored ? 0.0f : ce_cap(LD(x + xo + row * xs, (uint)t), cap);
+    if (lse_out)
+        lse_out[lseo + row] = st.x;
+    loss[losso + row] = ce_row_loss(ignored, st.x, st.y, zt, cols, ls, zl);
+}
+
+/* The gradient over the logits from the probabilities. */
+kernel void ce_grad(global stor_t *x, ulong xo, ulong xs,
+                    global const long *tg, ulong to,
+                    global const uint *err, global const float *p, global const float2 *stats,
+                    global const float *gup, ulong gupo,
+                    ulong rows, uint cols, long ignore, float ls, float cap, float zl,
+                    uint flags)
+{
+    ROW_LANES;
+    if (err[0] != CE_NO_ERROR)
+        return;
+    const uint count = err[1];
+    FOR_ROWS(row, rows, 1) {
+        global stor_t *xr = x + xo + row * xs;
+        global const float *pr = p + row * cols;
+        const long t = tg[to + row];
+        const int ignored = t == ignore;
+        const float lse = stats[row].x;
+        const float g = ce_row_scale(ignored, gup, gupo, row, flags, count);
+        const float pz = 1.0f + 2.0f * zl * lse;
+        const float smooth = ls / (float)cols;
+        const float hit = 1.0f - ls;
+        for (uint i = lane; i < cols; i += nlanes) {
+            const float z_ = ce_cap(LD(xr, i), cap);
+            const float oh_ = (!ignored && (ulong)t == i) ? hit : 0.0f;
+            ST(xr, i, CE_GRAD_OF(x, z_, pr[i], oh_));
+        }
+    }
+}
+
+/* out[0] = the sum of the per-row losses (mean: over err[1], NaN when it
+ * is 0), by one work-group of a power-of-two size: each work-item sums a
+ * strided share in row order, then a tree; the same order every run. */
+kernel void ce_reduce(global const float *loss, global const uint *err, global float *out,
+                      ulong outo, ulong rows, uint mean, local float *scratch)
+{
+    if (err[0] != CE_NO_ERROR)
+        return;
+    const uint lid = get_local_id(0), n = get_local_size(0);
+    float s = 0.0f;
+    for (ulong r = lid; r < rows; r += n)
+        s += loss[r];
+    scratch[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint h = n / 2; h > 0; h >>= 1) {
+        if (lid < h)
+            scratch[lid] += scratch[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        out[outo] = mean ? (err[1] ? scratch[0] / (float)err[1] : NAN) : scratch[0];
+}

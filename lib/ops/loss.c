@@ -1,0 +1,363 @@
+/*
+ * Loss family: softmax cross-entropy, fused (one kernel per row block) or
+ * unfused (its composition):
+ *
+ *   cross_entropy  fused:   ce_targets -> ce_fused [-> ce_reduce]
+ *                  unfused: ce_targets -> ce_softmax -> ce_loss_rows
+ *                           [-> ce_grad] [-> ce_reduce]
+ *
+ * ce_targets checks the targets on the device and counts the rows not
+ * ignored (cl/loss.cl); the call reads its one flag back (blocking) once
+ * the rest is queued, and every later kernel skips its writes when the
+ * flag is set, so a bad target leaves every buffer untouched.
+ *
+ * Parameters: LAYOUT (0 row per work-item, 1 work-group per row), WGS
+ * (work-group size, a power of two), VEC (vector width 1..16), all
+ * compiled in, as the row structure of cl/common.h.
+ */
+#include "../internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static const oclf_param_spec loss_params[] = {OCLF_ROW_PARAM_SPECS};
+enum { P_LAYOUT, P_WGS, P_VEC, NPARAMS };
+
+typedef struct loss_cfg {
+    int layout, wgs, vec;
+    char defines[OCLF_DEFINES_MAX];
+} loss_cfg;
+OCLF_CFG_FITS(loss_cfg);
+
+/* The first published layout ends with grad_output. */
+#define CE_OPTIONS_FIRST_SIZE                                                                  \
+    (offsetof(oclf_cross_entropy_options, grad_output) + sizeof(const oclf_buf *))
+
+static void oclf_loss_heuristic(const oclf_context *ctx, oclf_dtype dtype,
+                                const oclf_shape *shape, oclf_path path, oclf_params *out)
+{
+    (void)path;
+    /* CPUs: a row per work-item, a few rows a group; GPUs: a group per row
+     * (vocabularies are long rows). */
+    oclf_row_heuristic(ctx, dtype, shape->dim[1], 4, 64, out);
+}
+
+static oclf_status loss_config(const oclf_context *ctx, const oclf_params *p, loss_cfg *cfg)
+{
+    int64_t v[NPARAMS];
+    oclf_status st = oclf_params_read(ctx, loss_params, NPARAMS, p, v);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cfg->layout = (int)v[P_LAYOUT];
+    cfg->wgs = (int)v[P_WGS];
+    cfg->vec = (int)v[P_VEC];
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, loss_params, NPARAMS, v);
+    return OCLF_SUCCESS;
+}
+
+static int path_kernels(oclf_path path, const char **names)
+{
+    if (path == OCLF_PATH_FUSED) {
+        names[0] = "ce_fused";
+        return 1;
+    }
+    names[0] = "ce_softmax";
+    names[1] = "ce_grad";
+    return 2;
+}
+
+static oclf_status oclf_loss_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
+                                      const oclf_shape *shape, const oclf_resolved *r, int deep,
+                                      oclf_op_cfg *out)
+{
+    (void)op, (void)shape;
+    loss_cfg cfg;
+    oclf_status st = loss_config(ctx, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "loss.cl", opts, &prog)))
+        return st;
+    const char *names[2];
+    const int n = path_kernels(r->path, names);
+    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
+}
+
+const oclf_op_hooks oclf_loss_hooks = {oclf_loss_heuristic, oclf_loss_validate};
+
+void oclf_cross_entropy_options_init(oclf_cross_entropy_options *options)
+{
+    if (options)
+        *options = (oclf_cross_entropy_options)OCLF_CROSS_ENTROPY_OPTIONS_INIT;
+}
+
+#define CE_NO_ERROR 0xffffffffu
+enum { CE_GRAD = 1, CE_SUM = 2, CE_MEAN = 4 };
+
+typedef struct ce_operands {
+    oclf_operand x, tg, loss, lse, gup;
+} ce_operands;
+
+static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t tokens, size_t vocab,
+                              oclf_buf logits, oclf_buf targets, oclf_buf loss,
+                              const oclf_cross_entropy_options *o, ce_operands *ops)
+{
+    const char *op = "cross_entropy";
+    oclf_status st;
+    if (o->reduction != OCLF_REDUCTION_NONE && o->reduction != OCLF_REDUCTION_SUM &&
+        o->reduction != OCLF_REDUCTION_MEAN)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: reduction %d is not NONE (0), SUM (1) or MEAN (2)", op,
+                         o->reduction);
+    if (!(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: label_smoothing %g is not in [0, 1]",
+                         op, (double)o->label_smoothing);
+    if (!isfinite(o->softcap))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: softcap (%g) must be finite", op,
+                         (double)o->softcap);
+    if (!(o->z_loss >= 0.0f) || !isfinite(o->z_loss))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: z_loss %g must be finite and >= 0",
+                         op, (double)o->z_loss);
+    if (o->compute_grad != 0 && o->compute_grad != 1)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: compute_grad must be 0 or 1", op);
+    if (vocab == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: vocab is 0", op);
+    if (vocab >= UINT_MAX || tokens >= UINT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED,
+                         "%s: tokens (%zu) and vocab (%zu) must be below %u", op, tokens, vocab,
+                         UINT_MAX);
+    memset(ops, 0, sizeof *ops);
+    if ((st = oclf_check_2d(ctx, "cross_entropy: logits", logits, tokens, vocab,
+                            oclf_dtype_size(dtype), &ops->x)) ||
+        (st = oclf_check_vector(ctx, "cross_entropy: targets", targets, tokens, 8, &ops->tg)) ||
+        (st = oclf_check_vector(ctx, "cross_entropy: loss", loss,
+                                o->reduction == OCLF_REDUCTION_NONE ? tokens : 1, 4,
+                                &ops->loss)))
+        return st;
+    if (o->lse &&
+        (st = oclf_check_vector(ctx, "cross_entropy: lse", *o->lse, tokens, 4, &ops->lse)))
+        return st;
+    if (o->compute_grad && o->grad_output &&
+        (st = oclf_check_vector(ctx, "cross_entropy: grad_output", *o->grad_output,
+                                o->reduction == OCLF_REDUCTION_NONE ? tokens : 1, 4,
+                                &ops->gup)))
+        return st;
+    /* Every operand against the logits and the outputs against the rest. */
+    const struct {
+        const oclf_operand *a, *b;
+        int present;
+        const char *what;
+    } pairs[] = {
+        {&ops->loss, &ops->x, 1, "loss overlaps logits"},
+        {&ops->tg, &ops->x, 1, "targets overlap logits"},
+        {&ops->lse, &ops->x, o->lse != NULL, "lse overlaps logits"},
+        {&ops->gup, &ops->x, o->compute_grad && o->grad_output, "grad_output overlaps logits"},
+        {&ops->loss, &ops->tg, 1, "loss overlaps targets"},
+        {&ops->lse, &ops->tg, o->lse != NULL, "lse overlaps targets"},
+        {&ops->loss, &ops->lse, o->lse != NULL, "loss overlaps lse"},
+        {&ops->loss, &ops->gup, o->compute_grad && o->grad_output, "loss overlaps grad_output"},
+        {&ops->lse, &ops->gup, o->lse && o->compute_grad && o->grad_output,
+         "lse overlaps grad_output"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (pairs[i].present && oclf_overlap(pairs[i].a, pairs[i].b))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s", op, pairs[i].what);
+    return OCLF_SUCCESS;
+}
+
+/* The reduction's work-group: a power of two up to 256 within the device's
+ * limit. */
+static size_t reduce_wgs(const oclf_context *ctx)
+{
+    size_t w = 256;
+    while (w > 1 && w > ctx->info.max_wgs)
+        w /= 2;
+    return w;
+}
+
+oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                               size_t tokens, size_t vocab, oclf_buf logits, oclf_buf targets,
+                               oclf_buf loss, const oclf_cross_entropy_options *options,
+                               const oclf_choice *choice, cl_uint num_events,
+                               const cl_event *wait_list, cl_event *event)
+{
+    const char *op = "cross_entropy";
+    oclf_status st;
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)))
+        return st;
+    oclf_cross_entropy_options o;
+    if ((st = oclf_options_read(ctx, "options", options, CE_OPTIONS_FIRST_SIZE, &o, sizeof o,
+                                _Alignof(oclf_cross_entropy_options))))
+        return st;
+    if (!options) {
+        o.ignore_index = -100;
+        o.reduction = OCLF_REDUCTION_MEAN;
+    }
+    ce_operands ops;
+    if ((st = check_args(ctx, dtype, tokens, vocab, logits, targets, loss, &o, &ops)))
+        return st;
+
+    oclf_shape shape = {{tokens, vocab, 0, 0}};
+    oclf_resolved r;
+    loss_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_CROSS_ENTROPY, &oclf_loss_hooks, dtype, &shape,
+                                     choice, &r)))
+        return st;
+    if (r.has_cfg)
+        memcpy(&cfg, &r.cfg, sizeof cfg);
+    else if ((st = loss_config(ctx, &r.params, &cfg)))
+        return st;
+    if (tokens == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+    const size_t local = (size_t)cfg.wgs;
+    if ((cfg.layout == 0 && tokens > OCLF_MAX_LAUNCH_ITEMS - local) ||
+        (cfg.layout == 1 && tokens > OCLF_MAX_LAUNCH_ITEMS / local))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op,
+                         tokens);
+    const size_t global = cfg.layout == 0 ? oclf_round_up(tokens, local) : tokens * local;
+
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "loss.cl", opts, &prog)))
+        return st;
+
+    const int reduced = o.reduction != OCLF_REDUCTION_NONE;
+    cl_int err = CL_SUCCESS;
+    cl_uint init[2] = {CE_NO_ERROR, 0};
+    cl_mem flag = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init,
+                                 init, &err);
+    if (!flag || err != CL_SUCCESS)
+        return oclf_fail_cl(ctx, err, "cross_entropy: clCreateBuffer(flag)");
+    cl_mem rows_loss = NULL, probs = NULL, stats = NULL;
+    cl_event read_ev = NULL, last = NULL;
+    cl_uint bad = CE_NO_ERROR;
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+
+    cl_ulong xo = ops.x.offset, xs = ops.x.stride, to = ops.tg.offset, T = tokens;
+    cl_uint V = (cl_uint)vocab;
+    cl_long ignore = o.ignore_index;
+    float ls = o.label_smoothing, cap = o.softcap > 0.0f ? o.softcap : 0.0f, zl = o.z_loss;
+    cl_mem gupm = o.compute_grad && o.grad_output ? o.grad_output->mem : NULL;
+    cl_ulong gupo = gupm ? ops.gup.offset : 0;
+    cl_mem lsem = o.lse ? o.lse->mem : NULL;
+    cl_ulong lseo = o.lse ? ops.lse.offset : 0;
+    cl_mem lossm = ops.loss.mem;
+    cl_ulong losso = ops.loss.offset;
+    cl_uint flags = (o.compute_grad ? CE_GRAD : 0) | (reduced ? CE_SUM : 0) |
+                    (o.reduction == OCLF_REDUCTION_MEAN ? CE_MEAN : 0);
+    if (reduced) {
+        if ((st = oclf_temp_buffer(ctx, tokens * sizeof(float), &rows_loss)))
+            goto done;
+        lossm = rows_loss;
+        losso = 0;
+    }
+    {
+        oclf_arg a[] = {OCLF_ARG(targets.mem), OCLF_ARG(to), OCLF_ARG(T), OCLF_ARG(V),
+                        OCLF_ARG(ignore), OCLF_ARG(flag)};
+        if ((st = oclf_chain_launch(&ch, prog, "ce_targets", a, OCLF_NARGS(a),
+                                    oclf_round_up(tokens, 64), 0)))
+            goto done;
+    }
+    /* The flag's read waits for the check only; the rest is queued behind
+     * it and skips its writes when the flag is set. */
+    err = clEnqueueReadBuffer(queue, flag, CL_FALSE, 0, sizeof bad, &bad, 1, &ch.prev, &read_ev);
+    if (err != CL_SUCCESS) {
+        st = oclf_fail_cl(ctx, err, "cross_entropy: clEnqueueReadBuffer(flag)");
+        goto done;
+    }
+    if (r.path == OCLF_PATH_FUSED) {
+        oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo),    OCLF_ARG(xs),    OCLF_ARG(targets.mem),
+                        OCLF_ARG(to),        OCLF_ARG(flag),  OCLF_ARG(gupm),  OCLF_ARG(gupo),
+                        OCLF_ARG(lossm),     OCLF_ARG(losso), OCLF_ARG(lsem),  OCLF_ARG(lseo),
+                        OCLF_ARG(T),         OCLF_ARG(V),     OCLF_ARG(ignore), OCLF_ARG(ls),
+                        OCLF_ARG(cap),       OCLF_ARG(zl),    OCLF_ARG(flags)};
+        if ((st = oclf_chain_launch(&ch, prog, "ce_fused", a, OCLF_NARGS(a), global, local)))
+            goto done;
+    } else {
+        if ((st = oclf_temp_buffer(ctx, tokens * vocab * sizeof(float), &probs)) ||
+            (st = oclf_temp_buffer(ctx, tokens * 2 * sizeof(float), &stats)))
+            goto done;
+        {
+            oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(flag),
+                            OCLF_ARG(probs),     OCLF_ARG(stats), OCLF_ARG(T), OCLF_ARG(V),
+                            OCLF_ARG(cap)};
+            if ((st = oclf_chain_launch(&ch, prog, "ce_softmax", a, OCLF_NARGS(a), global,
+                                        local)))
+                goto done;
+        }
+        {
+            oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo),    OCLF_ARG(xs),
+                            OCLF_ARG(targets.mem), OCLF_ARG(to),  OCLF_ARG(flag),
+                            OCLF_ARG(stats),     OCLF_ARG(lossm), OCLF_ARG(losso),
+                            OCLF_ARG(lsem),      OCLF_ARG(lseo),  OCLF_ARG(T),
+                            OCLF_ARG(V),         OCLF_ARG(ignore), OCLF_ARG(ls),
+                            OCLF_ARG(cap),       OCLF_ARG(zl)};
+            if ((st = oclf_chain_launch(&ch, prog, "ce_loss_rows", a, OCLF_NARGS(a),
+                                        oclf_round_up(tokens, 64), 0)))
+                goto done;
+        }
+        if (o.compute_grad) {
+            oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo),   OCLF_ARG(xs),
+                            OCLF_ARG(targets.mem), OCLF_ARG(to), OCLF_ARG(flag),
+                            OCLF_ARG(probs),     OCLF_ARG(stats), OCLF_ARG(gupm),
+                            OCLF_ARG(gupo),      OCLF_ARG(T),    OCLF_ARG(V),
+                            OCLF_ARG(ignore),    OCLF_ARG(ls),   OCLF_ARG(cap),
+                            OCLF_ARG(zl),        OCLF_ARG(flags)};
+            if ((st = oclf_chain_launch(&ch, prog, "ce_grad", a, OCLF_NARGS(a), global, local)))
+                goto done;
+        }
+    }
+    if (reduced) {
+        const size_t rw = reduce_wgs(ctx);
+        cl_ulong oo = ops.loss.offset;
+        cl_uint mean = o.reduction == OCLF_REDUCTION_MEAN;
+        oclf_arg a[] = {OCLF_ARG(rows_loss), OCLF_ARG(flag), OCLF_ARG(loss.mem), OCLF_ARG(oo),
+                        OCLF_ARG(T),         OCLF_ARG(mean), OCLF_ARG_LOCAL(rw * sizeof(float))};
+        if ((st = oclf_chain_launch(&ch, prog, "ce_reduce", a, OCLF_NARGS(a), rw, rw)))
+            goto done;
+    }
+done:
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? &last : NULL);
+    if (read_ev) {
+        clFlush(queue);
+        err = clWaitForEvents(1, &read_ev);
+        clReleaseEvent(read_ev);
+        if (st == OCLF_SUCCESS && err != CL_SUCCESS)
+            st = oclf_fail_cl(ctx, err, "cross_entropy: reading the targets check");
+    }
+    if (st == OCLF_SUCCESS && bad != CE_NO_ERROR) {
+        /* One target, read for the message only. */
+        cl_long t = 0;
+        clEnqueueReadBuffer(queue, targets.mem, CL_TRUE, (to + bad) * sizeof(cl_long),
+                            sizeof t, &t, 0, NULL, NULL);
+        st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                       "%s: targets row %u: target %lld is outside [0, %zu) and is not "
+                       "ignore_index (%lld); nothing was written",
+                       op, bad, (long long)t, vocab, (long long)ignore);
+    }
+    if (st != OCLF_SUCCESS && last) {
+        clReleaseEvent(last);
+        last = NULL;
+    }
+    if (event)
+        *event = last;
+    else if (last)
+        clReleaseEvent(last);
+    if (rows_loss)
+        clReleaseMemObject(rows_loss);
+    if (probs)
+        clReleaseMemObject(probs);
+    if (stats)
+        clReleaseMemObject(stats);
+    clReleaseMemObject(flag);
+    return st;
+}
