@@ -510,6 +510,15 @@ OCLF_HIDDEN void oclf_program_options(char *buf, size_t len, oclf_dtype dtype, i
  * 16-byte vectors. Writes LAYOUT, WGS and VEC; returns the WGS chosen. */
 OCLF_HIDDEN size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
                                       size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out);
+/* The row structure read from params against `spec` (n specs, the row
+ * specs OCLF_ROW_PARAM_SPECS first: LAYOUT, WGS, VEC), with every
+ * compiled-in parameter's -D options, for the ops whose whole config it is. */
+typedef struct oclf_row_cfg {
+    int layout, wgs, vec;
+    char defines[OCLF_DEFINES_MAX];
+} oclf_row_cfg;
+OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_param_spec *spec,
+                                        unsigned n, const oclf_params *p, oclf_row_cfg *cfg);
 
 
 /* Kernel argument list, set in order by oclf_enqueue. */

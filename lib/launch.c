@@ -478,3 +478,19 @@ oclf_status oclf_check_heads(const oclf_context *ctx, const char *what, oclf_hea
         *head_stride = hs;
     return oclf_check_2d(ctx, what, b, tokens, ext, elem, out);
 }
+
+oclf_status oclf_row_config(const oclf_context *ctx, const oclf_param_spec *spec, unsigned n,
+                            const oclf_params *p, oclf_row_cfg *cfg)
+{
+    int64_t v[16];
+    if (n > 16)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "too many kernel parameters (%u)", n);
+    oclf_status st = oclf_params_read(ctx, spec, n, p, v);
+    if (st != OCLF_SUCCESS)
+        return st;
+    cfg->layout = (int)v[0];
+    cfg->wgs = (int)v[1];
+    cfg->vec = (int)v[2];
+    oclf_param_defines(cfg->defines, sizeof cfg->defines, spec, n, v);
+    return OCLF_SUCCESS;
+}

@@ -22,10 +22,7 @@ static const oclf_param_spec act_params[] = {OCLF_ROW_PARAM_SPECS};
 enum { P_LAYOUT, P_WGS, P_VEC, P_COUNT };
 _Static_assert(sizeof act_params / sizeof act_params[0] == P_COUNT, "one spec per parameter");
 
-typedef struct act_cfg {
-    int layout, wgs, vec;
-    char defines[OCLF_DEFINES_MAX];
-} act_cfg;
+typedef oclf_row_cfg act_cfg;
 OCLF_CFG_FITS(act_cfg);
 
 static void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -38,15 +35,7 @@ static void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const 
 
 static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act_cfg *cfg)
 {
-    int64_t v[P_COUNT];
-    oclf_status st = oclf_params_read(ctx, act_params, P_COUNT, p, v);
-    if (st != OCLF_SUCCESS)
-        return st;
-    cfg->layout = (int)v[P_LAYOUT];
-    cfg->wgs = (int)v[P_WGS];
-    cfg->vec = (int)v[P_VEC];
-    oclf_param_defines(cfg->defines, sizeof cfg->defines, act_params, P_COUNT, v);
-    return OCLF_SUCCESS;
+    return oclf_row_config(ctx, act_params, P_COUNT, p, cfg);
 }
 
 static oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,

@@ -26,10 +26,7 @@
 static const oclf_param_spec loss_params[] = {OCLF_ROW_PARAM_SPECS};
 enum { P_LAYOUT, P_WGS, P_VEC, NPARAMS };
 
-typedef struct loss_cfg {
-    int layout, wgs, vec;
-    char defines[OCLF_DEFINES_MAX];
-} loss_cfg;
+typedef oclf_row_cfg loss_cfg;
 OCLF_CFG_FITS(loss_cfg);
 
 /* The first published layout ends with grad_output. */
@@ -47,15 +44,7 @@ static void oclf_loss_heuristic(const oclf_context *ctx, oclf_dtype dtype,
 
 static oclf_status loss_config(const oclf_context *ctx, const oclf_params *p, loss_cfg *cfg)
 {
-    int64_t v[NPARAMS];
-    oclf_status st = oclf_params_read(ctx, loss_params, NPARAMS, p, v);
-    if (st != OCLF_SUCCESS)
-        return st;
-    cfg->layout = (int)v[P_LAYOUT];
-    cfg->wgs = (int)v[P_WGS];
-    cfg->vec = (int)v[P_VEC];
-    oclf_param_defines(cfg->defines, sizeof cfg->defines, loss_params, NPARAMS, v);
-    return OCLF_SUCCESS;
+    return oclf_row_config(ctx, loss_params, NPARAMS, p, cfg);
 }
 
 static int path_kernels(oclf_path path, const char **names)
