@@ -32,7 +32,7 @@
  *                      with OCLF_QG the group (0: INT8 per output channel),
  *                      OCLF_QZ 1 for INT4 zero points and OCLF_QSF32 1 for
  *                      f32 scales (else f16). The kernels then take the
- *                      scale and zero-point arrays after W's arguments.
+ *                      scale and zero-point arrays after all the others.
  * The epilogue is a run-time argument: it runs once per output.
  */
 
@@ -449,12 +449,17 @@ static inline floatv lin_ldv_edge(global const stor_t *p, uint c, uint n)
 #if OCLF_WKN
 #error "quantized weights are read along K (OCLF_WKN 0)"
 #endif
-#define LIN_WARGS global const wstor_t *w, ulong wo, ulong ws, QARGS
+/* a quantized W's scales and zero points come last, so that the host's
+ * argument list for a plain W is the same list, shorter */
+#define LIN_WARGS global const wstor_t *w, ulong wo, ulong ws
+#define LIN_QTAIL , QARGS
 #else
 #define LIN_WARGS global const stor_t *w, ulong wo, ulong ws
+#define LIN_QTAIL
 #endif
 #define LIN_ARGS                                                               \
-    global const stor_t *x, ulong xo, ulong xs, LIN_WARGS, EPI_ARGS, uint m, uint n, uint k
+    global const stor_t *x, ulong xo, ulong xs, LIN_WARGS, EPI_ARGS, uint m, uint n,      \
+        uint k LIN_QTAIL
 
 /* This work-item's place: group (gm, gn), lane (lm, ln); rows m0.., its
  * columns nb + j * NSTEP (+ lanes of a vector for KN). Groups along M

@@ -519,6 +519,11 @@ typedef struct oclf_row_cfg {
 } oclf_row_cfg;
 OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_param_spec *spec,
                                         unsigned n, const oclf_params *p, oclf_row_cfg *cfg);
+/* The same for a resolved choice: its cached config when dispatch has one,
+ * else read from its parameters. */
+OCLF_HIDDEN oclf_status oclf_row_config_resolved(const oclf_context *ctx,
+                                                 const oclf_param_spec *spec, unsigned n,
+                                                 const oclf_resolved *r, oclf_row_cfg *cfg);
 
 
 /* Kernel argument list, set in order by oclf_enqueue. */

@@ -494,3 +494,12 @@ oclf_status oclf_row_config(const oclf_context *ctx, const oclf_param_spec *spec
     oclf_param_defines(cfg->defines, sizeof cfg->defines, spec, n, v);
     return OCLF_SUCCESS;
 }
+
+oclf_status oclf_row_config_resolved(const oclf_context *ctx, const oclf_param_spec *spec,
+                                     unsigned n, const oclf_resolved *r, oclf_row_cfg *cfg)
+{
+    if (!r->has_cfg)
+        return oclf_row_config(ctx, spec, n, &r->params, cfg);
+    memcpy(cfg, &r->cfg, sizeof *cfg);
+    return OCLF_SUCCESS;
+}

@@ -145,11 +145,8 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     oclf_resolved r;
     act_cfg cfg;
     if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL, &oclf_act_hooks, dtype, &shape,
-                                     choice, &r)))
-        return st;
-    if (r.has_cfg)
-        memcpy(&cfg, &r.cfg, sizeof cfg);
-    else if ((st = act_config(ctx, &r.params, &cfg)))
+                                     choice, &r)) ||
+        (st = oclf_row_config_resolved(ctx, act_params, P_COUNT, &r, &cfg)))
         return st;
     if (rows == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);

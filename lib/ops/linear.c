@@ -551,29 +551,22 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
     cl_ulong yo = c->y.offset, ys = c->y.stride;
     cl_uint hb = (cl_uint)c->has_bias, hr = (cl_uint)c->has_res;
     cl_uint m = (cl_uint)c->m, n = (cl_uint)c->n, k = (cl_uint)c->k;
-    /* A quantized W's scales and zero points follow W's arguments; absent
+    /* A quantized W's scales and zero points come last; absent
      * ones (GGUF scales live in W, symmetric formats have no zeros) are
      * never read and W's handle stands in. */
     cl_mem sm = c->qscale.mem ? c->qscale.mem : c->w.mem, zm = c->qzero.mem ? c->qzero.mem : c->w.mem;
     cl_ulong so = c->qscale.offset, ss = c->qscale.stride, zo = c->qzero.offset,
              zs = c->qzero.stride;
     oclf_arg a[] = {OCLF_ARG(c->x.mem), OCLF_ARG(xo),      OCLF_ARG(xs),       OCLF_ARG(c->w.mem),
-                    OCLF_ARG(wo),       OCLF_ARG(ws),      OCLF_ARG(sm),       OCLF_ARG(so),
-                    OCLF_ARG(ss),       OCLF_ARG(zm),      OCLF_ARG(zo),       OCLF_ARG(zs),
-                    OCLF_ARG(bm),       OCLF_ARG(bo),
+                    OCLF_ARG(wo),       OCLF_ARG(ws),      OCLF_ARG(bm),       OCLF_ARG(bo),
                     OCLF_ARG(hb),       OCLF_ARG(rm),      OCLF_ARG(ro),       OCLF_ARG(rs),
                     OCLF_ARG(hr),       OCLF_ARG(c->y.mem), OCLF_ARG(yo),      OCLF_ARG(ys),
                     OCLF_ARG(c->alpha), OCLF_ARG(c->beta), OCLF_ARG(c->act),   OCLF_ARG(c->before),
-                    OCLF_ARG(m),        OCLF_ARG(n),       OCLF_ARG(k)};
-    /* Without a quantized W the kernel has no scale or zero arguments. */
-    const oclf_arg *args = a;
-    oclf_arg plain[OCLF_NARGS(a) - 6];
-    if (!c->q.fmt) {
-        memcpy(plain, a, 6 * sizeof *a);
-        memcpy(plain + 6, a + 12, (OCLF_NARGS(a) - 12) * sizeof *a);
-        args = plain;
-    }
-    return oclf_enqueue(ctx, queue, prog, kernel, args, OCLF_NARGS(a) - (c->q.fmt ? 0 : 6),
+                    OCLF_ARG(m),        OCLF_ARG(n),       OCLF_ARG(k),        OCLF_ARG(sm),
+                    OCLF_ARG(so),       OCLF_ARG(ss),      OCLF_ARG(zm),       OCLF_ARG(zo),
+                    OCLF_ARG(zs)};
+    /* A plain W's kernel ends before the scale and zero-point arguments. */
+    return oclf_enqueue(ctx, queue, prog, kernel, a, OCLF_NARGS(a) - (c->q.fmt ? 0 : 6),
                         groups * wgs, wgs, num_events, wait_list, event);
 }
 

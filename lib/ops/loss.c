@@ -197,11 +197,8 @@ oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_d
     oclf_resolved r;
     loss_cfg cfg;
     if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_CROSS_ENTROPY, &oclf_loss_hooks, dtype, &shape,
-                                     choice, &r)))
-        return st;
-    if (r.has_cfg)
-        memcpy(&cfg, &r.cfg, sizeof cfg);
-    else if ((st = loss_config(ctx, &r.params, &cfg)))
+                                     choice, &r)) ||
+        (st = oclf_row_config_resolved(ctx, loss_params, NPARAMS, &r, &cfg)))
         return st;
     if (tokens == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
