@@ -313,3 +313,39 @@ kernel void ce_reduce(global const float *loss, global const uint *err, global f
     if (lid == 0)
         out[outo] = mean ? (err[1] ? scratch[0] / (float)err[1] : NAN) : scratch[0];
 }
+
+/* ---- linear + cross-entropy: the weight gradient's operands ------------ */
+
+/* dst[c * ds + r] = src[so + r * ss + c] in f32, for r < rows, c < cols: a
+ * chunk's logit gradients [rows, cols] turned into the [cols, rows] left
+ * operand of the weight-gradient product (dW = dZ^T x). Work-groups of 256
+ * take 16 x 16 tiles through local memory, so both the reads and the
+ * writes run along rows. A 1-D launch of (column tiles x row tiles) groups,
+ * column tiles fastest. */
+#define LCE_TILE 16
+kernel void lce_transpose(global const stor_t *src, ulong so, ulong ss, uint rows, uint cols,
+                          global float *dst, ulong ds)
+{
+    local float tile[LCE_TILE][LCE_TILE + 1];
+    const uint lid = get_local_id(0), tx = lid & (LCE_TILE - 1), ty = lid / LCE_TILE;
+    const uint ctiles = (cols + LCE_TILE - 1) / LCE_TILE;
+    const uint g = get_group_id(0), gr = g / ctiles, gc = g - gr * ctiles;
+    const uint r0 = gr * LCE_TILE, c0 = gc * LCE_TILE;
+    if (r0 + ty < rows && c0 + tx < cols)
+        tile[ty][tx] = LD(src + so + (ulong)(r0 + ty) * ss, c0 + tx);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (c0 + ty < cols && r0 + tx < rows)
+        dst[(ulong)(c0 + ty) * ds + r0 + tx] = tile[tx][ty];
+}
+
+/* dst[r * cols + c] = src[so + r * ss + c] in f32: a 16-bit chunk of x
+ * widened for the f32 weight-gradient product. One work-item an element. */
+kernel void lce_widen(global const stor_t *src, ulong so, ulong ss, uint rows, uint cols,
+                      global float *dst)
+{
+    const ulong i = get_global_id(0);
+    if (i >= (ulong)rows * cols)
+        return;
+    const ulong r = i / cols, c = i - r * cols;
+    dst[i] = LD(src + so + r * ss, (uint)c);
+}

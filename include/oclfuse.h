@@ -1167,6 +1167,65 @@ OCLF_API oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queu
                                         const oclf_choice *choice, cl_uint num_events,
                                         const cl_event *wait_list, cl_event *event);
 
+/* What an oclf_linear_cross_entropy call did with its temporaries. */
+typedef struct oclf_linear_cross_entropy_info {
+    size_t chunk_tokens; /* tokens per chunk (the last may hold fewer) */
+    size_t chunks;       /* chunks the tokens were split into */
+    size_t temp_bytes;   /* device temporaries the call held at once */
+} oclf_linear_cross_entropy_info;
+
+/* Linear + cross-entropy without the logits: loss = CE(x W^T, targets) for
+ * x [tokens, hidden] and W [vocab, hidden] (nn.Linear's weight: a language
+ * model's head) of `dtype`, with the options and semantics of
+ * oclf_cross_entropy (ignore_index, smoothing, reduction, softcap, z-loss,
+ * LSE, grad_output), and when asked the gradients
+ *   grad_x [tokens, hidden] of `dtype`   = dZ W
+ *   grad_w [vocab, hidden] f32           = dZ^T x (accumulated in fp32)
+ * where dZ is d(loss)/d(x W^T) times the upstream gradient. Each may be
+ * NULL (not computed); grad_output is read when either is given.
+ * options->compute_grad must be 0: the gradients are asked for with grad_x
+ * and grad_w (there are no logits to write them over).
+ *
+ * The [tokens, vocab] logits are never held whole. Path FUSED: the tokens
+ * go in chunks of CHUNK; per chunk, oclf_linear's fused GEMM writes the
+ * chunk's logits into a temporary, cross-entropy's fused kernel turns them
+ * into their gradient in place, a GEMM adds dZ W into grad_x's rows, and
+ * (for grad_w) the chunk's dZ is transposed into f32 and a GEMM adds dZ^T x
+ * into grad_w. The GEMMs are oclf_linear's tuned kernels (their own tuning
+ * records for their shapes apply). Path UNFUSED: one chunk of every token,
+ * the cross-entropy's unfused composition (softmax into an f32 temporary),
+ * then the same GEMMs: what a framework does without fusion.
+ *
+ * Temporary memory per chunk of c tokens: c x vocab of `dtype` (logits),
+ * with grad_w c x vocab f32 (dZ^T) and, for f16/bf16, c x hidden f32 (x
+ * widened); UNFUSED adds c x vocab f32 probabilities; SUM and MEAN add
+ * tokens f32 per-row losses. `max_temp` (bytes, 0: no bound) caps that
+ * total: the chunk shrinks to fit, and a call that cannot fit one token is
+ * OCLF_INVALID_ARGUMENT (OCLF_OUT_OF_RESOURCES for UNFUSED, which cannot
+ * shrink). CHUNK (a parameter, 1..2^31) comes from the choice or the
+ * tuning database; without either, about tokens / ceil(vocab / hidden)
+ * rounded up to a power of two (the chunk's logits about the size of x),
+ * at least 64 and at most `tokens`. `info` (may be NULL) receives what the
+ * call used.
+ *
+ * Targets are checked on the device first and the call waits for that
+ * check before it queues anything else (one blocking read of one int after
+ * the caller's wait list: the deadlock note of oclf_cross_entropy
+ * applies); a bad target is OCLF_INVALID_ARGUMENT naming the row, with
+ * nothing written. Strides: x, grad_x and grad_w rows at their own strides
+ * (0: hidden), W's at its stride (0: hidden).
+ * Statuses: those of oclf_cross_entropy, and OCLF_INVALID_ARGUMENT for
+ * hidden == 0, compute_grad set, grad_x or grad_w smaller than described
+ * or overlapping any other operand, loss or lse overlapping x or W;
+ * OCLF_UNSUPPORTED for hidden of 2^31 or more. tokens 0 enqueues a marker
+ * (nothing written). */
+OCLF_API oclf_status oclf_linear_cross_entropy(
+    oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t tokens, size_t hidden,
+    size_t vocab, oclf_buf x, oclf_buf w, oclf_buf targets, oclf_buf loss,
+    const oclf_buf *grad_x, const oclf_buf *grad_w, const oclf_cross_entropy_options *options,
+    size_t max_temp, oclf_linear_cross_entropy_info *info, const oclf_choice *choice,
+    cl_uint num_events, const cl_event *wait_list, cl_event *event);
+
 /* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (see README "Elementwise expressions").
  *

@@ -124,8 +124,9 @@ static int differ(const row *r, int a, int b)
 
 /* The row as JSON objects to `jf` (when not NULL) and as a table line on
  * stdout (when `table`). */
-static void print_row(const op_desc *op, const op_shape *shape, const char *text, oclf_dtype dt,
-                      const row *r, double copy, double llc, FILE *jf, int table, int *first)
+static void print_row(const op_desc *op, const void *inst, const op_shape *shape,
+                      const char *text, oclf_dtype dt, const row *r, double copy, double llc,
+                      FILE *jf, int table, int *first)
 {
     const double bytes = op->min_bytes(shape, dt);
     const int uncached = llc > 0 && bytes > 2 * llc;
@@ -163,6 +164,8 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
                     uncached ? "true" : "false");
             if (pi == r->call_path && r->call_us >= 0)
                 fprintf(jf, ", \"call_us\": %.2f", r->call_us);
+            if (op->temp_bytes && pi < YARD)
+                fprintf(jf, ", \"temp_bytes\": %.0f", op->temp_bytes(inst, (oclf_path)pi));
             fprintf(jf, "}");
         }
         fflush(jf);
@@ -240,6 +243,14 @@ static void print_row(const op_desc *op, const op_shape *shape, const char *text
             printf(" %.1f GFLOP/s", op->flops(shape) / R->p[YARD].med);
         if (R->s[F])
             printf(", fused %.2fx", R->p[YARD].med / R->p[F].med);
+    }
+    if (op->temp_bytes && R->s[F] && R->s[U]) {
+        /* the peak device memory each path's temporaries took */
+        const double tf = op->temp_bytes(inst, OCLF_PATH_FUSED),
+                     tu = op->temp_bytes(inst, OCLF_PATH_UNFUSED);
+        printf("  temporaries fused %.1f MiB, unfused %.1f MiB", tf / 1048576, tu / 1048576);
+        if (tf > 0)
+            printf(" (1/%.1f)", tu / tf);
     }
     printf("\n");
     fflush(stdout);
@@ -570,7 +581,7 @@ int main(int argc, char **argv)
                 r.call_path = cp;
                 if (r.s[cp] && r.p[cp].med < 1e6 && !(op->blocks && op->blocks(inst)))
                     r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
-                print_row(op, &shape, text, dt, &r, copy, llc, jf, !json, &first);
+                print_row(op, inst, &shape, text, dt, &r, copy, llc, jf, !json, &first);
                 op_copy_destroy(pair.copy);
                 op->destroy(inst);
             }

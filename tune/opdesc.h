@@ -125,6 +125,11 @@ typedef struct op_desc {
 
     /* The oclgrind kernel check (required: the check fails an op without). */
     const op_kernel_check *kernel_check;
+
+    /* Bytes of device temporaries the instance's last run on `path` held,
+     * as the library reported them (linear_cross_entropy's chunks), shown
+     * beside the row and in the JSON; NULL: the op does not report them. */
+    double (*temp_bytes)(const void *inst, oclf_path path);
 } op_desc;
 
 /* Every op, NULL-terminated. */

@@ -15,7 +15,7 @@
  * (work-group size, a power of two), VEC (vector width 1..16), all
  * compiled in, as the row structure of cl/common.h.
  */
-#include "../internal.h"
+#include "loss.h"
 
 #include <limits.h>
 #include <math.h>
@@ -87,19 +87,22 @@ void oclf_cross_entropy_options_init(oclf_cross_entropy_options *options)
         *options = (oclf_cross_entropy_options)OCLF_CROSS_ENTROPY_OPTIONS_INIT;
 }
 
-#define CE_NO_ERROR 0xffffffffu
-enum { CE_GRAD = 1, CE_SUM = 2, CE_MEAN = 4 };
-
 typedef struct ce_operands {
     oclf_operand x, tg, loss, lse, gup;
 } ce_operands;
 
-static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t tokens, size_t vocab,
-                              oclf_buf logits, oclf_buf targets, oclf_buf loss,
-                              const oclf_cross_entropy_options *o, ce_operands *ops)
+oclf_status oclf_ce_options(oclf_context *ctx, const char *op,
+                            const oclf_cross_entropy_options *options,
+                            oclf_cross_entropy_options *o)
 {
-    const char *op = "cross_entropy";
     oclf_status st;
+    if ((st = oclf_options_read(ctx, "options", options, CE_OPTIONS_FIRST_SIZE, o, sizeof *o,
+                                _Alignof(oclf_cross_entropy_options))))
+        return st;
+    if (!options) {
+        o->ignore_index = -100;
+        o->reduction = OCLF_REDUCTION_MEAN;
+    }
     if (o->reduction != OCLF_REDUCTION_NONE && o->reduction != OCLF_REDUCTION_SUM &&
         o->reduction != OCLF_REDUCTION_MEAN)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -116,6 +119,15 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t tokens
                          op, (double)o->z_loss);
     if (o->compute_grad != 0 && o->compute_grad != 1)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: compute_grad must be 0 or 1", op);
+    return OCLF_SUCCESS;
+}
+
+static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t tokens, size_t vocab,
+                              oclf_buf logits, oclf_buf targets, oclf_buf loss,
+                              const oclf_cross_entropy_options *o, ce_operands *ops)
+{
+    const char *op = "cross_entropy";
+    oclf_status st;
     if (vocab == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: vocab is 0", op);
     if (vocab >= UINT_MAX || tokens >= UINT_MAX)
@@ -161,6 +173,112 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t tokens
     return OCLF_SUCCESS;
 }
 
+oclf_status oclf_ce_kernels_get(oclf_context *ctx, const char *op, oclf_dtype dtype, size_t rows,
+                                size_t cols, const oclf_choice *choice, oclf_ce_kernels *out)
+{
+    oclf_status st;
+    oclf_shape shape = {{rows, cols, 0, 0}};
+    oclf_resolved r;
+    loss_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_CROSS_ENTROPY, &oclf_loss_hooks, dtype, &shape,
+                                     choice, &r)) ||
+        (st = oclf_row_config_resolved(ctx, loss_params, NPARAMS, &r, &cfg)))
+        return st;
+    const size_t local = (size_t)cfg.wgs;
+    if ((cfg.layout == 0 && rows > OCLF_MAX_LAUNCH_ITEMS - local) ||
+        (cfg.layout == 1 && rows > OCLF_MAX_LAUNCH_ITEMS / local))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op, rows);
+    out->path = r.path;
+    out->prog = NULL;
+    if (rows == 0)
+        return OCLF_SUCCESS;
+    out->local = local;
+    out->global = cfg.layout == 0 ? oclf_round_up(rows, local) : rows * local;
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    return oclf_program_get(ctx, "loss.cl", opts, &out->prog);
+}
+
+oclf_status oclf_ce_flag_create(oclf_context *ctx, const char *op, cl_mem *flag)
+{
+    cl_int err = CL_SUCCESS;
+    cl_uint init[2] = {OCLF_CE_NO_ERROR, 0};
+    *flag = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init, init,
+                           &err);
+    if (!*flag || err != CL_SUCCESS) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: clCreateBuffer(flag)", op);
+        *flag = NULL;
+        return oclf_fail_cl(ctx, err, what);
+    }
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_ce_launch_targets(oclf_chain *ch, const oclf_ce_kernels *k, cl_mem targets,
+                                   cl_ulong to, size_t rows, cl_uint cols, cl_long ignore,
+                                   cl_mem flag)
+{
+    cl_ulong T = rows;
+    oclf_arg a[] = {OCLF_ARG(targets), OCLF_ARG(to),     OCLF_ARG(T),
+                    OCLF_ARG(cols),    OCLF_ARG(ignore), OCLF_ARG(flag)};
+    return oclf_chain_launch(ch, k->prog, "ce_targets", a, OCLF_NARGS(a),
+                             oclf_round_up(rows, 64), 0);
+}
+
+oclf_status oclf_ce_launch_rows(oclf_chain *ch, const oclf_ce_kernels *k, const oclf_ce_rows *r)
+{
+    oclf_status st;
+    if (k->path == OCLF_PATH_FUSED) {
+        oclf_arg a[] = {OCLF_ARG(r->x),     OCLF_ARG(r->xo),    OCLF_ARG(r->xs),
+                        OCLF_ARG(r->tg),    OCLF_ARG(r->to),    OCLF_ARG(r->flag),
+                        OCLF_ARG(r->gup),   OCLF_ARG(r->gupo),  OCLF_ARG(r->loss),
+                        OCLF_ARG(r->losso), OCLF_ARG(r->lse),   OCLF_ARG(r->lseo),
+                        OCLF_ARG(r->rows),  OCLF_ARG(r->cols),  OCLF_ARG(r->ignore),
+                        OCLF_ARG(r->ls),    OCLF_ARG(r->cap),   OCLF_ARG(r->zl),
+                        OCLF_ARG(r->flags)};
+        return oclf_chain_launch(ch, k->prog, "ce_fused", a, OCLF_NARGS(a), k->global, k->local);
+    }
+    /* The temporaries live until the kernels that use them complete. */
+    cl_mem probs = NULL, stats = NULL;
+    if ((st = oclf_temp_buffer(ch->ctx, (size_t)r->rows * r->cols * sizeof(float), &probs)) ||
+        (st = oclf_temp_buffer(ch->ctx, (size_t)r->rows * 2 * sizeof(float), &stats)))
+        goto done;
+    {
+        oclf_arg a[] = {OCLF_ARG(r->x),    OCLF_ARG(r->xo),    OCLF_ARG(r->xs),
+                        OCLF_ARG(r->flag), OCLF_ARG(probs),    OCLF_ARG(stats),
+                        OCLF_ARG(r->rows), OCLF_ARG(r->cols),  OCLF_ARG(r->cap)};
+        if ((st = oclf_chain_launch(ch, k->prog, "ce_softmax", a, OCLF_NARGS(a), k->global,
+                                    k->local)))
+            goto done;
+    }
+    {
+        oclf_arg a[] = {OCLF_ARG(r->x),     OCLF_ARG(r->xo),   OCLF_ARG(r->xs),
+                        OCLF_ARG(r->tg),    OCLF_ARG(r->to),   OCLF_ARG(r->flag),
+                        OCLF_ARG(stats),    OCLF_ARG(r->loss), OCLF_ARG(r->losso),
+                        OCLF_ARG(r->lse),   OCLF_ARG(r->lseo), OCLF_ARG(r->rows),
+                        OCLF_ARG(r->cols),  OCLF_ARG(r->ignore), OCLF_ARG(r->ls),
+                        OCLF_ARG(r->cap),   OCLF_ARG(r->zl)};
+        if ((st = oclf_chain_launch(ch, k->prog, "ce_loss_rows", a, OCLF_NARGS(a),
+                                    oclf_round_up((size_t)r->rows, 64), 0)))
+            goto done;
+    }
+    if (r->flags & OCLF_CE_GRAD) {
+        oclf_arg a[] = {OCLF_ARG(r->x),    OCLF_ARG(r->xo),   OCLF_ARG(r->xs),
+                        OCLF_ARG(r->tg),   OCLF_ARG(r->to),   OCLF_ARG(r->flag),
+                        OCLF_ARG(probs),   OCLF_ARG(stats),   OCLF_ARG(r->gup),
+                        OCLF_ARG(r->gupo), OCLF_ARG(r->rows), OCLF_ARG(r->cols),
+                        OCLF_ARG(r->ignore), OCLF_ARG(r->ls), OCLF_ARG(r->cap),
+                        OCLF_ARG(r->zl),   OCLF_ARG(r->flags)};
+        st = oclf_chain_launch(ch, k->prog, "ce_grad", a, OCLF_NARGS(a), k->global, k->local);
+    }
+done:
+    if (probs)
+        clReleaseMemObject(probs);
+    if (stats)
+        clReleaseMemObject(stats);
+    return st;
+}
+
 /* The reduction's work-group: a power of two up to 256 within the device's
  * limit. */
 static size_t reduce_wgs(const oclf_context *ctx)
@@ -169,6 +287,31 @@ static size_t reduce_wgs(const oclf_context *ctx)
     while (w > 1 && w > ctx->info.max_wgs)
         w /= 2;
     return w;
+}
+
+oclf_status oclf_ce_launch_reduce(oclf_chain *ch, const oclf_ce_kernels *k, cl_mem rows_loss,
+                                  cl_mem flag, cl_mem out, cl_ulong oo, size_t rows, int mean)
+{
+    const size_t rw = reduce_wgs(ch->ctx);
+    cl_ulong T = rows;
+    cl_uint m = mean != 0;
+    oclf_arg a[] = {OCLF_ARG(rows_loss), OCLF_ARG(flag), OCLF_ARG(out), OCLF_ARG(oo),
+                    OCLF_ARG(T),         OCLF_ARG(m),    OCLF_ARG_LOCAL(rw * sizeof(float))};
+    return oclf_chain_launch(ch, k->prog, "ce_reduce", a, OCLF_NARGS(a), rw, rw);
+}
+
+oclf_status oclf_ce_bad_target(oclf_context *ctx, cl_command_queue queue, const char *op,
+                               cl_mem targets, size_t to, cl_uint row, size_t vocab,
+                               int64_t ignore)
+{
+    /* One target, read for the message only. */
+    cl_long t = 0;
+    clEnqueueReadBuffer(queue, targets, CL_TRUE, (to + row) * sizeof(cl_long), sizeof t, &t, 0,
+                        NULL, NULL);
+    return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                     "%s: targets row %u: target %lld is outside [0, %zu) and is not "
+                     "ignore_index (%lld); nothing was written",
+                     op, row, (long long)t, vocab, (long long)ignore);
 }
 
 oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
@@ -182,77 +325,46 @@ oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_d
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)))
         return st;
     oclf_cross_entropy_options o;
-    if ((st = oclf_options_read(ctx, "options", options, CE_OPTIONS_FIRST_SIZE, &o, sizeof o,
-                                _Alignof(oclf_cross_entropy_options))))
-        return st;
-    if (!options) {
-        o.ignore_index = -100;
-        o.reduction = OCLF_REDUCTION_MEAN;
-    }
     ce_operands ops;
-    if ((st = check_args(ctx, dtype, tokens, vocab, logits, targets, loss, &o, &ops)))
+    if ((st = oclf_ce_options(ctx, op, options, &o)) ||
+        (st = check_args(ctx, dtype, tokens, vocab, logits, targets, loss, &o, &ops)))
         return st;
-
-    oclf_shape shape = {{tokens, vocab, 0, 0}};
-    oclf_resolved r;
-    loss_cfg cfg;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_CROSS_ENTROPY, &oclf_loss_hooks, dtype, &shape,
-                                     choice, &r)) ||
-        (st = oclf_row_config_resolved(ctx, loss_params, NPARAMS, &r, &cfg)))
+    oclf_ce_kernels k;
+    if ((st = oclf_ce_kernels_get(ctx, op, dtype, tokens, vocab, choice, &k)))
         return st;
     if (tokens == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    const size_t local = (size_t)cfg.wgs;
-    if ((cfg.layout == 0 && tokens > OCLF_MAX_LAUNCH_ITEMS - local) ||
-        (cfg.layout == 1 && tokens > OCLF_MAX_LAUNCH_ITEMS / local))
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op,
-                         tokens);
-    const size_t global = cfg.layout == 0 ? oclf_round_up(tokens, local) : tokens * local;
-
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
-    oclf_program *prog;
-    if ((st = oclf_program_get(ctx, "loss.cl", opts, &prog)))
-        return st;
 
     const int reduced = o.reduction != OCLF_REDUCTION_NONE;
     cl_int err = CL_SUCCESS;
-    cl_uint init[2] = {CE_NO_ERROR, 0};
-    cl_mem flag = clCreateBuffer(ctx->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof init,
-                                 init, &err);
-    if (!flag || err != CL_SUCCESS)
-        return oclf_fail_cl(ctx, err, "cross_entropy: clCreateBuffer(flag)");
-    cl_mem rows_loss = NULL, probs = NULL, stats = NULL;
+    cl_mem flag = NULL, rows_loss = NULL;
+    if ((st = oclf_ce_flag_create(ctx, op, &flag)))
+        return st;
     cl_event read_ev = NULL, last = NULL;
-    cl_uint bad = CE_NO_ERROR;
+    cl_uint bad = OCLF_CE_NO_ERROR;
     oclf_chain ch;
     oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
 
-    cl_ulong xo = ops.x.offset, xs = ops.x.stride, to = ops.tg.offset, T = tokens;
-    cl_uint V = (cl_uint)vocab;
-    cl_long ignore = o.ignore_index;
-    float ls = o.label_smoothing, cap = o.softcap > 0.0f ? o.softcap : 0.0f, zl = o.z_loss;
-    cl_mem gupm = o.compute_grad && o.grad_output ? o.grad_output->mem : NULL;
-    cl_ulong gupo = gupm ? ops.gup.offset : 0;
-    cl_mem lsem = o.lse ? o.lse->mem : NULL;
-    cl_ulong lseo = o.lse ? ops.lse.offset : 0;
-    cl_mem lossm = ops.loss.mem;
-    cl_ulong losso = ops.loss.offset;
-    cl_uint flags = (o.compute_grad ? CE_GRAD : 0) | (reduced ? CE_SUM : 0) |
-                    (o.reduction == OCLF_REDUCTION_MEAN ? CE_MEAN : 0);
+    oclf_ce_rows rr = {
+        .x = ops.x.mem, .xo = ops.x.offset, .xs = ops.x.stride,
+        .tg = targets.mem, .to = ops.tg.offset, .flag = flag,
+        .gup = o.compute_grad && o.grad_output ? o.grad_output->mem : NULL,
+        .loss = ops.loss.mem, .losso = ops.loss.offset,
+        .lse = o.lse ? o.lse->mem : NULL, .lseo = o.lse ? ops.lse.offset : 0,
+        .rows = tokens, .cols = (cl_uint)vocab, .ignore = o.ignore_index,
+        .ls = o.label_smoothing, .cap = o.softcap > 0.0f ? o.softcap : 0.0f, .zl = o.z_loss,
+        .flags = (o.compute_grad ? OCLF_CE_GRAD : 0) | (reduced ? OCLF_CE_SUM : 0) |
+                 (o.reduction == OCLF_REDUCTION_MEAN ? OCLF_CE_MEAN : 0)};
+    rr.gupo = rr.gup ? ops.gup.offset : 0;
     if (reduced) {
         if ((st = oclf_temp_buffer(ctx, tokens * sizeof(float), &rows_loss)))
             goto done;
-        lossm = rows_loss;
-        losso = 0;
+        rr.loss = rows_loss;
+        rr.losso = 0;
     }
-    {
-        oclf_arg a[] = {OCLF_ARG(targets.mem), OCLF_ARG(to), OCLF_ARG(T), OCLF_ARG(V),
-                        OCLF_ARG(ignore), OCLF_ARG(flag)};
-        if ((st = oclf_chain_launch(&ch, prog, "ce_targets", a, OCLF_NARGS(a),
-                                    oclf_round_up(tokens, 64), 0)))
-            goto done;
-    }
+    if ((st = oclf_ce_launch_targets(&ch, &k, targets.mem, rr.to, tokens, rr.cols, rr.ignore,
+                                     flag)))
+        goto done;
     /* The flag's read waits for the check only; the rest is queued behind
      * it and skips its writes when the flag is set. */
     err = clEnqueueReadBuffer(queue, flag, CL_FALSE, 0, sizeof bad, &bad, 1, &ch.prev, &read_ev);
@@ -260,57 +372,12 @@ oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_d
         st = oclf_fail_cl(ctx, err, "cross_entropy: clEnqueueReadBuffer(flag)");
         goto done;
     }
-    if (r.path == OCLF_PATH_FUSED) {
-        oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo),    OCLF_ARG(xs),    OCLF_ARG(targets.mem),
-                        OCLF_ARG(to),        OCLF_ARG(flag),  OCLF_ARG(gupm),  OCLF_ARG(gupo),
-                        OCLF_ARG(lossm),     OCLF_ARG(losso), OCLF_ARG(lsem),  OCLF_ARG(lseo),
-                        OCLF_ARG(T),         OCLF_ARG(V),     OCLF_ARG(ignore), OCLF_ARG(ls),
-                        OCLF_ARG(cap),       OCLF_ARG(zl),    OCLF_ARG(flags)};
-        if ((st = oclf_chain_launch(&ch, prog, "ce_fused", a, OCLF_NARGS(a), global, local)))
-            goto done;
-    } else {
-        if ((st = oclf_temp_buffer(ctx, tokens * vocab * sizeof(float), &probs)) ||
-            (st = oclf_temp_buffer(ctx, tokens * 2 * sizeof(float), &stats)))
-            goto done;
-        {
-            oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo), OCLF_ARG(xs), OCLF_ARG(flag),
-                            OCLF_ARG(probs),     OCLF_ARG(stats), OCLF_ARG(T), OCLF_ARG(V),
-                            OCLF_ARG(cap)};
-            if ((st = oclf_chain_launch(&ch, prog, "ce_softmax", a, OCLF_NARGS(a), global,
-                                        local)))
-                goto done;
-        }
-        {
-            oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo),    OCLF_ARG(xs),
-                            OCLF_ARG(targets.mem), OCLF_ARG(to),  OCLF_ARG(flag),
-                            OCLF_ARG(stats),     OCLF_ARG(lossm), OCLF_ARG(losso),
-                            OCLF_ARG(lsem),      OCLF_ARG(lseo),  OCLF_ARG(T),
-                            OCLF_ARG(V),         OCLF_ARG(ignore), OCLF_ARG(ls),
-                            OCLF_ARG(cap),       OCLF_ARG(zl)};
-            if ((st = oclf_chain_launch(&ch, prog, "ce_loss_rows", a, OCLF_NARGS(a),
-                                        oclf_round_up(tokens, 64), 0)))
-                goto done;
-        }
-        if (o.compute_grad) {
-            oclf_arg a[] = {OCLF_ARG(ops.x.mem), OCLF_ARG(xo),   OCLF_ARG(xs),
-                            OCLF_ARG(targets.mem), OCLF_ARG(to), OCLF_ARG(flag),
-                            OCLF_ARG(probs),     OCLF_ARG(stats), OCLF_ARG(gupm),
-                            OCLF_ARG(gupo),      OCLF_ARG(T),    OCLF_ARG(V),
-                            OCLF_ARG(ignore),    OCLF_ARG(ls),   OCLF_ARG(cap),
-                            OCLF_ARG(zl),        OCLF_ARG(flags)};
-            if ((st = oclf_chain_launch(&ch, prog, "ce_grad", a, OCLF_NARGS(a), global, local)))
-                goto done;
-        }
-    }
-    if (reduced) {
-        const size_t rw = reduce_wgs(ctx);
-        cl_ulong oo = ops.loss.offset;
-        cl_uint mean = o.reduction == OCLF_REDUCTION_MEAN;
-        oclf_arg a[] = {OCLF_ARG(rows_loss), OCLF_ARG(flag), OCLF_ARG(loss.mem), OCLF_ARG(oo),
-                        OCLF_ARG(T),         OCLF_ARG(mean), OCLF_ARG_LOCAL(rw * sizeof(float))};
-        if ((st = oclf_chain_launch(&ch, prog, "ce_reduce", a, OCLF_NARGS(a), rw, rw)))
-            goto done;
-    }
+    if ((st = oclf_ce_launch_rows(&ch, &k, &rr)))
+        goto done;
+    if (reduced && (st = oclf_ce_launch_reduce(&ch, &k, rows_loss, flag, loss.mem,
+                                               ops.loss.offset, tokens,
+                                               o.reduction == OCLF_REDUCTION_MEAN)))
+        goto done;
 done:
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? &last : NULL);
     if (read_ev) {
@@ -320,16 +387,9 @@ done:
         if (st == OCLF_SUCCESS && err != CL_SUCCESS)
             st = oclf_fail_cl(ctx, err, "cross_entropy: reading the targets check");
     }
-    if (st == OCLF_SUCCESS && bad != CE_NO_ERROR) {
-        /* One target, read for the message only. */
-        cl_long t = 0;
-        clEnqueueReadBuffer(queue, targets.mem, CL_TRUE, (to + bad) * sizeof(cl_long),
-                            sizeof t, &t, 0, NULL, NULL);
-        st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                       "%s: targets row %u: target %lld is outside [0, %zu) and is not "
-                       "ignore_index (%lld); nothing was written",
-                       op, bad, (long long)t, vocab, (long long)ignore);
-    }
+    if (st == OCLF_SUCCESS && bad != OCLF_CE_NO_ERROR)
+        st = oclf_ce_bad_target(ctx, queue, op, targets.mem, ops.tg.offset, bad, vocab,
+                                o.ignore_index);
     if (st != OCLF_SUCCESS && last) {
         clReleaseEvent(last);
         last = NULL;
@@ -340,10 +400,6 @@ done:
         clReleaseEvent(last);
     if (rows_loss)
         clReleaseMemObject(rows_loss);
-    if (probs)
-        clReleaseMemObject(probs);
-    if (stats)
-        clReleaseMemObject(stats);
     clReleaseMemObject(flag);
     return st;
 }

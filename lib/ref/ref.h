@@ -51,6 +51,18 @@ void oclf_ref_cross_entropy(oclf_dtype dtype, size_t rows, size_t cols, const vo
                             const int64_t *targets, int64_t ignore, int reduction, double eps,
                             double softcap, double zl, const float *gup, double *loss_rows,
                             double *lse, double *reduced, double *grad);
+/* Linear + cross-entropy: the logits x W^T (x [tokens, hidden] at row
+ * stride xs, w [vocab, hidden] at ws) summed in fp64 and rounded to the
+ * dtype as the device stores them, then oclf_ref_cross_entropy on them;
+ * grad_x [tokens, hidden] = dZ W and grad_w [vocab, hidden] = dZ^T x (both
+ * optional, packed), with dZ the logits' gradient rounded to the dtype.
+ * -1 when out of host memory, else 0. */
+int oclf_ref_linear_cross_entropy(oclf_dtype dtype, size_t tokens, size_t hidden, size_t vocab,
+                                  const void *x, size_t xs, const void *w, size_t ws,
+                                  const int64_t *targets, int64_t ignore, int reduction,
+                                  double eps, double softcap, double zl, const float *gup,
+                                  double *loss_rows, double *lse, double *reduced,
+                                  double *grad_x, double *grad_w);
 
 /* ---- normalization ----------------------------------------- */
 /* x: rows x cols of dtype, row stride xs; w, b: cols of dtype or NULL;
