@@ -1205,8 +1205,10 @@ typedef struct oclf_linear_cross_entropy_info {
  * shrink). CHUNK (a parameter, 1..2^31) comes from the choice or the
  * tuning database; without either, about tokens / ceil(vocab / hidden)
  * rounded up to a power of two (the chunk's logits about the size of x),
- * at least 64 and at most `tokens`. `info` (may be NULL) receives what the
- * call used.
+ * at least 64 and at most `tokens`. LAYOUT, WGS and VEC in the choice's
+ * parameters choose cross-entropy's row structure (as oclf_cross_entropy's);
+ * without them its own tuning records and defaults for the chunk's shape
+ * apply. `info` (may be NULL) receives what the call used.
  *
  * Targets are checked on the device first and the call waits for that
  * check before it queues anything else (one blocking read of one int after

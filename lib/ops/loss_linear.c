@@ -262,7 +262,15 @@ oclf_status oclf_linear_cross_entropy(oclf_context *ctx, cl_command_queue queue,
     const size_t nchunks = (tokens + chunk - 1) / chunk;
 
     oclf_ce_kernels k;
-    const oclf_choice ce_choice = {.path = unfused ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED};
+    /* Cross-entropy's row structure: the caller's LAYOUT, WGS and VEC where
+     * given, else its own records and heuristic for the chunk's shape. */
+    oclf_choice ce_choice = {.path = unfused ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED};
+    static const char *const row_params[] = {"LAYOUT", "WGS", "VEC"};
+    for (int i = 0; choice && i < 3; i++) {
+        int64_t v;
+        if (oclf_params_get(&choice->params, row_params[i], &v))
+            oclf_params_set(&ce_choice.params, row_params[i], v);
+    }
     if ((st = oclf_ce_kernels_get(ctx, op, dtype, chunk, vocab, &ce_choice, &k)))
         return st;
 

@@ -50,6 +50,7 @@ LINEAR_NONE, LINEAR_RELU, LINEAR_GELU, LINEAR_GELU_TANH, LINEAR_SILU = 0, 1, 2, 
 WEIGHT_NK, WEIGHT_KN = 0, 1
 # enum oclf_qformat
 QFORMAT_INT8, QFORMAT_INT4, QFORMAT_Q8_0, QFORMAT_Q4_0 = 1, 2, 3, 4
+REDUCTION_NONE, REDUCTION_SUM, REDUCTION_MEAN = 0, 1, 2
 # enum oclf_expr_kind
 EXPR_MATRIX, EXPR_ROW, EXPR_COL, EXPR_SCALAR = 0, 1, 2, 3
 # enum oclf_log_level
@@ -204,6 +205,24 @@ class oclf_kv_cache(ctypes.Structure):
     ]
 
 
+class oclf_cross_entropy_options(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("ignore_index", c_int64),
+        ("reduction", c_int),
+        ("label_smoothing", c_float),
+        ("softcap", c_float),
+        ("z_loss", c_float),
+        ("lse", POINTER(oclf_buf)),
+        ("compute_grad", c_int),
+        ("grad_output", POINTER(oclf_buf)),
+    ]
+
+
+class oclf_linear_cross_entropy_info(ctypes.Structure):
+    _fields_ = [("chunk_tokens", c_size_t), ("chunks", c_size_t), ("temp_bytes", c_size_t)]
+
+
 class oclf_expr_decl(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("kind", c_enum), ("dtype", c_enum)]
 
@@ -218,7 +237,7 @@ STRUCTS = {cls.__name__: cls for cls in (
     oclf_buf,
     oclf_activation, oclf_rope, oclf_heads, oclf_l2_topk_options, oclf_l2_shard,
     oclf_linear_epilogue, oclf_qweight, oclf_attention_options, oclf_kv_cache, oclf_expr_decl,
-    oclf_expr_arg)}
+    oclf_expr_arg, oclf_cross_entropy_options, oclf_linear_cross_entropy_info)}
 
 P = POINTER
 _ev = P(cl_handle)        # cl_event *: the optional event out
@@ -305,6 +324,16 @@ FUNCTIONS = {
                                           oclf_buf, c_size_t, c_size_t, c_size_t, P(oclf_buf),
                                           P(oclf_buf), c_float, oclf_buf, P(oclf_kv_cache),
                                           P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_cross_entropy_options_init": (None, (P(oclf_cross_entropy_options),)),
+    "oclf_cross_entropy": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
+                                     oclf_buf, oclf_buf, P(oclf_cross_entropy_options),
+                                     P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_linear_cross_entropy": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
+                                            c_size_t, oclf_buf, oclf_buf, oclf_buf, oclf_buf,
+                                            P(oclf_buf), P(oclf_buf),
+                                            P(oclf_cross_entropy_options), c_size_t,
+                                            P(oclf_linear_cross_entropy_info), P(oclf_choice))
+                                  + _wait + (_ev,)),
     "oclf_expr_compile": (_status, (c_void_p, c_char_p, P(oclf_expr_decl), c_uint,
                                     P(oclf_expr_decl), c_uint, P(c_void_p))),
     "oclf_expr_canonical": (c_char_p, (c_void_p,)),

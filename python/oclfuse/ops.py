@@ -866,3 +866,111 @@ def l2_topk_merge(lists, k):
     check(lib.oclf_l2_topk_merge(nq, k, len(ds), dptr, iptr, ks, dist.ctypes.data_as(fp),
                                  idx.ctypes.data_as(ip)))
     return dist, idx
+
+
+_REDUCTIONS = {"none": C.REDUCTION_NONE, "sum": C.REDUCTION_SUM, "mean": C.REDUCTION_MEAN}
+
+
+def _ce_options(call, tokens, ignore_index, reduction, label_smoothing, softcap, z_loss, lse,
+                grad_output, want_grad):
+    """oclf_cross_entropy_options and the oclf_buf objects its pointers keep."""
+    o = C.init_struct(C.oclf_cross_entropy_options())
+    lib.oclf_cross_entropy_options_init(ctypes.byref(o))
+    o.ignore_index = ignore_index
+    o.reduction = _lookup(_REDUCTIONS, reduction, "reduction")
+    o.label_smoothing, o.softcap, o.z_loss = label_smoothing, softcap, z_loss
+    keep = []
+    if lse is not None:
+        keep.append(ctypes.pointer(buf(call.dev(lse, write=True, init=False))))
+        o.lse = keep[-1]
+    if grad_output is not None and want_grad:
+        g = np.asarray(grad_output, np.float32) if not hasattr(grad_output, "queue") \
+            else grad_output
+        if np.isscalar(grad_output) or getattr(g, "ndim", 1) == 0:
+            g = np.asarray([grad_output], np.float32)
+        if np.dtype(g.dtype) != np.dtype(np.float32):
+            raise TypeError(f"grad_output must be float32, not {g.dtype}")
+        keep.append(ctypes.pointer(buf(call.dev(g))))
+        o.grad_output = keep[-1]
+    return o, keep
+
+
+def _loss_out(call, reduction, tokens):
+    return call.new((tokens,) if reduction in ("none", C.REDUCTION_NONE) else (1,), np.float32)
+
+
+def cross_entropy(logits, targets, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                  softcap=0.0, z_loss=0.0, grad=False, grad_output=None, return_lse=False,
+                  path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """PyTorch's F.cross_entropy over logits [T, V] (rows may be strided)
+    and int64 targets [T]: ignore_index, reduction "none" | "sum" | "mean",
+    label_smoothing, softcap (> 0: cap * tanh(x / cap) first) and z_loss
+    (lambda lse^2 per row). Returns loss (float32 [T] for "none", [1]
+    otherwise), or (loss, lse [T] float32) with return_lse. grad=True
+    overwrites logits with d(loss)/d(logits) times grad_output (a float32
+    scalar for sum/mean, [T] for none; default 1), rounded once to their
+    dtype: a NumPy logits array is updated in place. A target outside [0, V)
+    that is not ignore_index raises OclfError naming its row, with nothing
+    written."""
+    call = _start([logits, targets], ctx, queue, wait_for)
+    tokens, vocab = matrix_shape(logits, "logits")
+    targets, dt = _index(call, targets, "targets", np.int64)
+    loss = _loss_out(call, reduction, tokens)
+    lse = call.new((tokens,), np.float32) if return_lse else None
+    opts, keep = _ce_options(call, tokens, ignore_index, reduction, label_smoothing, softcap,
+                             z_loss, lse, grad_output, grad)
+    opts.compute_grad = int(bool(grad))
+    dx = call.dev(logits, write=bool(grad))
+    dl = call.dev(loss, write=True, init=False)
+    call.run(_fn("oclf_cross_entropy"), oclf_dtype(logits.dtype), tokens, vocab, buf(dx),
+             buf(dt), buf(dl), ctypes.byref(opts), make_choice(path, params))
+    del keep
+    return (loss, lse) if return_lse else loss
+
+
+def linear_cross_entropy(x, w, targets, *, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, softcap=0.0, z_loss=0.0, grad_x=False,
+                         grad_w=False, grad_output=None, return_lse=False, max_temp=0,
+                         path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """cross_entropy(x W^T, targets) for x [T, H] and W [V, H] (nn.Linear's
+    weight) without holding the [T, V] logits: tokens go through the GEMM in
+    chunks (params CHUNK, within max_temp bytes of device temporaries; 0: no
+    bound). grad_x / grad_w: True for new arrays, or arrays to write (grad_x
+    [T, H] of x's dtype, grad_w [V, H] float32, accumulated in fp32).
+    Returns a dict: "loss", "lse" (with return_lse), "grad_x", "grad_w" (when
+    asked), and what the call used: "chunk_tokens", "chunks", "temp_bytes"."""
+    call = _start([x, w, targets], ctx, queue, wait_for)
+    tokens, hidden = matrix_shape(x, "x")
+    vocab, wh = matrix_shape(w, "w")
+    if wh != hidden:
+        raise ValueError(f"x has {hidden} columns and w {wh}")
+    same_dtype(x.dtype, w=w)
+    targets, dt = _index(call, targets, "targets", np.int64)
+    loss = _loss_out(call, reduction, tokens)
+    lse = call.new((tokens,), np.float32) if return_lse else None
+    outs = {}
+    for name, want, shape, dtype in (("grad_x", grad_x, (tokens, hidden), x.dtype),
+                                     ("grad_w", grad_w, (vocab, hidden), np.float32)):
+        if want is True:
+            outs[name] = call.new(shape, dtype)
+        elif want is not False and want is not None:
+            if tuple(want.shape) != shape or np.dtype(want.dtype) != np.dtype(dtype):
+                raise ValueError(f"{name} must be {np.dtype(dtype)} {shape}, not {want.dtype} "
+                                 f"{tuple(want.shape)}")
+            outs[name] = want
+    opts, keep = _ce_options(call, tokens, ignore_index, reduction, label_smoothing, softcap,
+                             z_loss, lse, grad_output, bool(outs))
+    ptrs = {k: ctypes.pointer(buf(call.dev(a, write=True, init=False))) for k, a in outs.items()}
+    info = C.oclf_linear_cross_entropy_info()
+    call.run(_fn("oclf_linear_cross_entropy"), oclf_dtype(x.dtype), tokens, hidden, vocab,
+             buf(call.dev(x)), buf(call.dev(w)), buf(dt),
+             buf(call.dev(loss, write=True, init=False)), ptrs.get("grad_x"),
+             ptrs.get("grad_w"), ctypes.byref(opts), max_temp, ctypes.byref(info),
+             make_choice(path, params))
+    del keep
+    result = {"loss": loss, "chunk_tokens": info.chunk_tokens, "chunks": info.chunks,
+              "temp_bytes": info.temp_bytes}
+    if return_lse:
+        result["lse"] = lse
+    result.update(outs)
+    return result

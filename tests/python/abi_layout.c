@@ -154,6 +154,22 @@ int main(void)
     F(oclf_expr_arg, buf);
     F(oclf_expr_arg, scalar);
 
+    S(oclf_cross_entropy_options);
+    F(oclf_cross_entropy_options, size);
+    F(oclf_cross_entropy_options, ignore_index);
+    F(oclf_cross_entropy_options, reduction);
+    F(oclf_cross_entropy_options, label_smoothing);
+    F(oclf_cross_entropy_options, softcap);
+    F(oclf_cross_entropy_options, z_loss);
+    F(oclf_cross_entropy_options, lse);
+    F(oclf_cross_entropy_options, compute_grad);
+    F(oclf_cross_entropy_options, grad_output);
+
+    S(oclf_linear_cross_entropy_info);
+    F(oclf_linear_cross_entropy_info, chunk_tokens);
+    F(oclf_linear_cross_entropy_info, chunks);
+    F(oclf_linear_cross_entropy_info, temp_bytes);
+
     /* enums are passed as int by the ctypes declarations */
     S(oclf_status);
     S(oclf_dtype);
