@@ -58,13 +58,44 @@ static void oclf_loss_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype
     oclf_params_set(out, "CHUNK", (int64_t)(c < INT_MAX ? c : INT_MAX));
 }
 
+/* The programs a call of this shape and chunk builds: cross-entropy's for
+ * the chunk's rows, and the three products' (each resolved as the call
+ * resolves it), so that their limits are checked where dispatch asks. */
+static oclf_status lce_check_programs(oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
+                                      oclf_path path, uint64_t chunk)
+{
+    const uint64_t t = shape->dim[0], h = shape->dim[1], v = shape->dim[2];
+    const uint64_t c = path == OCLF_PATH_UNFUSED || chunk > t ? t : chunk;
+    if (c == 0 || h == 0 || v == 0)
+        return OCLF_SUCCESS;
+    oclf_ce_kernels k;
+    const oclf_choice ce = {.path = path};
+    oclf_status st = oclf_ce_kernels_get(ctx, "linear_cross_entropy", dtype, c, v, &ce, &k);
+    const struct {
+        oclf_dtype dt;
+        oclf_shape s;
+    } gemms[] = {
+        {dtype, {{c, v, h, OCLF_WEIGHT_NK}}},    /* logits */
+        {dtype, {{c, h, v, OCLF_WEIGHT_KN}}},    /* grad_x */
+        {OCLF_F32, {{v, h, c, OCLF_WEIGHT_KN}}}, /* grad_w */
+    };
+    for (size_t i = 0; st == OCLF_SUCCESS && i < sizeof gemms / sizeof gemms[0]; i++) {
+        oclf_resolved r;
+        st = oclf_dispatch_check(ctx, OCLF_OP_LINEAR, &oclf_linear_hooks, gemms[i].dt,
+                                 &gemms[i].s, OCLF_PATH_FUSED, NULL, 1, &r);
+    }
+    return st;
+}
+
 static oclf_status oclf_loss_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
                                              const oclf_shape *shape, const oclf_resolved *r,
                                              int deep, oclf_op_cfg *out)
 {
-    (void)op, (void)dtype, (void)shape, (void)deep;
+    (void)op;
     int64_t v[NPARAMS];
     oclf_status st = oclf_params_read(ctx, lce_params, NPARAMS, &r->params, v);
+    if (st == OCLF_SUCCESS && deep)
+        st = lce_check_programs(ctx, dtype, shape, r->path, (uint64_t)v[P_CHUNK]);
     if (st == OCLF_SUCCESS && out) {
         lce_cfg cfg = {v[P_CHUNK]};
         memcpy(out, &cfg, sizeof cfg);
