@@ -235,3 +235,238 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
         ST(op, i, (u + 1.0f) * tp[i]);
     }
 }
+
+/* ---- backward ------------------------------------------------------------
+ * Given dout = dL/dout, the gradients of the forward's two halves:
+ *   d(activated half) = dout * y * act'(x),   d(multiplied half) = dout * act(x).
+ * act(x) is recomputed in fp32 from the stored input rather than kept from
+ * the forward: reading x again costs less than storing and rereading an
+ * activation the size of the output.
+ *
+ * Fused kernel: act_and_mul_backward. Unfused building blocks:
+ * act_grad_rows (act and act' into two fp32 temporaries), then grad_x_rows
+ * (the activated half's gradient), then grad_y_rows (the multiplied half's).
+ * That order keeps in place right: grad_x_rows overwrites x but reads y,
+ * and grad_y_rows reads only the temporaries and dout. In the fused kernel
+ * each element's inputs are loaded before its gradients are stored, by the
+ * same work-item, so din may be exactly in. */
+
+/* GRAD_<ACT>(T, a, f, g): f = act(a), g = act'(a), for a float or floatv
+ * `a` (a plain variable). */
+/* SIGMOID_PAIR(T, e, s, m): with e = exp(-z), s = sigmoid(z) and
+ * m = 1 - s = e s. 1 - s itself cancels where s is near 1 (its error was
+ * most of GELU-tanh's f32 derivative error); e s overflows where e does,
+ * and there s is below a half and 1 - s exact enough. */
+#define SIGMOID_PAIR(T, e, s, m)                                               \
+    const T s = 1.0f / (1.0f + (e));                                           \
+    const T m = (e) < 1.0f ? (e) * s : 1.0f - s
+#define GRAD_SILU(T, a, f, g)                                                  \
+    do {                                                                       \
+        const T e_ = OCLF_CAT(exp_, T)(-(a));                                  \
+        SIGMOID_PAIR(T, e_, s_, m_);                                           \
+        f = (a) * s_;                                                          \
+        g = s_ + f * m_;                                                       \
+    } while (0)
+/* Phi(a) + a phi(a); exp_float sends -a^2/2 below -88 to 0, as it should. */
+#define GRAD_GELU(T, a, f, g)                                                  \
+    do {                                                                       \
+        const T p_ = 0.5f * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)); \
+        f = (a) * p_;                                                          \
+        g = p_ + (a) * (0.39894228040143268f * OCLF_CAT(exp_, T)(-0.5f * (a) * (a))); \
+    } while (0)
+/* With s = sigmoid(2u), u = k (a + c a^3): act = a s, and
+ * act' = s + 2 k a s (1 - s) (1 + 3 c a^2). s (1 - s) is 0 in fp32 well
+ * before |a| = 16, so the polynomial factor takes a clamped there: its
+ * a^2 would otherwise overflow and turn 0 x inf into NaN. */
+#define GRAD_GELU_TANH(T, a, f, g)                                             \
+    do {                                                                       \
+        const T e_ = OCLF_CAT(exp_, T)(-1.5957691216057308f *                  \
+                                       ((a) + 0.044715f * (a) * (a) * (a)));   \
+        SIGMOID_PAIR(T, e_, s_, m_);                                           \
+        const T c_ = fmin(fmax((a), -16.0f), 16.0f);                           \
+        f = (a) * s_;                                                          \
+        g = s_ + (1.5957691216057308f * c_) * (s_ * m_) * (1.0f + 0.134145f * c_ * c_); \
+    } while (0)
+#define GRAD_FATRELU(T, a, f, g)                                               \
+    do {                                                                       \
+        f = (a) > p0 ? (a) : (T)(0.0f);                                        \
+        g = (a) > p0 ? (T)(1.0f) : (T)(0.0f);                                  \
+    } while (0)
+/* SWIGLU_OAI's gate term on the raw gate `gr`: f = glu(g'), g = d glu / d gr
+ * with g' = min(gr, limit): 0 above the limit (the clamp passes no
+ * gradient there; at the limit it does, as a clamp's gradient does), and
+ * written so that a NaN gate stays NaN. */
+#define GRAD_OAI_GATE(T, gr, f, g)                                             \
+    do {                                                                       \
+        const T gc_ = OAI_GATE(T, gr);                                         \
+        const T e_ = OCLF_CAT(exp_, T)(-(gc_ * p0));                           \
+        SIGMOID_PAIR(T, e_, s_, m_);                                           \
+        f = gc_ * s_;                                                          \
+        g = (gr) > p1 ? (T)(0.0f) : s_ + p0 * f * m_;                          \
+    } while (0)
+/* The up term's clamp gradient: 1 inside [-limit, limit], 0 outside. */
+#define OAI_UP_PASS(T, u) ((u) > p1 ? (T)(0.0f) : (u) < -p1 ? (T)(0.0f) : (T)(1.0f))
+
+/* Two vectors of VEC gate and up gradients as the interleaved pairs
+ * (dg0, du0, dg1, du1, ...): the low VEC elements, then the high. */
+#if OCLF_VEC == 1
+#define ZIP_LO(x, y) (x)
+#define ZIP_HI(x, y) (y)
+#elif OCLF_VEC == 2
+#define ZIP_LO(x, y) ((floatv)((x).s0, (y).s0))
+#define ZIP_HI(x, y) ((floatv)((x).s1, (y).s1))
+#elif OCLF_VEC == 4
+#define ZIP_LO(x, y) (((floatv)((x).lo, (y).lo)).s0213)
+#define ZIP_HI(x, y) (((floatv)((x).hi, (y).hi)).s0213)
+#elif OCLF_VEC == 8
+#define ZIP_LO(x, y) (((floatv)((x).lo, (y).lo)).s04152637)
+#define ZIP_HI(x, y) (((floatv)((x).hi, (y).hi)).s04152637)
+#elif OCLF_VEC == 16
+#define ZIP_LO(x, y) (((floatv)((x).lo, (y).lo)).s08192a3b4c5d6e7f)
+#define ZIP_HI(x, y) (((floatv)((x).hi, (y).hi)).s08192a3b4c5d6e7f)
+#endif
+
+/* dx = dout * y * act'(x), dy = dout * act(x) over this work-item's share. */
+#define BACKWARD_LOOPS(GRAD)                                                   \
+    do {                                                                       \
+        FOR_VEC_IN(i, begin, end) {                                            \
+            floatv a = LDV(xp, i), b = LDV(yp, i), go = LDV(gp, i), f, g;      \
+            GRAD(floatv, a, f, g);                                             \
+            STV(dxp, i, go * b * g);                                           \
+            STV(dyp, i, go * f);                                               \
+        }                                                                      \
+        FOR_TAIL_IN(i, begin, end) {                                           \
+            float a = LD(xp, i), b = LD(yp, i), go = LD(gp, i), f, g;          \
+            GRAD(float, a, f, g);                                              \
+            ST(dxp, i, go * b * g);                                            \
+            ST(dyp, i, go * f);                                                \
+        }                                                                      \
+    } while (0)
+
+/* tmp = act(x), tmpd = act'(x) */
+#define ACT_GRAD_LOOPS(GRAD)                                                   \
+    do {                                                                       \
+        FOR_VEC_IN(i, begin, end) {                                            \
+            floatv a = LDV(xp, i), f, g;                                       \
+            GRAD(floatv, a, f, g);                                             \
+            STV_F(tp, i, f);                                                   \
+            STV_F(tdp, i, g);                                                  \
+        }                                                                      \
+        FOR_TAIL_IN(i, begin, end) {                                           \
+            float a = LD(xp, i), f, g;                                         \
+            GRAD(float, a, f, g);                                              \
+            tp[i] = f;                                                         \
+            tdp[i] = g;                                                        \
+        }                                                                      \
+    } while (0)
+
+#define BACKWARD_ARGS                                                          \
+    global const stor_t *in, ulong io, ulong is, global const stor_t *dout, ulong go_, \
+        ulong gs, global stor_t *din, ulong dio, ulong dis, ulong rows, uint d, uint act,  \
+        uint second, float p0, float p1, uint chunk, uint nsplit
+
+/* `in` and `din` are not restrict: they may be the same rows. */
+kernel void act_and_mul_backward(BACKWARD_ARGS)
+{
+    ACT_SETUP;
+    global const stor_t *ir = in + io + row * is;
+    global const stor_t *gp = dout + go_ + row * gs;
+    global stor_t *dr = din + dio + row * dis;
+    global const stor_t *xp = ir + (second ? d : 0);
+    global const stor_t *yp = ir + (second ? 0 : d);
+    global stor_t *dxp = dr + (second ? d : 0);
+    global stor_t *dyp = dr + (second ? 0 : d);
+    switch (act) {
+    case ACT_SILU: BACKWARD_LOOPS(GRAD_SILU); break;
+    case ACT_GELU: BACKWARD_LOOPS(GRAD_GELU); break;
+    case ACT_GELU_TANH: BACKWARD_LOOPS(GRAD_GELU_TANH); break;
+    case ACT_FATRELU: BACKWARD_LOOPS(GRAD_FATRELU); break;
+    default:
+        FOR_VEC_IN(i, begin, end) {
+            floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
+            floatv gr = EVENS(lo, hi), u = ODDS(lo, hi), go = LDV(gp, i), f, g;
+            GRAD_OAI_GATE(floatv, gr, f, g);
+            const floatv dg = go * (OAI_UP(floatv, u) + 1.0f) * g;
+            const floatv du = go * f * OAI_UP_PASS(floatv, u);
+            STV(dr, 2 * i, ZIP_LO(dg, du));
+            STV(dr, 2 * i + OCLF_VEC, ZIP_HI(dg, du));
+        }
+        FOR_TAIL_IN(i, begin, end) {
+            float gr = LD(ir, 2 * i), u = LD(ir, 2 * i + 1), go = LD(gp, i), f, g;
+            GRAD_OAI_GATE(float, gr, f, g);
+            ST(dr, 2 * i, go * (OAI_UP(float, u) + 1.0f) * g);
+            ST(dr, 2 * i + 1, go * f * OAI_UP_PASS(float, u));
+        }
+        break;
+    }
+}
+
+/* Unfused, first: tmp = act(x) and tmpd = act'(x) in fp32, packed rows x d
+ * (SWIGLU_OAI: glu of the clamped gate and its gradient in the raw gate). */
+kernel void act_grad_rows(global const stor_t *in, ulong io, ulong is, global float *tmp,
+                          global float *tmpd, ulong rows, uint d, uint act, uint second,
+                          float p0, float p1, uint chunk, uint nsplit)
+{
+    ACT_SETUP;
+    global const stor_t *ir = in + io + row * is;
+    global const stor_t *xp = ir + (second ? d : 0);
+    global float *tp = tmp + row * d, *tdp = tmpd + row * d;
+    switch (act) {
+    case ACT_SILU: ACT_GRAD_LOOPS(GRAD_SILU); break;
+    case ACT_GELU: ACT_GRAD_LOOPS(GRAD_GELU); break;
+    case ACT_GELU_TANH: ACT_GRAD_LOOPS(GRAD_GELU_TANH); break;
+    case ACT_FATRELU: ACT_GRAD_LOOPS(GRAD_FATRELU); break;
+    default:
+        /* element by element: the gates are every other element */
+        for (uint i = begin + lane; i < end; i += nlanes) {
+            float gr = LD(ir, 2 * i), f, g;
+            GRAD_OAI_GATE(float, gr, f, g);
+            tp[i] = f;
+            tdp[i] = g;
+        }
+        break;
+    }
+}
+
+/* Unfused, second: dx = dout * y * tmpd (SWIGLU_OAI: the gate gradients,
+ * dout * (clamped up + 1) * tmpd, into the even elements only). */
+kernel void grad_x_rows(BACKWARD_ARGS, global const float *tmpd)
+{
+    ACT_SETUP;
+    global const stor_t *ir = in + io + row * is;
+    global const stor_t *gp = dout + go_ + row * gs;
+    global stor_t *dr = din + dio + row * dis;
+    global const float *tdp = tmpd + row * d;
+    if (act == ACT_SWIGLU_OAI) {
+        for (uint i = begin + lane; i < end; i += nlanes) {
+            const float u = LD(ir, 2 * i + 1);
+            ST(dr, 2 * i, LD(gp, i) * (OAI_UP(float, u) + 1.0f) * tdp[i]);
+        }
+        return;
+    }
+    global const stor_t *yp = ir + (second ? 0 : d);
+    global stor_t *dxp = dr + (second ? d : 0);
+    FOR_VEC_IN(i, begin, end) STV(dxp, i, LDV(gp, i) * LDV(yp, i) * LDV_F(tdp, i));
+    FOR_TAIL_IN(i, begin, end) ST(dxp, i, LD(gp, i) * LD(yp, i) * tdp[i]);
+}
+
+/* Unfused, last: dy = dout * tmp (SWIGLU_OAI: the up gradients, dout * tmp
+ * inside the up clamp, into the odd elements only). */
+kernel void grad_y_rows(BACKWARD_ARGS, global const float *tmp)
+{
+    ACT_SETUP;
+    global const stor_t *ir = in + io + row * is;
+    global const stor_t *gp = dout + go_ + row * gs;
+    global stor_t *dr = din + dio + row * dis;
+    global const float *tp = tmp + row * d;
+    if (act == ACT_SWIGLU_OAI) {
+        for (uint i = begin + lane; i < end; i += nlanes) {
+            const float u = LD(ir, 2 * i + 1);
+            ST(dr, 2 * i + 1, LD(gp, i) * tp[i] * OAI_UP_PASS(float, u));
+        }
+        return;
+    }
+    global stor_t *dyp = dr + (second ? 0 : d);
+    FOR_VEC_IN(i, begin, end) STV(dyp, i, LDV(gp, i) * LDV_F(tp, i));
+    FOR_TAIL_IN(i, begin, end) ST(dyp, i, LD(gp, i) * tp[i]);
+}

@@ -31,7 +31,23 @@
  * A token whose position lies outside [0, max_pos) is skipped by every
  * kernel here, so its heads are left as they were and the cache is never
  * read outside its rows.
+ *
+ * Built with OCLF_ROPE_INVERSE=1, every rotation here turns the other way
+ * (the sines change sign): rotary_embedding then applies the transpose of
+ * the forward rotation, which is the gradient of the forward (and its
+ * inverse), oclf_rotary_embedding_backward.
  */
+
+#ifndef OCLF_ROPE_INVERSE
+#define OCLF_ROPE_INVERSE 0
+#endif
+/* The sine a rotation uses: -s turns x' = x c - y s, y' = y c + x s into
+ * x' = x c + y s, y' = y c - x s. */
+#if OCLF_ROPE_INVERSE
+#define ROPE_SIN(s) (-(s))
+#else
+#define ROPE_SIN(s) (s)
+#endif
 
 #ifndef OCLF_CDTYPE
 #define OCLF_CDTYPE OCLF_DTYPE
@@ -117,13 +133,13 @@ typedef float8 hfloatv;
         if (neox) {                                                            \
             FOR_VEC_IN(j, 0, half_) {                                          \
                 floatv x_ = LOADV(j), y_ = LOADV(j + half_);                   \
-                floatv c_ = CV(OCLF_VEC, j), s_ = CV(OCLF_VEC, half_ + j);     \
+                floatv c_ = CV(OCLF_VEC, j), s_ = ROPE_SIN(CV(OCLF_VEC, half_ + j)); \
                 PUTV(j, x_ * c_ - y_ * s_);                                    \
                 PUTV(j + half_, y_ * c_ + x_ * s_);                            \
             }                                                                  \
             FOR_TAIL_IN(j, 0, half_) {                                         \
                 float x_ = LOADS(j), y_ = LOADS(j + half_);                    \
-                float c_ = CS(j), s_ = CS(half_ + j);                          \
+                float c_ = CS(j), s_ = ROPE_SIN(CS(half_ + j));                \
                 PUTS(j, x_ * c_ - y_ * s_);                                    \
                 PUTS(j + half_, y_ * c_ + x_ * s_);                            \
             }                                                                  \
@@ -131,7 +147,7 @@ typedef float8 hfloatv;
             GPTJ_VECTORS(nrot, LOADV, CV, PUTV);                               \
             for (uint j = GPTJ_VEND(nrot) / 2 + lane; j < half_; j += nlanes) { \
                 float x_ = LOADS(2 * j), y_ = LOADS(2 * j + 1);                \
-                float c_ = CS(j), s_ = CS(half_ + j);                          \
+                float c_ = CS(j), s_ = ROPE_SIN(CS(half_ + j));                \
                 PUTS(2 * j, x_ * c_ - y_ * s_);                                \
                 PUTS(2 * j + 1, y_ * c_ + x_ * s_);                            \
             }                                                                  \
@@ -145,7 +161,7 @@ typedef float8 hfloatv;
     FOR_VEC_IN(i, 0, GPTJ_VEND(nrot)) {                                        \
         floatv v_ = LOADV(i);                                                  \
         hfloatv c_ = CV(OCLF_HVEC, i / 2);                                     \
-        hfloatv s_ = CV(OCLF_HVEC, half_ + i / 2);                             \
+        hfloatv s_ = ROPE_SIN(CV(OCLF_HVEC, half_ + i / 2));                   \
         PUTV(i, v_ * DUP(c_) + SWAP(v_) * (DUP(s_) * ALT));                    \
     }
 #endif

@@ -411,6 +411,39 @@ OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
                                       const oclf_choice *choice, cl_uint num_events,
                                       const cl_event *wait_list, cl_event *event);
 
+/* The gradient of oclf_act_and_mul. `in` is the forward's input (rows x 2d,
+ * row stride in.stride, 0: 2d), `dout` the gradient of its output (rows x d,
+ * stride 0: d), `din` receives the gradient of `in` (rows x 2d, stride 0:
+ * 2d, the same layout as `in`); all of `dtype`. With x the activated half
+ * and y the multiplied one (act_on_second swaps them, as in the forward):
+ *   dx = dout * y * act'(x),   dy = dout * act(x),
+ * act(x) recomputed in fp32 from `in` (nothing of the forward is kept), the
+ * results rounded once. act' is
+ *   SILU        s + silu(x) (1 - s), s = sigmoid(x)
+ *   GELU        Phi(x) + x phi(x) (standard normal cdf and density)
+ *   GELU_TANH   the derivative of 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+ *   FATRELU     1 where x > threshold, else 0
+ * SWIGLU_OAI (interleaved rows, din interleaved the same way): with
+ * g' = min(g, limit), u' = clamp(u, -limit, limit) and
+ * glu = g' sigmoid(alpha g'), dg = dout (u' + 1) glu'(g') where g <= limit
+ * and 0 above it, du = dout glu where -limit <= u <= limit and 0 outside
+ * (a clamp passes the gradient at its bounds); a NaN input gives NaN.
+ * `din` may be exactly `in` (same buffer, offset and stride): the gradient
+ * then replaces the saved input, as training frameworks do to save memory.
+ * Any other overlap of din and in, and any overlap of dout with either, is
+ * refused. The fused path is one kernel that reads in and dout once and
+ * writes din once; the unfused path writes act(x) and act'(x) to two fp32
+ * temporaries [rows, d], then runs a kernel for dx and one for dy.
+ * Statuses: those of oclf_act_and_mul, with dout and din checked as `out`
+ * is there (a stride below the row width, a buffer smaller than the rows
+ * described), plus OCLF_INVALID_ARGUMENT for the overlaps above. */
+OCLF_API oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue,
+                                               oclf_dtype dtype, const oclf_activation *act,
+                                               size_t rows, size_t d, oclf_buf in, oclf_buf dout,
+                                               oclf_buf din, const oclf_choice *choice,
+                                               cl_uint num_events, const cl_event *wait_list,
+                                               cl_event *event);
+
 /* ------------------------------------------------------------------------ */
 /* Rotary embedding and fused QK-norm + RoPE.                       */
 
@@ -471,6 +504,27 @@ OCLF_API oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue q
                                            const oclf_heads *k, const oclf_choice *choice,
                                            cl_uint num_events, const cl_event *wait_list,
                                            cl_event *event);
+
+/* The gradient of oclf_rotary_embedding, in place: dq (and dk when not
+ * NULL) hold the gradients of the rotated q and k on entry and those of
+ * the unrotated q and k on return. The rotation is orthogonal, so its
+ * gradient is its transpose, the inverse rotation: for each pair (x, y)
+ * of dims j < R/2, x' = x c + y s, y' = y c - x s (c, s as in the
+ * forward). Everything else is the forward's: the arguments and their
+ * layouts (NeoX and GPT-J styles, partial rotary leaving dims >= R
+ * untouched), a token whose position is outside [0, max_pos) left
+ * unchanged (the forward left it unrotated, so its gradient passes
+ * through), `validate`, the statuses and the tuning space (the op has its
+ * own records, rotary_embedding_backward). It is the forward's kernel
+ * built with the sines negated. As the forward, it has one path: the
+ * rotation is a single elementwise pass over the heads, with nothing to
+ * fuse, so OCLF_PATH_UNFUSED runs the same kernel. */
+OCLF_API oclf_status oclf_rotary_embedding_backward(oclf_context *ctx, cl_command_queue queue,
+                                                    oclf_dtype dtype, size_t tokens,
+                                                    const oclf_rope *rope, oclf_heads dq,
+                                                    const oclf_heads *dk,
+                                                    const oclf_choice *choice, cl_uint num_events,
+                                                    const cl_event *wait_list, cl_event *event);
 
 /* Fused per-head RMSNorm + RoPE, in place on a packed qkv of `dtype`: token t
  * holds nq Q heads, then nk K heads, then nv V heads, each rope->head_dim

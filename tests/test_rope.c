@@ -5,7 +5,10 @@
  * and MHA, int32 and int64 positions, an f32 cache under f16 heads, strided
  * tokens and heads, q and k as views of one qkv buffer, 0/1/many tokens,
  * positions out of range (left alone, or rejected under validation), both
- * kernel structures, fused == unfused, and the bad arguments.
+ * kernel structures, fused == unfused, and the bad arguments. The backward
+ * rotation (oclf_rotary_embedding_backward) goes through the same cases
+ * as the forward against its own reference, undoes the forward, and
+ * matches finite differences of the forward.
  *
  * Every check covers the whole buffer: computed elements against the
  * reference within tolerance, every other element (V heads, dims >= R of a
@@ -288,6 +291,7 @@ typedef struct rot_case {
     size_t hpad;  /* separate buffers: extra elements between heads */
     int with_k;
     const oclf_choice *choice;
+    int backward; /* oclf_rotary_embedding_backward instead */
 } rot_case;
 
 static void run_rot(const rot_case *c)
@@ -315,15 +319,19 @@ static void run_rot(const rot_case *c)
     oclf_heads q = {{mq, qoff, qts}, c->nq, c->views == 1 ? 0 : hs};
     oclf_heads k = {{mk, koff, kts}, c->nk, c->views == 1 ? 0 : hs};
     cl_event ev = NULL;
-    TH_OK(oclf_rotary_embedding(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
-                                c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
+    if (c->backward)
+        TH_OK(oclf_rotary_embedding_backward(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
+                                             c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
+    else
+        TH_OK(oclf_rotary_embedding(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
+                                    c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
 
     char what[160];
-    snprintf(what, sizeof what, "rotary %s/%s %s T%zu nq%zu nk%zu hd%zu R%zu views%d k%d",
-             oclf_dtype_name(dt), oclf_dtype_name(c->cdt), c->gptj ? "gptj" : "neox", c->tokens,
+    snprintf(what, sizeof what, "rotary%s %s/%s %s T%zu nq%zu nk%zu hd%zu R%zu views%d k%d",
+             c->backward ? " backward" : "", oclf_dtype_name(dt), oclf_dtype_name(c->cdt), c->gptj ? "gptj" : "neox", c->tokens,
              c->nq, c->nk, hd, c->rot, c->views, c->with_k);
     /* Expected buffers: the inputs, with the rotated dims of valid tokens
      * replaced by the reference. */
@@ -341,7 +349,8 @@ static void run_rot(const rot_case *c)
         const size_t nh = s ? c->nk : c->nq, ts = s ? kts : qts, o = s ? koff : qoff;
         const int b = c->views ? 0 : s; /* which buffer */
         double *ref = malloc((c->tokens * nh * hd + 1) * sizeof *ref);
-        oclf_ref_rotary(dt, c->tokens, nh, (char *)bufs_before[b] + o * es, ts, hs, &r.ref, ref);
+        (c->backward ? oclf_ref_rotary_backward : oclf_ref_rotary)(
+            dt, c->tokens, nh, (char *)bufs_before[b] + o * es, ts, hs, &r.ref, ref);
         for (size_t t = 0; t < c->tokens; t++)
             for (size_t h = 0; h < nh; h++)
                 for (size_t i = 0; i < c->rot; i++) {
@@ -361,8 +370,19 @@ static void run_rot(const rot_case *c)
     free_rope(&r);
 }
 
+/* The case forward, then backward (each on fresh inputs, against its own
+ * reference). */
+static void run_both(rot_case c)
+{
+    c.backward = 0;
+    run_rot(&c);
+    c.backward = 1;
+    run_rot(&c);
+}
+
 /* dtype x style (loop index): q and k as views of a qkv buffer and as
- * separate buffers with padded heads, q alone, partial rotary, odd hd. */
+ * separate buffers with padded heads, q alone, partial rotary, odd hd;
+ * forward and backward. */
 START_TEST(test_rotary)
 {
     const oclf_dtype dt = dtypes[_i / 2];
@@ -371,20 +391,20 @@ START_TEST(test_rotary)
                                        {256, 64, 0},  {37, 18, 0}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const size_t hd = shapes[si][0], R = shapes[si][1];
-        rot_case v = {dt, dt, gptj, (int)(si % 2), 0, 5, 8, 2, hd, R, 1, 0, 1, NULL};
-        run_rot(&v);
-        rot_case s = {dt, dt, gptj, (int)(si % 2 == 0), 0, 3, 4, 2, hd, R, 0, 3, 1, NULL};
-        run_rot(&s);
+        rot_case v = {dt, dt, gptj, (int)(si % 2), 0, 5, 8, 2, hd, R, 1, 0, 1, NULL, 0};
+        run_both(v);
+        rot_case s = {dt, dt, gptj, (int)(si % 2 == 0), 0, 3, 4, 2, hd, R, 0, 3, 1, NULL, 0};
+        run_both(s);
         s.with_k = 0;
         s.tokens = 1;
-        run_rot(&s);
+        run_both(s);
         /* q and k heads interleaved in one buffer: the heads share no
          * element although each token's q extent covers k's heads */
-        rot_case iv = {dt, dt, gptj, (int)(si % 2), 0, 5, 3, 3, hd, R, 2, 0, 1, NULL};
-        run_rot(&iv);
+        rot_case iv = {dt, dt, gptj, (int)(si % 2), 0, 5, 3, 3, hd, R, 2, 0, 1, NULL, 0};
+        run_both(iv);
     }
-    rot_case z = {dt, dt, gptj, 0, 0, 0, 8, 2, 64, 64, 1, 0, 1, NULL};
-    run_rot(&z);
+    rot_case z = {dt, dt, gptj, 0, 0, 0, 8, 2, 64, 64, 1, 0, 1, NULL, 0};
+    run_both(z);
 }
 END_TEST
 
@@ -392,8 +412,8 @@ END_TEST
 START_TEST(test_mixed_cache)
 {
     for (int gptj = 0; gptj < 2; gptj++) {
-        rot_case v = {OCLF_F16, OCLF_F32, gptj, 1, 0, 5, 8, 2, 128, 96, 1, 0, 1, NULL};
-        run_rot(&v);
+        rot_case v = {OCLF_F16, OCLF_F32, gptj, 1, 0, 5, 8, 2, 128, 96, 1, 0, 1, NULL, 0};
+        run_both(v);
         qk_case c = {OCLF_F16, OCLF_F32, gptj, 0, 0, 5, 4, 2, 2, 80, 40, 3, 1, NULL};
         qk_fused_vs_unfused(c);
     }
@@ -424,8 +444,8 @@ START_TEST(test_structures)
                          shapes[si][0], shapes[si][1], si, (int)(si != 2), &ch};
             qk_fused_vs_unfused(c);
             rot_case r = {dtypes[d], dtypes[d], gptj, 0, 0, 3, 4, 2, shapes[si][0],
-                          shapes[si][1], (int)(si % 2), 1, 1, &ch};
-            run_rot(&r);
+                          shapes[si][1], (int)(si % 2), 1, 1, &ch, 0};
+            run_both(r);
         }
     }
 }
@@ -466,8 +486,8 @@ START_TEST(test_bad_positions)
             void *g = run_qk(&c);
             free(g);
         }
-        rot_case r = {dt, dt, !pos64, pos64, 1, 9, 4, 2, 128, 64, 1, 0, 1, NULL};
-        run_rot(&r);
+        rot_case r = {dt, dt, !pos64, pos64, 1, 9, 4, 2, 128, 64, 1, 0, 1, NULL, 0};
+        run_both(r);
         /* Staged, 4 tokens per group: bad tokens inside groups still pass
          * every barrier (WGS and VEC as built in test_structures). */
         static const int built[3][2] = {{16, 4}, {32, 2}, {8, 8}};
@@ -480,7 +500,109 @@ START_TEST(test_bad_positions)
         c.choice = &sc;
         qk_fused_vs_unfused(c);
         r.choice = &sc;
-        run_rot(&r);
+        run_both(r);
+    }
+}
+END_TEST
+
+/* backward(forward(x)) == x: the backward rotation undoes the forward one
+ * on the device, dtype x style (loop index), q and k as qkv views with V
+ * heads between, partial rotary and an odd head_dim, every 4th token's
+ * position out of range (left alone both times, so bit for bit x). Two
+ * roundings to storage lie between x and the result: twice the dtype's
+ * tolerance. */
+START_TEST(test_round_trip)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = dtypes[_i / 2];
+    const int gptj = _i % 2;
+    static const size_t shapes[][2] = {{128, 128}, {128, 96}, {37, 18}, {64, 2}};
+    for (size_t si = 0; si < 4; si++) {
+        const size_t hd = shapes[si][0], R = shapes[si][1], T = 7, nq = 4, nk = 2, nv = 2;
+        const size_t es = oclf_dtype_size(dt), ts = (nq + nk + nv) * hd + 3, n = 1 + T * ts + 1;
+        th_seed(9001 + si * 13 + (size_t)_i);
+        rope_in r = make_rope(dt, T, hd, R, gptj, (int)(si % 2), 1);
+        void *x = th_random(dt, n, -2.0f, 2.0f);
+        cl_mem m = th_upload(x, n * es);
+        oclf_heads q = {{m, 1, ts}, nq, 0}, k = {{m, 1 + nq * hd, ts}, nk, 0};
+        TH_OK(oclf_rotary_embedding(e->ctx, e->queue, dt, T, &r.rope, q, &k, NULL, 0, NULL, NULL));
+        TH_OK(oclf_rotary_embedding_backward(e->ctx, e->queue, dt, T, &r.rope, q, &k, NULL, 0,
+                                             NULL, NULL));
+        void *got = malloc(n * es);
+        th_download(m, got, n * es);
+        double atol, rtol;
+        oclf_ref_tolerance(dt, &atol, &rtol);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++) {
+            const size_t t = (i - 1) / ts, col = (i - 1) % ts;
+            /* rotated: dims < R of the q and k heads of a token in range */
+            const int rotated = i >= 1 && t < T && col < (nq + nk) * hd && col % hd < R &&
+                                pos_ok(&r, t);
+            int ok;
+            if (rotated) {
+                const double g = oclf_ref_get(dt, got, i), w = oclf_ref_get(dt, x, i);
+                ok = fabs(g - w) <= 2 * (atol + rtol * fabs(w));
+            } else {
+                ok = memcmp((char *)got + i * es, (char *)x + i * es, es) == 0;
+            }
+            if (!ok && bad++ == 0)
+                first = i;
+        }
+        ck_assert_msg(bad == 0,
+                      "%s %s hd %zu R %zu: backward(forward(x)) differs from x in %zu elements, "
+                      "first at %zu (%g, was %g)",
+                      oclf_dtype_name(dt), gptj ? "gptj" : "neox", hd, R, bad, first,
+                      (double)oclf_ref_get(dt, got, first), (double)oclf_ref_get(dt, x, first));
+        free(got), free(x);
+        clReleaseMemObject(m);
+        free_rope(&r);
+    }
+}
+END_TEST
+
+/* L(q, k) = sum(w * rotary(q, k)) has gradient rotary_backward(w): central
+ * differences of the forward call in f32, for both styles, a partial
+ * rotary head (hd 6, R 4) and a token out of range. */
+START_TEST(test_finite_differences)
+{
+    th_env *e = th_get();
+    for (int gptj = 0; gptj < 2; gptj++) {
+        enum { T = 3, HD = 6, NQ = 1, NK = 1, N = T * (NQ + NK) * HD };
+        th_seed(77 + (uint64_t)gptj);
+        rope_in r = make_rope(OCLF_F32, T, HD, 4, gptj, 0, 1); /* token 1 out of range */
+        float x[N], w[N], grad[N];
+        for (size_t i = 0; i < N; i++)
+            x[i] = th_uniform(-2.0f, 2.0f), w[i] = th_uniform(-1.0f, 1.0f);
+        cl_mem mw = th_upload(w, sizeof w);
+        oclf_heads gq = {{mw, 0, (NQ + NK) * HD}, NQ, 0}, gk = {{mw, NQ * HD, (NQ + NK) * HD}, NK, 0};
+        TH_OK(oclf_rotary_embedding_backward(e->ctx, e->queue, OCLF_F32, T, &r.rope, gq, &gk,
+                                             NULL, 0, NULL, NULL));
+        th_download(mw, grad, sizeof grad);
+        const float h = 0.125f; /* the rotation is linear: any step is exact but for rounding */
+        for (size_t j = 0; j < N; j++) {
+            double l[2];
+            for (int side = 0; side < 2; side++) {
+                float moved[N], out[N];
+                memcpy(moved, x, sizeof x);
+                moved[j] += side ? h : -h;
+                cl_mem mm = th_upload(moved, sizeof moved);
+                oclf_heads q = {{mm, 0, (NQ + NK) * HD}, NQ, 0},
+                           k = {{mm, NQ * HD, (NQ + NK) * HD}, NK, 0};
+                TH_OK(oclf_rotary_embedding(e->ctx, e->queue, OCLF_F32, T, &r.rope, q, &k, NULL,
+                                            0, NULL, NULL));
+                th_download(mm, out, sizeof out);
+                clReleaseMemObject(mm);
+                l[side] = 0;
+                for (size_t i = 0; i < N; i++)
+                    l[side] += (double)w[i] * (double)out[i];
+            }
+            const double fd = (l[1] - l[0]) / (2.0 * h);
+            ck_assert_msg(fabs(fd - grad[j]) <= 1e-5 + 1e-5 * fabs(fd),
+                          "%s: d L / d x[%zu] = %g, finite differences %g",
+                          gptj ? "gptj" : "neox", j, (double)grad[j], fd);
+        }
+        clReleaseMemObject(mw);
+        free_rope(&r);
     }
 }
 END_TEST
@@ -506,6 +628,12 @@ START_TEST(test_validate)
                                    NULL);
         ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
         ck_assert_ptr_nonnull(strstr(oclf_last_error(vctx), "token 1 "));
+        st = oclf_rotary_embedding_backward(vctx, e->queue, OCLF_F32, 6, &r.rope, q, NULL, NULL,
+                                            0, NULL, NULL);
+        ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(oclf_last_error(vctx), "rotary_embedding_backward") != NULL &&
+                          strstr(oclf_last_error(vctx), "token 1 ") != NULL,
+                      "message: %s", oclf_last_error(vctx));
         void *got = malloc(n * 4);
         th_download(m, got, n * 4);
         ck_assert_msg(memcmp(got, x, n * 4) == 0, "a rejected call wrote qkv");
@@ -676,6 +804,41 @@ START_TEST(test_bad_arguments)
            OCLF_INVALID_ARGUMENT, "overlaps k");
     EXPECT(oclf_rotary_embedding(e->ctx, q, (oclf_dtype)3, T, R, Q, &K, NULL, 0, NULL, NULL),
            OCLF_UNSUPPORTED, "dtype");
+
+    /* the backward: the forward's checks, under its own name */
+#define ROTB(rope_, q_, k_)                                                                    \
+    oclf_rotary_embedding_backward(e->ctx, q, OCLF_F32, T, rope_, q_, k_, NULL, 0, NULL, NULL)
+    ck_assert_int_eq(oclf_rotary_embedding_backward(NULL, q, OCLF_F32, T, R, Q, &K, NULL, 0, NULL,
+                                                    NULL),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));
+    EXPECT(oclf_rotary_embedding_backward(e->ctx, NULL, OCLF_F32, T, R, Q, &K, NULL, 0, NULL,
+                                          NULL),
+           OCLF_INVALID_ARGUMENT, "queue");
+    EXPECT(ROTB(NULL, Q, &K), OCLF_INVALID_ARGUMENT, "rotary_embedding_backward: rope is NULL");
+    a = *R, a.rot_dim = hd - 1;
+    EXPECT(ROTB(&a, Q, &K), OCLF_INVALID_ARGUMENT, "rot_dim");
+    a = *R, a.style = (oclf_rope_style)4;
+    EXPECT(ROTB(&a, Q, &K), OCLF_INVALID_ARGUMENT, "style");
+    h = Q, h.count = 0;
+    EXPECT(ROTB(R, h, &K), OCLF_INVALID_ARGUMENT, "head count is 0");
+    h = K, h.count = 5;
+    EXPECT(ROTB(R, Q, &h), OCLF_INVALID_ARGUMENT, "do not fit");
+    h = Q, h.buf.offset = hd, h.count = 2, h.buf.stride = 4 * hd;
+    h2 = Q, h2.count = 2, h2.buf.stride = 4 * hd;
+    EXPECT(ROTB(R, h2, &h), OCLF_INVALID_ARGUMENT, "q and k overlap");
+    a = *R, a.cos_sin = (oclf_buf){bb.other, 0, 0}, a.max_pos = 2;
+    EXPECT(ROTB(&a, Q, &K), OCLF_INVALID_ARGUMENT, "overlaps k");
+    a = *R, a.cache_dtype = (oclf_dtype)7;
+    EXPECT(ROTB(&a, Q, &K), OCLF_UNSUPPORTED, "cache dtype");
+    EXPECT(oclf_rotary_embedding_backward(e->ctx, q, (oclf_dtype)3, T, R, Q, &K, NULL, 0, NULL,
+                                          NULL),
+           OCLF_UNSUPPORTED, "dtype");
+    ch = th_choice(OCLF_PATH_AUTO);
+    oclf_params_set(&ch.params, "VEC", 32);
+    EXPECT(oclf_rotary_embedding_backward(e->ctx, q, OCLF_F32, T, R, Q, &K, &ch, 0, NULL, NULL),
+           OCLF_INVALID_ARGUMENT, "VEC");
+#undef ROTB
     bad_check_untouched(&bb);
 #undef QK
 #undef ROT
@@ -696,6 +859,8 @@ static Suite *rope_suite(void)
     tcase_add_loop_test(t, test_structures, 0, 6);
     tcase_add_test(t, test_split_tail);
     tcase_add_loop_test(t, test_bad_positions, 0, 3);
+    tcase_add_loop_test(t, test_round_trip, 0, 6);
+    tcase_add_test(t, test_finite_differences);
     tcase_add_test(t, test_validate);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");

@@ -1,7 +1,8 @@
-/* Descriptors of rotary_embedding and qk_norm_rope for the benchmark and the
- * tuner. Both work in place on a packed qkv [tokens, (nq + nk + nv) * hd]
+/* Descriptors of rotary_embedding, its backward and qk_norm_rope for the
+ * benchmark and the tuner. Both work in place on a packed qkv [tokens, (nq + nk + nv) * hd]
  * with a cache of the heads' dtype, NeoX pairs and int32 positions;
- * rotary_embedding rotates the q and k views of it. */
+ * rotary_embedding (and its backward, on the gradients) rotates the q and k
+ * views of it. */
 #include "opdesc.h"
 
 #include "ref.h"
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ROTARY, QK_NORM_ROPE };
+enum { ROTARY, QK_NORM_ROPE, ROTARY_BACKWARD };
 
 typedef struct rope_inst {
     int kind;
@@ -111,6 +112,9 @@ static oclf_status rope_run(const op_env *env, void *p, const oclf_choice *ch, c
                                  ch, 0, NULL, ev);
     }
     oclf_heads q = {{in->x, 0, ts}, in->nq, 0}, k = {{in->x, in->nq * in->hd, ts}, in->nk, 0};
+    if (in->kind == ROTARY_BACKWARD)
+        return oclf_rotary_embedding_backward(env->ctx, env->queue, in->dtype, in->tokens,
+                                              &in->rope, q, in->nk ? &k : NULL, ch, 0, NULL, ev);
     return oclf_rotary_embedding(env->ctx, env->queue, in->dtype, in->tokens, &in->rope, q,
                                  in->nk ? &k : NULL, ch, 0, NULL, ev);
 }
@@ -135,6 +139,9 @@ static int rope_verify(const op_env *env, void *p, const oclf_choice *ch, char *
         if (in->kind == QK_NORM_ROPE)
             oclf_ref_qk_norm_rope(dt, in->tokens, in->nq, in->nk, in->nv, in->hx, nh * in->hd,
                                   in->hw, in->hw, eps, &r, in->want);
+        else if (in->kind == ROTARY_BACKWARD)
+            oclf_ref_rotary_backward(dt, in->tokens, in->nq + in->nk, in->hx, nh * in->hd,
+                                     in->hd, &r, in->want);
         else /* every head of the row: V heads come back unchanged */
             oclf_ref_rotary(dt, in->tokens, in->nq + in->nk, in->hx, nh * in->hd, in->hd, &r,
                             in->want);
@@ -244,5 +251,6 @@ static const op_kernel_check rope_check = {
     };
 
 ROPE_DESC(rotary_embedding, ROTARY, "rotary_embedding", 0, NULL)
+ROPE_DESC(rotary_embedding_backward, ROTARY_BACKWARD, "rotary_embedding_backward", 0, NULL)
 ROPE_DESC(qk_norm_rope, QK_NORM_ROPE, "qk_norm_rope", 1,
           "1x32x8x8x128x128,16x32x8x8x128x128,512x32x8x8x128x128")

@@ -1,7 +1,12 @@
 /*
- * Activation-and-multiply: oclf_act_and_mul.
+ * Activation-and-multiply: oclf_act_and_mul and its gradient,
+ * oclf_act_and_mul_backward.
  *
- *   fused: act_and_mul          unfused: act_rows -> mul_rows (fp32 temporary)
+ *   act_and_mul            fused: act_and_mul
+ *                          unfused: act_rows -> mul_rows (fp32 temporary)
+ *   act_and_mul_backward   fused: act_and_mul_backward
+ *                          unfused: act_grad_rows -> grad_x_rows -> grad_y_rows
+ *                          (act and act' in two fp32 temporaries)
  *
  * Parameters: LAYOUT (0 a chunk of a row per work-item, 1 work-group per
  * row), WGS (work-group size, a power of two), VEC (vector width 1..16).
@@ -42,7 +47,6 @@ static oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype d
                               const oclf_shape *shape, const oclf_resolved *r, int deep,
                               oclf_op_cfg *out)
 {
-    (void)op;
     (void)shape;
     act_cfg cfg;
     oclf_status st = act_config(ctx, &r->params, &cfg);
@@ -56,15 +60,20 @@ static oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype d
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;
     static const char *const fused[] = {"act_and_mul"}, *const unfused[] = {"act_rows", "mul_rows"};
-    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)
-                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, (size_t)cfg.wgs);
+    static const char *const bfused[] = {"act_and_mul_backward"},
+                             *const bunfused[] = {"act_grad_rows", "grad_x_rows", "grad_y_rows"};
+    const size_t wgs = (size_t)cfg.wgs;
+    if (op == OCLF_OP_ACT_AND_MUL_BACKWARD)
+        return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, bfused, 1, wgs)
+                                          : oclf_check_kernel_wgs(ctx, prog, bunfused, 3, wgs);
+    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, wgs)
+                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, wgs);
 }
 
 const oclf_op_hooks oclf_act_hooks = {oclf_act_heuristic, oclf_act_validate};
 
-static oclf_status check_activation(oclf_context *ctx, const oclf_activation *a)
+static oclf_status check_activation(oclf_context *ctx, const char *op, const oclf_activation *a)
 {
-    const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
     if (!a)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: act is NULL", op);
     if ((unsigned)a->kind >= OCLF_ACT_COUNT_)
@@ -122,7 +131,7 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
     oclf_status st;
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
-        (st = check_activation(ctx, act)))
+        (st = check_activation(ctx, op, act)))
         return st;
     if (d == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: d is 0", op);
@@ -202,6 +211,121 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
         st = oclf_chain_launch(&ch, prog, "mul_rows", a, OCLF_NARGS(a), global, local);
     }
     clReleaseMemObject(tmp); /* freed by OpenCL once the launches finish */
+    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
+    return st;
+}
+
+oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                      const oclf_activation *act, size_t rows, size_t d,
+                                      oclf_buf in, oclf_buf dout, oclf_buf din,
+                                      const oclf_choice *choice, cl_uint num_events,
+                                      const cl_event *wait_list, cl_event *event)
+{
+    const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL_BACKWARD);
+    oclf_status st;
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
+        (st = check_activation(ctx, op, act)))
+        return st;
+    if (d == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: d is 0", op);
+    if (d > (size_t)INT_MAX - 64)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: d = %zu is not below 2^31", op, d);
+    const size_t el = oclf_dtype_size(dtype);
+    oclf_operand oi, og, od;
+    char what[64];
+    snprintf(what, sizeof what, "%s: in", op);
+    if ((st = oclf_check_2d(ctx, what, in, rows, 2 * d, el, &oi)))
+        return st;
+    snprintf(what, sizeof what, "%s: dout", op);
+    if ((st = oclf_check_2d(ctx, what, dout, rows, d, el, &og)))
+        return st;
+    snprintf(what, sizeof what, "%s: din", op);
+    if ((st = oclf_check_2d(ctx, what, din, rows, 2 * d, el, &od)))
+        return st;
+    /* In place is din == in exactly: every element's inputs are read before
+     * its gradients are written, by the same work-item (cl/act.cl). */
+    if (oclf_overlap(&oi, &od) && !oclf_same_range(&oi, &od))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: din overlaps in without being the same range", op);
+    if (oclf_overlap(&og, &oi) || oclf_overlap(&og, &od))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: dout overlaps %s", op,
+                         oclf_overlap(&og, &oi) ? "in" : "din");
+
+    oclf_shape shape = {{rows, d, 0, 0}};
+    oclf_resolved r;
+    act_cfg cfg;
+    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ACT_AND_MUL_BACKWARD, &oclf_act_hooks, dtype,
+                                     &shape, choice, &r)) ||
+        (st = oclf_row_config_resolved(ctx, act_params, P_COUNT, &r, &cfg)))
+        return st;
+    if (rows == 0)
+        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
+
+    cl_uint chunk, nsplit;
+    act_split(ctx, &cfg, rows, d, &chunk, &nsplit);
+    const size_t local = (size_t)cfg.wgs;
+    if (rows > OCLF_MAX_LAUNCH_ITEMS / local / nsplit)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op, rows);
+    const size_t global =
+        cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * nsplit * local;
+    const int fused = r.path == OCLF_PATH_FUSED;
+    if (!fused && rows > SIZE_MAX / 2 / d / sizeof(float))
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporaries of %zu x %zu floats", op, rows,
+                         d);
+
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
+        return st;
+
+    cl_ulong io = oi.offset, is = oi.stride, go = og.offset, gs = og.stride;
+    cl_ulong dio = od.offset, dis = od.stride, nrows = rows;
+    cl_uint dd = (cl_uint)d, kind = (cl_uint)act->kind, second = (cl_uint)act->act_on_second;
+    float p0 = act->kind == OCLF_ACT_FATRELU ? act->threshold : act->alpha;
+    float p1 = act->limit;
+    /* the arguments the fused kernel takes, and the unfused ones lead with */
+#define BACKWARD_ARGLIST                                                                  \
+    OCLF_ARG(oi.mem), OCLF_ARG(io), OCLF_ARG(is), OCLF_ARG(og.mem), OCLF_ARG(go),          \
+        OCLF_ARG(gs), OCLF_ARG(od.mem), OCLF_ARG(dio), OCLF_ARG(dis), OCLF_ARG(nrows),     \
+        OCLF_ARG(dd), OCLF_ARG(kind), OCLF_ARG(second), OCLF_ARG(p0), OCLF_ARG(p1),        \
+        OCLF_ARG(chunk), OCLF_ARG(nsplit)
+
+    if (fused) {
+        oclf_arg a[] = {BACKWARD_ARGLIST};
+        return oclf_enqueue(ctx, queue, prog, "act_and_mul_backward", a, OCLF_NARGS(a), global,
+                            local, num_events, wait_list, event);
+    }
+
+    /* Unfused: act and act' into fp32 temporaries, then the activated half's
+     * gradient, then the multiplied half's (the order in place needs). */
+    cl_mem tmp = NULL, tmpd = NULL;
+    if ((st = oclf_temp_buffer(ctx, rows * d * sizeof(float), &tmp)))
+        return st;
+    if ((st = oclf_temp_buffer(ctx, rows * d * sizeof(float), &tmpd))) {
+        clReleaseMemObject(tmp);
+        return st;
+    }
+    oclf_chain ch;
+    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
+    {
+        oclf_arg a[] = {OCLF_ARG(oi.mem), OCLF_ARG(io),     OCLF_ARG(is),    OCLF_ARG(tmp),
+                        OCLF_ARG(tmpd),   OCLF_ARG(nrows),  OCLF_ARG(dd),    OCLF_ARG(kind),
+                        OCLF_ARG(second), OCLF_ARG(p0),     OCLF_ARG(p1),    OCLF_ARG(chunk),
+                        OCLF_ARG(nsplit)};
+        st = oclf_chain_launch(&ch, prog, "act_grad_rows", a, OCLF_NARGS(a), global, local);
+    }
+    if (st == OCLF_SUCCESS) {
+        oclf_arg a[] = {BACKWARD_ARGLIST, OCLF_ARG(tmpd)};
+        st = oclf_chain_launch(&ch, prog, "grad_x_rows", a, OCLF_NARGS(a), global, local);
+    }
+    if (st == OCLF_SUCCESS) {
+        oclf_arg a[] = {BACKWARD_ARGLIST, OCLF_ARG(tmp)};
+        st = oclf_chain_launch(&ch, prog, "grad_y_rows", a, OCLF_NARGS(a), global, local);
+    }
+#undef BACKWARD_ARGLIST
+    clReleaseMemObject(tmp); /* freed by OpenCL once the launches finish */
+    clReleaseMemObject(tmpd);
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;
 }

@@ -3,6 +3,10 @@
  * KV-cache write.
  *
  *   rotary_embedding    one kernel (rotary_embedding); it has no unfused form
+ *   rotary_embedding_backward
+ *                       the same kernel built with OCLF_ROPE_INVERSE=1 (the
+ *                       sines negated: the transpose rotation), the same
+ *                       tuning space; no unfused form either
  *   qk_norm_rope        fused: qk_norm_rope
  *                       unfused: head_rms_norm -> rotary_embedding
  *   kv_cache_write      one kernel (kv_cache_write)
@@ -118,6 +122,13 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
     return OCLF_SUCCESS;
 }
 
+/* The build option that turns rotary_embedding's rotation into its
+ * transpose, for the backward op; empty for every other. */
+static const char *inverse_define(oclf_op op)
+{
+    return op == OCLF_OP_ROTARY_EMBEDDING_BACKWARD ? " -DOCLF_ROPE_INVERSE=1" : "";
+}
+
 /* The deep check builds the program with a cache of the heads' dtype (the
  * usual case); the cache type changes loads, not the work-group limit. */
 static oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
@@ -130,15 +141,16 @@ static oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
         memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, (int)dtype, cfg.defines);
+    char defines[OCLF_DEFINES_MAX + 64], opts[OCLF_OPTIONS_MAX + 64];
+    snprintf(defines, sizeof defines, "%s%s", cfg.defines, inverse_define(op));
+    oclf_program_options(opts, sizeof opts, dtype, (int)dtype, defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "rope.cl", opts, &prog)))
         return st;
     static const char *const rot[] = {"rotary_embedding"}, *const fused[] = {"qk_norm_rope"};
     static const char *const unfused[] = {"head_rms_norm", "rotary_embedding"};
     const size_t wgs = (size_t)cfg.row.wgs;
-    if (op == OCLF_OP_ROTARY_EMBEDDING)
+    if (op == OCLF_OP_ROTARY_EMBEDDING || op == OCLF_OP_ROTARY_EMBEDDING_BACKWARD)
         return oclf_check_kernel_wgs(ctx, prog, rot, 1, wgs);
     return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, wgs)
                                       : oclf_check_kernel_wgs(ctx, prog, unfused, 2, wgs);
@@ -292,9 +304,10 @@ static oclf_status rope_prepare(oclf_context *ctx, const char *name, oclf_op op,
     l->rpg = (cl_uint)cfg.rpg;
     /* unstaged kernels ignore the stage; a local argument cannot be empty */
     l->stage_size = cfg.stage ? stage_bytes(hd, rot, (size_t)cfg.rpg) : sizeof(float);
-    char defines[OCLF_DEFINES_MAX + 32], opts[OCLF_OPTIONS_MAX + 32];
-    snprintf(defines, sizeof defines, "%s%s", cfg.defines,
-             cache_write && r->path == OCLF_PATH_FUSED ? " -DOCLF_CACHE_WRITE=1" : "");
+    char defines[OCLF_DEFINES_MAX + 64], opts[OCLF_OPTIONS_MAX + 64];
+    snprintf(defines, sizeof defines, "%s%s%s", cfg.defines,
+             cache_write && r->path == OCLF_PATH_FUSED ? " -DOCLF_CACHE_WRITE=1" : "",
+             inverse_define(op));
     oclf_program_options(opts, sizeof opts, dtype, (int)cdtype, defines);
     return oclf_program_get(ctx, "rope.cl", opts, prog);
 }
@@ -324,12 +337,15 @@ static unsigned rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_ar
     return OCLF_NARGS(args);
 }
 
-oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                  size_t tokens, const oclf_rope *rope, oclf_heads q,
-                                  const oclf_heads *k, const oclf_choice *choice,
-                                  cl_uint num_events, const cl_event *wait_list, cl_event *event)
+/* oclf_rotary_embedding (ROTARY_EMBEDDING) and its backward
+ * (ROTARY_EMBEDDING_BACKWARD): one set of checks and one kernel, whose
+ * program the op picks (rope_prepare). */
+static oclf_status rotary_run(oclf_context *ctx, oclf_op op_id, cl_command_queue queue,
+                              oclf_dtype dtype, size_t tokens, const oclf_rope *rope,
+                              oclf_heads q, const oclf_heads *k, const oclf_choice *choice,
+                              cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
-    const char *op = oclf_op_name(OCLF_OP_ROTARY_EMBEDDING);
+    const char *op = oclf_op_name(op_id);
     oclf_status st;
     rope_operands ro;
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
@@ -362,7 +378,7 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
-    if ((st = rope_prepare(ctx, op, OCLF_OP_ROTARY_EMBEDDING, dtype, tokens, heads, hd,
+    if ((st = rope_prepare(ctx, op, op_id, dtype, tokens, heads, hd,
                            rope->rot_dim, rope->cache_dtype, 0, choice, &r, &prog, &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
         return st;
@@ -379,6 +395,25 @@ oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, ocl
     const unsigned na = rotary_arglist(a, &v, &ra, &l);
     return oclf_enqueue(ctx, queue, prog, "rotary_embedding", a, na, l.global, l.local,
                         num_events, wait_list, event);
+}
+
+oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                                  size_t tokens, const oclf_rope *rope, oclf_heads q,
+                                  const oclf_heads *k, const oclf_choice *choice,
+                                  cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+    return rotary_run(ctx, OCLF_OP_ROTARY_EMBEDDING, queue, dtype, tokens, rope, q, k, choice,
+                      num_events, wait_list, event);
+}
+
+oclf_status oclf_rotary_embedding_backward(oclf_context *ctx, cl_command_queue queue,
+                                           oclf_dtype dtype, size_t tokens, const oclf_rope *rope,
+                                           oclf_heads dq, const oclf_heads *dk,
+                                           const oclf_choice *choice, cl_uint num_events,
+                                           const cl_event *wait_list, cl_event *event)
+{
+    return rotary_run(ctx, OCLF_OP_ROTARY_EMBEDDING_BACKWARD, queue, dtype, tokens, rope, dq, dk,
+                      choice, num_events, wait_list, event);
 }
 
 /* A checked qk_norm_rope call: the packed qkv, the weights, the rope. */

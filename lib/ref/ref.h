@@ -80,6 +80,12 @@ void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *i
 /* in: rows x 2d of dtype, row stride is; out: rows x d packed doubles. */
 void oclf_ref_act_and_mul(oclf_dtype dtype, const oclf_activation *act, size_t rows, size_t d,
                           const void *in, size_t is, double *out);
+/* The gradient of oclf_ref_act_and_mul: dout rows x d of dtype (row stride
+ * gs); din rows x 2d packed doubles (dL/dx | dL/dy, or the interleaved
+ * pairs of SWIGLU_OAI), the derivatives taken in closed form in fp64. */
+void oclf_ref_act_and_mul_backward(oclf_dtype dtype, const oclf_activation *act, size_t rows,
+                                   size_t d, const void *in, size_t is, const void *dout,
+                                   size_t gs, double *din);
 
 /* ---- rotary embedding ----------------------------------------- */
 /* Host view of oclf_rope: positions widened to int64. */
@@ -97,6 +103,10 @@ typedef struct oclf_ref_rope {
  * a position outside [0, max_pos) are copied unchanged. */
 void oclf_ref_rotary(oclf_dtype dtype, size_t tokens, size_t nh, const void *x, size_t ts,
                      size_t hs, const oclf_ref_rope *r, double *y);
+/* The same with the inverse rotation (x c + y s, y c - x s): the gradient
+ * of oclf_ref_rotary. */
+void oclf_ref_rotary_backward(oclf_dtype dtype, size_t tokens, size_t nh, const void *x,
+                              size_t ts, size_t hs, const oclf_ref_rope *r, double *y);
 /* Per-head RMSNorm of the nq Q and nk K heads (weights qw, kw of hd or
  * NULL), then the rotation, all in fp64; V heads copied. y: [tokens,
  * (nq + nk + nv) * hd] packed doubles. */

@@ -285,9 +285,15 @@ FUNCTIONS = {
     "oclf_act_and_mul": (_status, (c_void_p, cl_handle, c_enum, P(oclf_activation), c_size_t,
                                    c_size_t, oclf_buf, oclf_buf, P(oclf_choice)) + _wait
                          + (_ev,)),
+    "oclf_act_and_mul_backward": (_status, (c_void_p, cl_handle, c_enum, P(oclf_activation),
+                                            c_size_t, c_size_t, oclf_buf, oclf_buf, oclf_buf,
+                                            P(oclf_choice)) + _wait + (_ev,)),
     "oclf_rotary_embedding": (_status, (c_void_p, cl_handle, c_enum, c_size_t, P(oclf_rope),
                                         oclf_heads, P(oclf_heads), P(oclf_choice)) + _wait
                               + (_ev,)),
+    "oclf_rotary_embedding_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t,
+                                                 P(oclf_rope), oclf_heads, P(oclf_heads),
+                                                 P(oclf_choice)) + _wait + (_ev,)),
     "oclf_qk_norm_rope": (_status, (c_void_p, cl_handle, c_enum, c_size_t, P(oclf_rope),
                                     oclf_buf, c_size_t, c_size_t, c_size_t, P(oclf_buf),
                                     P(oclf_buf), c_float, P(oclf_choice)) + _wait + (_ev,)),

@@ -144,6 +144,36 @@ def act_and_mul(x, act="silu", *, act_on_second=False, threshold=0.0, alpha=1.70
     return out
 
 
+def act_and_mul_backward(x, dout, act="silu", *, act_on_second=False, threshold=0.0, alpha=1.702,
+                         limit=7.0, out=None, path=None, params=None, ctx=None, queue=None,
+                         wait_for=None):
+    """The gradient of act_and_mul: x is the forward's input [rows, 2d], dout
+    the gradient of its output [rows, d]; returns din [rows, 2d], the
+    gradient of x (laid out as x: the activated half's, then the other's;
+    interleaved pairs for "swiglu_oai"). act(x) is recomputed, nothing of
+    the forward is needed. `out` may be x itself (the gradient replaces the
+    saved input); default a new array."""
+    call = _start([x, dout, out], ctx, queue, wait_for)
+    rows, width = matrix_shape(x, "x")
+    if width % 2:
+        raise ValueError(f"x rows hold {width} elements: act_and_mul_backward takes 2d per row")
+    d = width // 2
+    grows, gwidth = matrix_shape(dout, "dout")
+    if (grows, gwidth) != (rows, d) or dout.ndim != x.ndim:
+        raise ValueError(f"dout is {dout.shape}; x {x.shape} needs {(d,) if x.ndim == 1 else (rows, d)}")
+    same_dtype(x.dtype, dout=dout)
+    out, new = _out_like(call, out, x.shape, x.dtype)
+    a = C.init_struct(C.oclf_activation())
+    a.kind = _lookup(_ACTS, act, "act")
+    a.act_on_second, a.threshold, a.alpha, a.limit = int(act_on_second), threshold, alpha, limit
+    dx = call.dev(x, write=out is x)
+    dg = call.dev(dout)
+    do = call.dev(out, write=True, init=not new)
+    call.run(_fn("oclf_act_and_mul_backward"), oclf_dtype(x.dtype), ctypes.byref(a), rows, d,
+             buf(dx), buf(dg), buf(do), make_choice(path, params))
+    return out
+
+
 def _rope(call, positions, cos_sin, style, head_dim):
     r = C.init_struct(C.oclf_rope())
     r.style = _lookup(_STYLES, style, "style")
@@ -204,6 +234,23 @@ def rotary_embedding(q, positions, cos_sin, k=None, *, style="neox", path=None, 
     call.run(lib.oclf_rotary_embedding, oclf_dtype(q.dtype), shape[0], ctypes.byref(r), hq,
              None if hk is None else ctypes.byref(hk), make_choice(path, params))
     return q if k is None else (q, k)
+
+
+def rotary_embedding_backward(dq, positions, cos_sin, dk=None, *, style="neox", path=None,
+                              params=None, ctx=None, queue=None, wait_for=None):
+    """The gradient of rotary_embedding, in place: dq (and dk), the gradients
+    of the rotated heads, become those of the heads before the rotation
+    (the inverse rotation). Arguments as rotary_embedding's. Returns dq, or
+    (dq, dk)."""
+    call = _start([dq, dk, positions, cos_sin], ctx, queue, wait_for)
+    same_dtype(dq.dtype, dk=dk)
+    hq, shape = _heads(call, dq, "dq")
+    hk = _heads(call, dk, "dk")[0] if dk is not None else None
+    r = _rope(call, positions, cos_sin, style, shape[2])
+    call.run(_fn("oclf_rotary_embedding_backward"), oclf_dtype(dq.dtype), shape[0],
+             ctypes.byref(r), hq, None if hk is None else ctypes.byref(hk),
+             make_choice(path, params))
+    return dq if dk is None else (dq, dk)
 
 
 def qk_norm_rope(qkv, positions, cos_sin, *, nq, nk, q_weight=None, k_weight=None, eps=1e-6,
