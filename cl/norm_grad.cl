@@ -106,37 +106,38 @@ static inline float4 ng_stats(global const stor_t *xr, uint cols, float eps, int
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres]
  * (RMSNorm has no mean(g) term: its forward subtracts no mean), and, when
  * pw / pb are set, the chunk partials pw += dy * xhat, pb += dy (`first`:
- * the chunk's first row starts them from 0). Two passes over the row: the
- * sums, then dx. Every element of dx is written after this work-item read
+ * the chunk's first row starts them from 0). NG_ROW_MEANS is the pass
+ * that finds mean(g) and mean(g * xhat) (mg_, mgx_), NG_ROW_WRITE the pass
+ * that writes. Every element of dx is written after this work-item read
  * its own dy and dres there, so dx may be dy or dres exactly. Needs lane,
  * nlanes, scratch, cols, xr, dyr, drr, dxr, wp, pw, pb in scope. */
-#define NG_ROW(LN, st, first)                                                  \
+#define NG_ROW_MEANS(LN, st)                                                   \
+    floatv ag_ = VSPLAT(0.0f), agx_ = VSPLAT(0.0f);                            \
+    float tg_ = 0.0f, tgx_ = 0.0f;                                             \
+    FOR_VEC(i, cols) {                                                         \
+        const floatv dyv = LDV(dyr, i);                                        \
+        const floatv g = wp ? dyv * LDV(wp, i) : dyv;                          \
+        const floatv xh = NG_XHAT(LDV(xr, i), st);                             \
+        ag_ += g;                                                              \
+        agx_ = fma(g, xh, agx_);                                               \
+    }                                                                          \
+    FOR_TAIL(i, cols) {                                                        \
+        const float dyv = LD(dyr, i);                                          \
+        const float g = wp ? dyv * LD(wp, i) : dyv;                            \
+        const float xh = NG_XHAT(LD(xr, i), st);                               \
+        tg_ += g;                                                              \
+        tgx_ = fma(g, xh, tgx_);                                               \
+    }                                                                          \
+    const float mg_ = (LN) ? ROW_REDUCE(VSUM(ag_) + tg_, scratch) / (float)cols : 0.0f; \
+    const float mgx_ = ROW_REDUCE(VSUM(agx_) + tgx_, scratch) / (float)cols
+#define NG_ROW_WRITE(st, mg, mgx, first)                                       \
     do {                                                                       \
-        floatv ag_ = VSPLAT(0.0f), agx_ = VSPLAT(0.0f);                        \
-        float tg_ = 0.0f, tgx_ = 0.0f;                                         \
-        FOR_VEC(i, cols) {                                                     \
-            const floatv dyv = LDV(dyr, i);                                    \
-            const floatv g = wp ? dyv * LDV(wp, i) : dyv;                      \
-            const floatv xh = NG_XHAT(LDV(xr, i), st);                         \
-            ag_ += g;                                                          \
-            agx_ = fma(g, xh, agx_);                                           \
-        }                                                                      \
-        FOR_TAIL(i, cols) {                                                    \
-            const float dyv = LD(dyr, i);                                      \
-            const float g = wp ? dyv * LD(wp, i) : dyv;                        \
-            const float xh = NG_XHAT(LD(xr, i), st);                           \
-            tg_ += g;                                                          \
-            tgx_ = fma(g, xh, tgx_);                                           \
-        }                                                                      \
-        const float n_ = (float)cols;                                          \
-        const float mg_ = (LN) ? ROW_REDUCE(VSUM(ag_) + tg_, scratch) / n_ : 0.0f; \
-        const float mgx_ = ROW_REDUCE(VSUM(agx_) + tgx_, scratch) / n_;        \
         const float rs_ = (st).z;                                              \
         FOR_VEC(i, cols) {                                                     \
             const floatv dyv = LDV(dyr, i);                                    \
             const floatv g = wp ? dyv * LDV(wp, i) : dyv;                      \
             const floatv xh = NG_XHAT(LDV(xr, i), st);                         \
-            floatv d = fma(-xh, (floatv)mgx_, g - mg_) * rs_;                  \
+            floatv d = fma(-xh, (floatv)(mgx), g - (mg)) * rs_;                \
             if (drr)                                                           \
                 d += LDV(drr, i);                                              \
             STV(dxr, i, d);                                                    \
@@ -149,7 +150,7 @@ static inline float4 ng_stats(global const stor_t *xr, uint cols, float eps, int
             const float dyv = LD(dyr, i);                                      \
             const float g = wp ? dyv * LD(wp, i) : dyv;                        \
             const float xh = NG_XHAT(LD(xr, i), st);                           \
-            float d = fma(-xh, mgx_, g - mg_) * rs_;                           \
+            float d = fma(-xh, (mgx), g - (mg)) * rs_;                         \
             if (drr)                                                           \
                 d += LD(drr, i);                                               \
             ST(dxr, i, d);                                                     \
@@ -160,10 +161,73 @@ static inline float4 ng_stats(global const stor_t *xr, uint cols, float eps, int
         }                                                                      \
     } while (0)
 
+/* LAYOUT 0's fused row: the statistics and the two means in one pass over
+ * x, dy and w (ng_stats's sums, in its order, beside those of g and
+ * g * (x - k), whose order does not matter: they only reach dx), then the
+ * write. With S_g = sum(g) and S_gd = sum(g * (x - k)),
+ * sum(g * xhat) = rstd * (S_gd - dm * S_g). */
+static inline float4 ng_stats_means(global const stor_t *xr, global const stor_t *dyr,
+                                    global const stor_t *wp, uint cols, float eps, int ln,
+                                    float *mg, float *mgx)
+{
+    const float k = ln ? LD(xr, 0) : 0.0f;
+    float8 s = (float8)(0.0f), q = (float8)(0.0f), s2 = (float8)(0.0f), q2 = (float8)(0.0f);
+    float8 g1 = (float8)(0.0f), gd1 = (float8)(0.0f), g2 = (float8)(0.0f), gd2 = (float8)(0.0f);
+    uint i = 0;
+    for (; i + 16 <= cols; i += 16) {
+        const float8 d = NG_LD8(xr + i) - k;
+        const float8 e = NG_LD8(xr + i + 8) - k;
+        const float8 ga = wp ? NG_LD8(dyr + i) * NG_LD8(wp + i) : NG_LD8(dyr + i);
+        const float8 gb = wp ? NG_LD8(dyr + i + 8) * NG_LD8(wp + i + 8) : NG_LD8(dyr + i + 8);
+        s += d;
+        q = fma(d, d, q);
+        s2 += e;
+        q2 = fma(e, e, q2);
+        g1 += ga;
+        gd1 = fma(ga, d, gd1);
+        g2 += gb;
+        gd2 = fma(gb, e, gd2);
+    }
+    if (i + 8 <= cols) {
+        const float8 d = NG_LD8(xr + i) - k;
+        const float8 ga = wp ? NG_LD8(dyr + i) * NG_LD8(wp + i) : NG_LD8(dyr + i);
+        s += d;
+        q = fma(d, d, q);
+        g1 += ga;
+        gd1 = fma(ga, d, gd1);
+        i += 8;
+    }
+    float ts = 0.0f, tq = 0.0f, tg = 0.0f, tgd = 0.0f;
+    for (; i < cols; i++) {
+        const float d = LD(xr, i) - k;
+        const float g = wp ? LD(dyr, i) * LD(wp, i) : LD(dyr, i);
+        ts += d;
+        tq = fma(d, d, tq);
+        tg += g;
+        tgd = fma(g, d, tgd);
+    }
+    /* the statistics exactly as ng_stats computes them */
+    const float n = (float)cols;
+    const float sq = ng_sum8(q + q2) + tq;
+    float dm = 0.0f, rstd;
+    if (ln) {
+        dm = (ng_sum8(s + s2) + ts) / n;
+        const float var = sq / n - dm * dm;
+        rstd = rsqrt(fmax(var, 0.0f) + eps);
+    } else {
+        rstd = rsqrt(sq / n + eps);
+    }
+    const float sg = ng_sum8(g1 + g2) + tg, sgd = ng_sum8(gd1 + gd2) + tgd;
+    *mg = ln ? sg / n : 0.0f;
+    *mgx = rstd * (sgd - dm * sg) / n;
+    return (float4)(k, dm, rstd, 0.0f);
+}
+
 /* Fused: a chunk of NG_CHUNK rows per work-item (LAYOUT 0) or per
  * work-group (LAYOUT 1). part holds the chunk partials, chunk-major:
- * dw's at part[c * cols + j], db's at part[(nchunks + c) * cols + j]. In
- * LAYOUT 1 the statistics of the chunk's rows come first, a row per lane
+ * dw's at part[c * cols + j], db's at part[(nchunks + c) * cols + j].
+ * LAYOUT 0 reads each row twice (ng_stats_means, NG_ROW_WRITE), from the
+ * caches the second time. In LAYOUT 1 the statistics of the chunk's rows come first, a row per lane
  * (their order is fixed per row, so one lane computes a row's whole sum),
  * then the group takes the rows one after another, each lane the same
  * columns of every row, so it alone sums those columns' partials. */
@@ -195,15 +259,19 @@ static inline float4 ng_stats(global const stor_t *xr, uint cols, float eps, int
             global const stor_t *dyr = dy + dyo + row * dys;                   \
             global const stor_t *drr = dres ? dres + dro + row * drs : 0;      \
             global stor_t *dxr = dx + dxo + row * dxs;                         \
-            const float4 st = NG_ROW_STATS_(LN);                               \
-            NG_ROW(LN, st, r == 0);                                            \
+            NG_FUSED_ROW_(LN);                                                 \
         }                                                                      \
     }
 #if OCLF_LAYOUT == 0
 #define NG_FUSED_LOCAL_ (void)0
 #define NG_CHUNK_ID_ get_global_id(0)
 #define NG_FUSED_STATS_(LN) (void)0
-#define NG_ROW_STATS_(LN) ng_stats(xr, cols, eps, LN)
+#define NG_FUSED_ROW_(LN)                                                      \
+    do {                                                                       \
+        float mg, mgx;                                                         \
+        const float4 st = ng_stats_means(xr, dyr, wp, cols, eps, LN, &mg, &mgx); \
+        NG_ROW_WRITE(st, mg, mgx, r == 0);                                     \
+    } while (0)
 #else
 #define NG_FUSED_LOCAL_ local float4 chunk_st[NG_CHUNK]
 #define NG_CHUNK_ID_ get_group_id(0)
@@ -213,7 +281,12 @@ static inline float4 ng_stats(global const stor_t *xr, uint cols, float eps, int
             chunk_st[r] = ng_stats(x + xo + (r0 + r) * xs, cols, eps, LN);     \
         barrier(CLK_LOCAL_MEM_FENCE);                                          \
     } while (0)
-#define NG_ROW_STATS_(LN) chunk_st[r]
+#define NG_FUSED_ROW_(LN)                                                      \
+    do {                                                                       \
+        const float4 st = chunk_st[r];                                         \
+        NG_ROW_MEANS(LN, st);                                                  \
+        NG_ROW_WRITE(st, mg_, mgx_, r == 0);                                   \
+    } while (0)
 #endif
 
 NG_FUSED_KERNEL(rms_norm_bwd, 0)
@@ -302,7 +375,8 @@ kernel void ng_colpart(global const stor_t *x, ulong xo, ulong xs,
             global const stor_t *drr = dres ? dres + dro + row * drs : 0;      \
             global stor_t *dxr = dx + dxo + row * dxs;                         \
             const float4 st = stats[row];                                      \
-            NG_ROW(LN, st, 0);                                                 \
+            NG_ROW_MEANS(LN, st);                                              \
+            NG_ROW_WRITE(st, mg_, mgx_, 0);                                    \
         }                                                                      \
     }
 NG_DX_KERNEL(ng_dx_rms, 0)
