@@ -149,16 +149,29 @@ static double ng_bytes(int ln, const op_shape *s, oclf_dtype dt)
 }
 
 /* Both structures; LAYOUT 0 with no more chunks (of 32 rows) per group
- * than there are chunks; vector widths up to the width. */
+ * than there are chunks; vector widths up to the width. GPUs: LAYOUT 1
+ * only. LAYOUT 0 runs a chunk of 32 rows on one work-item (4096 rows are
+ * 128 work-items, far too few for a GPU), and its one-pass statistics
+ * keep eight 8-float sums: the fused kernels spilled in every such point
+ * on Xe-HPC (86-120) and in LayerNorm's on RDNA3, none in LAYOUT 1. */
 static int ng_space(const op_env *env, const op_desc *op, const op_shape *s, oclf_dtype dt,
                     oclf_path path, oclf_params *out, int max)
 {
     const uint64_t chunks = (s->d[0] + 31) / 32, cols = s->d[1];
     op_point_check c;
     op_point_check_init(&c, env, op, s, dt, path);
-    const int n = op_row_space(&c, cols, 1, chunks < 64 ? (size_t)(chunks ? chunks : 1) : 64, 16,
-                               out, max);
-    return op_gpu_vector_cap(env, dt, out, n);
+    int n = op_row_space(&c, cols, 1, chunks < 64 ? (size_t)(chunks ? chunks : 1) : 64, 16, out,
+                         max);
+    if (!op_is_gpu(env))
+        return n;
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t layout = 0;
+        oclf_params_get(&out[i], "LAYOUT", &layout);
+        if (layout == 1)
+            out[kept++] = out[i];
+    }
+    return op_gpu_vector_cap(env, dt, out, kept);
 }
 
 /* LAYOUT 0 and 1 with vector tails (77 = 4 x 19 + 1), several chunks of 32
