@@ -383,9 +383,10 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
  * They must not overlap each other or any other operand. A dw with weight
  * NULL is the gradient of a weight of ones.
  *
- * A temporary buffer of 2 x ceil(rows / 32) x cols floats holds the
- * partials (and, unfused, one of 4 x rows floats the statistics); it is
- * allocated per call and released when the launches finish.
+ * When dw or db is wanted, a temporary buffer of 2 x ceil(rows / 32) x
+ * cols floats holds the partials (and the unfused path keeps the row
+ * statistics in one of 4 x rows floats); both are allocated per call and
+ * released when the launches finish.
  *
  * Statuses: as the forward norms (OCLF_INVALID_ARGUMENT for a NULL handle,
  * cols == 0, a stride below cols, a buffer smaller than its range, eps < 0
