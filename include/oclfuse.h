@@ -361,6 +361,68 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
                                          const oclf_choice *choice, cl_uint num_events,
                                          const cl_event *wait_list, cl_event *event);
 
+/* ---- Normalization backward ---------------------------------------------
+ * The gradients of oclf_rms_norm (and of oclf_add_rms_norm) and of
+ * oclf_layer_norm. x is the forward call's input (for add + RMSNorm, the
+ * sum z it wrote into `residual`), dy the gradient of its output; both
+ * rows x cols of `dtype` with row strides and offsets like the forward
+ * calls. The statistics are recomputed from x in fp32 (nothing of the
+ * forward pass is kept); all arithmetic is fp32.
+ *
+ * dx: rows x cols of `dtype` (rounded once). It may be exactly dy (or
+ * exactly dres), computing in place; it must not overlap x, and must not
+ * overlap dy or dres other than as the same range.
+ *
+ * dw, db: gradients of the weight and bias, vectors of `cols` fp32
+ * (offsets in floats), or NULL when not wanted; each sums over the rows.
+ * They are deterministic: the rows are taken in fixed chunks of 32, each
+ * chunk's column sums added in row order, then the chunks in chunk order
+ * by a second kernel (no atomics), so dw and db are bit for bit the same
+ * on every run, for every tuning (work-group size, vector width, layout)
+ * and on the fused and unfused paths. With rows == 0 they are set to 0.
+ * They must not overlap each other or any other operand. A dw with weight
+ * NULL is the gradient of a weight of ones.
+ *
+ * When dw or db is wanted, a temporary buffer of 2 x ceil(rows / 32) x
+ * cols floats holds the partials (and the unfused path keeps the row
+ * statistics in one of 4 x rows floats); both are allocated per call and
+ * released when the launches finish.
+ *
+ * Statuses: as the forward norms (OCLF_INVALID_ARGUMENT for a NULL handle,
+ * cols == 0, a stride below cols, a buffer smaller than its range, eps < 0
+ * or not finite, the overlaps above; OCLF_UNSUPPORTED for an unknown dtype,
+ * cols above UINT_MAX or a shape beyond the launch range). A refused call
+ * writes nothing.                                                          */
+
+/* RMSNorm's backward, with r = 1 / sqrt(mean(x^2) + eps) and g = dy * w:
+ *   dx = r * g - (r^3 / cols) * <g, x> * x   [+ dres]
+ *   dw = sum over rows of dy * x * r.
+ * `dres` (NULL: none) is a rows x cols gradient of `dtype` added to dx:
+ * for oclf_add_rms_norm, whose outputs are y = rms_norm(z) (in `input`)
+ * and z = input + residual (in `residual`), pass x = z, dy = dL/dy and
+ * dres = dL/dz from z's later uses; dx is then dL/dinput, which is also
+ * dL/dresidual (the sum's gradient goes to both). */
+OCLF_API oclf_status oclf_rms_norm_backward(oclf_context *ctx, cl_command_queue queue,
+                                            oclf_dtype dtype, size_t rows, size_t cols,
+                                            oclf_buf x, oclf_buf dy, const oclf_buf *weight,
+                                            float eps, oclf_buf dx, const oclf_buf *dw,
+                                            const oclf_buf *dres, const oclf_choice *choice,
+                                            cl_uint num_events, const cl_event *wait_list,
+                                            cl_event *event);
+
+/* LayerNorm's backward, with mean and rstd = 1 / sqrt(biased var + eps) of
+ * each row, xhat = (x - mean) * rstd and g = dy * w:
+ *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+ *   dw = sum over rows of dy * xhat,  db = sum over rows of dy.
+ * The bias does not enter the gradient: pass db where the forward had one. */
+OCLF_API oclf_status oclf_layer_norm_backward(oclf_context *ctx, cl_command_queue queue,
+                                              oclf_dtype dtype, size_t rows, size_t cols,
+                                              oclf_buf x, oclf_buf dy, const oclf_buf *weight,
+                                              float eps, oclf_buf dx, const oclf_buf *dw,
+                                              const oclf_buf *db, const oclf_choice *choice,
+                                              cl_uint num_events, const cl_event *wait_list,
+                                              cl_event *event);
+
 /* ------------------------------------------------------------------------ */
 /* Activation-and-multiply: the gated MLP's elementwise step.       */
 

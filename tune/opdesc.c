@@ -24,6 +24,7 @@
 #define OP_DESCS_attention OP_ONE
 #define OP_DESCS_loss OP_ONE
 #define OP_DESCS_loss_linear OP_ONE
+#define OP_DESCS_norm_grad OP_ONE
 #define OP_DESCS_expr(name) \
     &op_ew_softplus, &op_ew_add_relu_scale, &op_ew_bias_gelu_dropout, &op_ew_chain8,
 #define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) extern const op_desc op_##name;

@@ -76,6 +76,16 @@ void oclf_ref_layer_norm(oclf_dtype dtype, size_t rows, size_t cols, const void 
 void oclf_ref_add_rows(oclf_dtype dtype, size_t rows, size_t cols, const void *in, size_t is,
                        void *res, size_t rs);
 
+/* ---- normalization backward ------------------------------------------ */
+/* The gradients of RMSNorm (ln 0) or LayerNorm (ln 1) over rows x cols of
+ * dtype: x (row stride xs), dy (dys), w (cols of dtype, NULL: 1), dres
+ * (NULL, or rows x cols of dtype, stride drs, added to dx). Outputs, each
+ * optional: dx rows x cols packed doubles, dw and db cols doubles. */
+void oclf_ref_norm_backward(oclf_dtype dtype, int ln, size_t rows, size_t cols, const void *x,
+                            size_t xs, const void *dy, size_t dys, const void *w,
+                            const void *dres, size_t drs, float eps, double *dx, double *dw,
+                            double *db);
+
 /* ---- activation-and-multiply --------------------------------- */
 /* in: rows x 2d of dtype, row stride is; out: rows x d packed doubles. */
 void oclf_ref_act_and_mul(oclf_dtype dtype, const oclf_activation *act, size_t rows, size_t d,

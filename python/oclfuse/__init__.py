@@ -5,8 +5,10 @@
     y = oclfuse.rms_norm(x, eps=1e-6)              # NumPy in, NumPy out
     y = oclfuse.rms_norm(x_cl, w_cl, path="fused")  # pyopencl arrays, async
 
-Operations: rms_norm, add_rms_norm, layer_norm, add_layer_norm, act_and_mul,
-act_and_mul_backward, rotary_embedding, rotary_embedding_backward, qk_norm_rope, qk_norm_rope_cache, attention, attention_paged,
+Operations: rms_norm, add_rms_norm, layer_norm, add_layer_norm, their backward
+rms_norm_backward (add_rms_norm's too, with dres) and layer_norm_backward, act_and_mul,
+act_and_mul_backward, rotary_embedding, rotary_embedding_backward, qk_norm_rope,
+qk_norm_rope_cache, attention, attention_paged,
 kv_cache_write, l2_topk, l2_topk_sharded, l2_topk_merge,
 linear, linear_q (quantized weights: "int8", "int4", GGUF "q8_0" and "q4_0"),
 qweight_convert (GGUF blocks into linear_q's separate arrays, on the device),
@@ -25,17 +27,19 @@ from ._core import (Context, OclfError, context_for, default_context, from_bf16,
 from .expr import Expr, form_id
 from .ops import (Shard, act_and_mul, act_and_mul_backward, add_layer_norm, add_rms_norm,
                   attention, attention_paged, cross_entropy, dequantize, kv_cache_write,
-                  l2_topk, l2_topk_merge, l2_topk_sharded, linear_cross_entropy,
-                  layer_norm, linear, linear_q, pack_mask, qk_norm_rope, qk_norm_rope_cache,
-                  quantize_q4_0, quantize_q8_0, qweight_convert, rms_norm, rotary_embedding,
-                  rotary_embedding_backward)
+                  l2_topk, l2_topk_merge, l2_topk_sharded, layer_norm, layer_norm_backward,
+                  linear, linear_cross_entropy, linear_q, pack_mask, qk_norm_rope,
+                  qk_norm_rope_cache, quantize_q4_0, quantize_q8_0, qweight_convert, rms_norm,
+                  rms_norm_backward, rotary_embedding, rotary_embedding_backward)
 from .tuning import (tuning_db_check, tuning_db_default_path, tuning_db_merge, tuning_explain,
                      tuning_params_valid, tuning_resolve)
 
 __all__ = [
     "Context", "OclfError", "context_for", "default_context", "version", "to_bf16", "from_bf16",
-    "storage_dtype", "rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm", "act_and_mul",
-    "act_and_mul_backward", "rotary_embedding", "rotary_embedding_backward", "qk_norm_rope", "qk_norm_rope_cache", "attention", "attention_paged",
+    "storage_dtype", "rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm",
+    "rms_norm_backward", "layer_norm_backward", "act_and_mul", "act_and_mul_backward",
+    "rotary_embedding", "rotary_embedding_backward", "qk_norm_rope", "qk_norm_rope_cache",
+    "attention", "attention_paged",
     "kv_cache_write", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
     "pack_mask", "linear", "linear_q", "qweight_convert", "dequantize", "quantize_q8_0",
     "quantize_q4_0", "cross_entropy", "linear_cross_entropy", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",

@@ -282,6 +282,14 @@ FUNCTIONS = {
     "oclf_add_layer_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
                                       oclf_buf, oclf_buf, P(oclf_buf), P(oclf_buf), c_float,
                                       P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_rms_norm_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
+                                         oclf_buf, oclf_buf, P(oclf_buf), c_float, oclf_buf,
+                                         P(oclf_buf), P(oclf_buf), P(oclf_choice)) + _wait
+                               + (_ev,)),
+    "oclf_layer_norm_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
+                                           oclf_buf, oclf_buf, P(oclf_buf), c_float, oclf_buf,
+                                           P(oclf_buf), P(oclf_buf), P(oclf_choice)) + _wait
+                                 + (_ev,)),
     "oclf_act_and_mul": (_status, (c_void_p, cl_handle, c_enum, P(oclf_activation), c_size_t,
                                    c_size_t, oclf_buf, oclf_buf, P(oclf_choice)) + _wait
                          + (_ev,)),

@@ -122,6 +122,77 @@ def add_layer_norm(x, residual, weight=None, bias=None, *, eps=1e-5, out=None, p
     return out, residual
 
 
+def _norm_backward_outputs(call, x, dy, dx, dres):
+    """dx's array (a new one, or the caller's: it may be dy or dres, in
+    place) and its device array."""
+    if dx is not None and dx is not dy and dx is not dres:
+        if tuple(dx.shape) != tuple(x.shape):
+            raise ValueError(f"dx has shape {tuple(dx.shape)}, expected {tuple(x.shape)}")
+        same_dtype(x.dtype, dx=dx)
+    new = dx is None
+    out = call.new(x.shape, x.dtype) if new else dx
+    return out, call.dev(out, write=True, init=not new)
+
+
+def _grad_vector(call, wanted, cols):
+    """A new float32 [cols] output for dw or db, or (None, None)."""
+    if not wanted:
+        return None, None
+    g = call.new((cols,), np.float32)
+    return g, call.dev(g, write=True, init=False)
+
+
+def rms_norm_backward(x, dy, weight=None, *, eps=1e-6, dres=None, dx=None, weight_grad=True,
+                      path=None, params=None, ctx=None, queue=None, wait_for=None):
+    """RMSNorm's backward over a 1-D or 2-D x (the forward's input) and dy
+    (the gradient of its output): dx = r (dy w) - r^3/cols <dy w, x> x with
+    r = 1/sqrt(mean(x^2) + eps), plus `dres` when given (add_rms_norm's
+    backward: x is the sum z, dres the gradient of z from its other uses,
+    and dx the gradient of both of the sum's inputs). dw (float32 [cols],
+    bit for bit reproducible) is sum over rows of dy x r, when weight_grad.
+    `dx` may be dy or dres (in place); default a new array. Returns
+    (dx, dw or None)."""
+    call = _start([x, dy, weight, dres, dx], ctx, queue, wait_for)
+    rows, cols = matrix_shape(x, "x")
+    same_dtype(x.dtype, dy=dy, weight=weight, dres=dres)
+    for name, a in (("dy", dy), ("dres", dres)):
+        if a is not None and tuple(a.shape) != tuple(x.shape):
+            raise ValueError(f"{name} has shape {tuple(a.shape)}, expected {tuple(x.shape)}")
+    d_x, d_dy = call.dev(x), call.dev(dy, write=dx is dy)
+    d_dr = call.dev(dres, write=dx is dres) if dres is not None else None
+    d_w = call.dev(weight) if weight is not None else None
+    out, d_out = _norm_backward_outputs(call, x, dy, dx, dres)
+    dw, d_dw = _grad_vector(call, weight_grad, cols)
+    call.run(lib.oclf_rms_norm_backward, oclf_dtype(x.dtype), rows, cols, buf(d_x), buf(d_dy),
+             buf_ptr(d_w), eps, buf(d_out), buf_ptr(d_dw), buf_ptr(d_dr),
+             make_choice(path, params))
+    return out, dw
+
+
+def layer_norm_backward(x, dy, weight=None, *, eps=1e-5, dx=None, weight_grad=True,
+                        bias_grad=True, path=None, params=None, ctx=None, queue=None,
+                        wait_for=None):
+    """LayerNorm's backward over a 1-D or 2-D x and dy: with g = dy w and
+    xhat the normalized x, dx = rstd (g - mean(g) - xhat mean(g xhat));
+    dw = sum over rows of dy xhat (weight_grad), db = sum over rows of dy
+    (bias_grad), float32 [cols], bit for bit reproducible. `dx` may be dy
+    (in place); default a new array. Returns (dx, dw or None, db or None)."""
+    call = _start([x, dy, weight, dx], ctx, queue, wait_for)
+    rows, cols = matrix_shape(x, "x")
+    same_dtype(x.dtype, dy=dy, weight=weight)
+    if tuple(dy.shape) != tuple(x.shape):
+        raise ValueError(f"dy has shape {tuple(dy.shape)}, expected {tuple(x.shape)}")
+    d_x, d_dy = call.dev(x), call.dev(dy, write=dx is dy)
+    d_w = call.dev(weight) if weight is not None else None
+    out, d_out = _norm_backward_outputs(call, x, dy, dx, None)
+    dw, d_dw = _grad_vector(call, weight_grad, cols)
+    db, d_db = _grad_vector(call, bias_grad, cols)
+    call.run(lib.oclf_layer_norm_backward, oclf_dtype(x.dtype), rows, cols, buf(d_x), buf(d_dy),
+             buf_ptr(d_w), eps, buf(d_out), buf_ptr(d_dw), buf_ptr(d_db),
+             make_choice(path, params))
+    return out, dw, db
+
+
 def act_and_mul(x, act="silu", *, act_on_second=False, threshold=0.0, alpha=1.702, limit=7.0,
                 out=None, path=None, params=None, ctx=None, queue=None, wait_for=None):
     """The gated MLP's elementwise step over x [rows, 2d]: out [rows, d] =
