@@ -1375,14 +1375,50 @@ typedef enum oclf_expr_kind {
     OCLF_EXPR_MATRIX = 0, /* [rows, cols]: own dtype, offset and row stride */
     OCLF_EXPR_ROW = 1,    /* [cols], the same for every row (a bias) */
     OCLF_EXPR_COL = 2,    /* [rows], the same for every column (a row scale) */
-    OCLF_EXPR_SCALAR = 3  /* one float per call; changing it never recompiles */
+    OCLF_EXPR_SCALAR = 3, /* one float per call; changing it never recompiles */
+    OCLF_EXPR_BITS = 4    /* [rows, cols] of 1-bit values packed in uint32 words */
 } oclf_expr_kind;
 
-/* An input (any kind) or an output (kind OCLF_EXPR_MATRIX only). */
+/* Bit matrices (OCLF_EXPR_BITS): element (r, c) is bit c mod 32 (least
+ * significant first) of the uint32 word r * stride + c / 32, counted from
+ * the buffer's offset; the oclf_buf's offset and stride are in 32-bit words
+ * (stride 0: packed, ceil(cols / 32) words a row; any larger stride leaves
+ * the words between rows untouched). A bits input reads as 1.0 or 0.0, so
+ * `dx = m ? dy : 0` or `dx = dy * m` apply a stored mask. A bits output's
+ * bit is set where its expression is nonzero (NaN included) and cleared
+ * where it is zero; the bits of a row's last word past cols are written 0,
+ * so whole words are written. `y = relu(x); m = x > 0;` writes ReLU and its
+ * mask (1/32 of an f32 matrix) in one kernel. A bit matrix is never a row,
+ * column or scalar operand, nor a dropout p; its dtype field is ignored. A
+ * bits output may be in place on a bits input with exactly the same words;
+ * it overlaps nothing else.
+ *
+ * An expression with a bits input or output runs each work-item (fused) or
+ * each packing work-item (unfused: the operations as usual into fp32
+ * temporaries, then one kernel that packs every bits output) over whole
+ * 32-bit words: 32 columns of a row, in VEC-wide pieces, so no two
+ * work-items ever write the same word. A row vector is then read once per
+ * row rather than once per ROWS rows.
+ *
+ * Dropout's backward: run `dx = dropout(dy, p);` with the forward's seed,
+ * offset, rows, cols and p, and with the forward's dropout drawn as the
+ * same index k (in an expression with one dropout, k is 0; where the
+ * forward drew several, write the backward's dropouts so that the outputs
+ * need them in the same order). It regenerates the forward's Philox mask
+ * bit for bit instead of storing it: dx is exactly 0 where the forward
+ * dropped an element and dy / (1 - p), computed in fp32 and rounded once
+ * to dx's dtype, where it kept one. Where a stored mask is wanted anyway,
+ * `m = dropout(1, p) != 0;` with a bits output writes it (a run of its own
+ * with the same seed and offset, or the same expression when that draw
+ * is the one the forward's output uses: `k = dropout(1, p); y = k != 0 ?
+ * x / (1 - p) : 0; m = k != 0;` is dropout(x, p) and its mask). */
+
+/* An input (any kind) or an output (kind OCLF_EXPR_MATRIX or
+ * OCLF_EXPR_BITS). */
 typedef struct oclf_expr_decl {
     const char *name;
     oclf_expr_kind kind;
-    oclf_dtype dtype; /* ignored for scalars */
+    oclf_dtype dtype; /* ignored for scalars and bit matrices */
 } oclf_expr_decl;
 
 typedef struct oclf_expr oclf_expr;

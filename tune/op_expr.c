@@ -7,8 +7,12 @@
  *   ew_add_relu_scale     y = relu(a + b) * s              s a scalar
  *   ew_bias_gelu_dropout  y = dropout(gelu(x + bias), p)   bias a row vector, p = 0.1
  *   ew_chain8             eight cheap operations in a chain
+ *   ew_relu_mask          y = relu(x) and its mask m = x > 0 as bits
+ *   ew_relu_mask_bwd      dx = m ? dy : 0                  m a bit matrix
+ *   ew_dropout_bwd        dx = dropout(dy, p)              p = 0.1, the mask regenerated
  *
- * Every input and the output have the run's dtype.
+ * Every input and output but the bit matrices has the run's dtype; a bit
+ * matrix counts cols / 8 bytes a row in the minimum traffic.
  */
 #include "opdesc.h"
 
@@ -21,7 +25,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { MAX_IN = 3 };
+enum { MAX_IN = 3, MAX_OUT = 2 };
+
+typedef double (*preset_ref)(double a, double b, double k, uint64_t n);
 
 typedef struct preset {
     const char *source;
@@ -29,9 +35,15 @@ typedef struct preset {
     oclf_expr_kind kind[MAX_IN];
     const char *name[MAX_IN];
     float scalar; /* the value of the scalar input, if any */
-    /* The output from input 0's and input 1's element (0 when absent), the
-     * scalar and the element's dropout counter. */
-    double (*ref)(double a, double b, double k, uint64_t n);
+    /* Output 0 from input 0's and input 1's element (0 when absent; a bit
+     * as 1 or 0), the scalar and the element's dropout counter. */
+    preset_ref ref;
+    /* Outputs (a bits output's reference is nonzero where its bit is
+     * set). */
+    int n_outputs;
+    oclf_expr_kind out_kind[MAX_OUT];
+    const char *out_name[MAX_OUT];
+    preset_ref ref1; /* output 1 */
 } preset;
 
 static const uint64_t SEED = 0x5eed;
@@ -63,22 +75,56 @@ static double ref_chain8(double a, double b, double k, uint64_t n)
 }
 
 static const preset p_softplus = {"y = log(exp(x) + 1);", 1, {OCLF_EXPR_MATRIX}, {"x"}, 0,
-                                  ref_softplus};
+                                  ref_softplus, 1, {OCLF_EXPR_MATRIX}, {"y"}, NULL};
 static const preset p_add_relu_scale = {"y = relu(a + b) * s;",
                                         3,
                                         {OCLF_EXPR_MATRIX, OCLF_EXPR_MATRIX, OCLF_EXPR_SCALAR},
                                         {"a", "b", "s"},
                                         1.5f,
-                                        ref_add_relu_scale};
+                                        ref_add_relu_scale, 1, {OCLF_EXPR_MATRIX}, {"y"}, NULL};
 static const preset p_bias_gelu_dropout = {"y = dropout(gelu(x + bias), p);",
                                            3,
                                            {OCLF_EXPR_MATRIX, OCLF_EXPR_ROW, OCLF_EXPR_SCALAR},
                                            {"x", "bias", "p"},
                                            0.1f,
-                                           ref_bias_gelu_dropout};
+                                           ref_bias_gelu_dropout, 1, {OCLF_EXPR_MATRIX}, {"y"}, NULL};
+static double ref_relu(double a, double b, double k, uint64_t n)
+{
+    (void)b, (void)k, (void)n;
+    return a < 0 ? 0.0 : a;
+}
+
+static double ref_positive(double a, double b, double k, uint64_t n)
+{
+    (void)b, (void)k, (void)n;
+    return a > 0;
+}
+
+static double ref_masked(double a, double b, double k, uint64_t n)
+{
+    (void)k, (void)n;
+    return a != 0 ? b : 0.0;
+}
+
+static double ref_dropout(double a, double b, double k, uint64_t n)
+{
+    (void)b;
+    return oclf_ref_dropout(a, (float)k, SEED, n, 0);
+}
+
+static const preset p_relu_mask = {"y = relu(x); m = x > 0;", 1, {OCLF_EXPR_MATRIX}, {"x"}, 0,
+                                   ref_relu, 2, {OCLF_EXPR_MATRIX, OCLF_EXPR_BITS}, {"y", "m"},
+                                   ref_positive};
+static const preset p_relu_mask_bwd = {"dx = m ? dy : 0;", 2, {OCLF_EXPR_BITS, OCLF_EXPR_MATRIX},
+                                       {"m", "dy"}, 0, ref_masked, 1, {OCLF_EXPR_MATRIX}, {"dx"},
+                                       NULL};
+static const preset p_dropout_bwd = {"dx = dropout(dy, p);", 2, {OCLF_EXPR_MATRIX, OCLF_EXPR_SCALAR},
+                                     {"dy", "p"}, 0.1f, ref_dropout, 1, {OCLF_EXPR_MATRIX}, {"dx"},
+                                     NULL};
+
 /* mul, add, max, min, sub, relu, mul, add */
 static const preset p_chain8 = {"y = relu(min(max(x * 0.5 + 0.25, -1), 1) - 0.125) * 2 + 1;", 1,
-                                {OCLF_EXPR_MATRIX}, {"x"}, 0, ref_chain8};
+                                {OCLF_EXPR_MATRIX}, {"x"}, 0, ref_chain8, 1, {OCLF_EXPR_MATRIX}, {"y"}, NULL};
 
 typedef struct expr_inst {
     const preset *p;
@@ -86,16 +132,34 @@ typedef struct expr_inst {
     size_t rows, cols;
     oclf_expr *e;
     void *host[MAX_IN];
-    cl_mem in[MAX_IN], out;
-    double *want; /* reference, computed on first verify */
+    cl_mem in[MAX_IN], out[MAX_OUT];
+    double *want[MAX_OUT]; /* reference, computed on first verify */
 } expr_inst;
+
+static int n_outputs(const preset *p) { return p->n_outputs; }
+
+static oclf_expr_kind out_kind(const preset *p, int j) { return p->out_kind[j]; }
+
+static size_t bit_words(size_t cols) { return (cols + 31) / 32; }
+
+/* Elements of an operand of kind k (32-bit words for bit matrices). */
+static size_t kind_elems(oclf_expr_kind k, size_t rows, size_t cols)
+{
+    return k == OCLF_EXPR_MATRIX ? rows * cols
+           : k == OCLF_EXPR_BITS ? rows * bit_words(cols)
+           : k == OCLF_EXPR_ROW  ? cols
+           : k == OCLF_EXPR_COL  ? rows
+                                 : 0;
+}
+
+static size_t kind_elem_size(oclf_expr_kind k, oclf_dtype dt)
+{
+    return k == OCLF_EXPR_BITS ? 4 : oclf_dtype_size(dt);
+}
 
 static size_t input_elems(const preset *p, int i, size_t rows, size_t cols)
 {
-    return p->kind[i] == OCLF_EXPR_MATRIX ? rows * cols
-           : p->kind[i] == OCLF_EXPR_ROW  ? cols
-           : p->kind[i] == OCLF_EXPR_COL  ? rows
-                                          : 0;
+    return kind_elems(p->kind[i], rows, cols);
 }
 
 static void expr_destroy(void *v)
@@ -108,10 +172,12 @@ static void expr_destroy(void *v)
             clReleaseMemObject(x->in[i]);
         free(x->host[i]);
     }
-    if (x->out)
-        clReleaseMemObject(x->out);
+    for (int j = 0; j < MAX_OUT; j++) {
+        if (x->out[j])
+            clReleaseMemObject(x->out[j]);
+        free(x->want[j]);
+    }
     oclf_expr_release(x->e);
-    free(x->want);
     free(x);
 }
 
@@ -119,7 +185,19 @@ static void decls(const preset *p, oclf_dtype dt, oclf_expr_decl *in, oclf_expr_
 {
     for (int i = 0; i < p->n_inputs; i++)
         in[i] = (oclf_expr_decl){p->name[i], p->kind[i], dt};
-    *out = (oclf_expr_decl){"y", OCLF_EXPR_MATRIX, dt};
+    for (int j = 0; j < n_outputs(p); j++)
+        out[j] = (oclf_expr_decl){p->out_name[j], out_kind(p, j), dt};
+}
+
+/* A bit matrix's words from a xorshift stream (every bit pattern, the
+ * bits past cols included). */
+static void fill_bits(uint32_t *w, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        w[i] = (uint32_t)(s >> 16);
+    }
 }
 
 static void *expr_create(const preset *p, const op_env *env, const op_shape *s, oclf_dtype dt,
@@ -134,17 +212,16 @@ static void *expr_create(const preset *p, const op_env *env, const op_shape *s, 
     x->dtype = dt;
     x->rows = s->d[0];
     x->cols = s->d[1];
-    const size_t es = oclf_dtype_size(dt);
-    oclf_expr_decl in[MAX_IN], out;
-    decls(p, dt, in, &out);
-    if (oclf_expr_compile(env->ctx, p->source, in, (unsigned)p->n_inputs, &out, 1, &x->e) !=
-        OCLF_SUCCESS) {
+    oclf_expr_decl in[MAX_IN], out[MAX_OUT];
+    decls(p, dt, in, out);
+    if (oclf_expr_compile(env->ctx, p->source, in, (unsigned)p->n_inputs, out,
+                          (unsigned)n_outputs(p), &x->e) != OCLF_SUCCESS) {
         snprintf(err, errlen, "oclf_expr_compile: %s", oclf_last_error(env->ctx));
         expr_destroy(x);
         return NULL;
     }
     for (int i = 0; i < p->n_inputs; i++) {
-        const size_t n = input_elems(p, i, x->rows, x->cols);
+        const size_t n = input_elems(p, i, x->rows, x->cols), es = kind_elem_size(p->kind[i], dt);
         if (p->kind[i] == OCLF_EXPR_SCALAR)
             continue;
         if (!(x->host[i] = malloc(n * es + 1))) {
@@ -152,15 +229,22 @@ static void *expr_create(const preset *p, const op_env *env, const op_shape *s, 
             expr_destroy(x);
             return NULL;
         }
-        op_fill_random(dt, x->host[i], n, -4.0f, 4.0f, 1 + (uint64_t)i);
+        if (p->kind[i] == OCLF_EXPR_BITS)
+            fill_bits(x->host[i], n, 1 + (uint64_t)i);
+        else
+            op_fill_random(dt, x->host[i], n, -4.0f, 4.0f, 1 + (uint64_t)i);
         if (!(x->in[i] = op_upload(env, x->host[i], n * es, err, errlen))) {
             expr_destroy(x);
             return NULL;
         }
     }
-    if (!(x->out = op_upload(env, NULL, x->rows * x->cols * es, err, errlen))) {
-        expr_destroy(x);
-        return NULL;
+    for (int j = 0; j < n_outputs(p); j++) {
+        const oclf_expr_kind k = out_kind(p, j);
+        const size_t bytes = kind_elems(k, x->rows, x->cols) * kind_elem_size(k, dt);
+        if (!(x->out[j] = op_upload(env, NULL, bytes, err, errlen))) {
+            expr_destroy(x);
+            return NULL;
+        }
     }
     return x;
 }
@@ -174,8 +258,10 @@ static oclf_status expr_run(const op_env *env, void *v, const oclf_choice *ch, c
         a[i].buf = (oclf_buf){x->in[i], 0, 0};
         a[i].scalar = x->p->scalar;
     }
-    const oclf_buf out = {x->out, 0, 0};
-    return oclf_expr_run(x->e, env->queue, x->rows, x->cols, a, &out, SEED, 0, ch, 0, NULL, ev);
+    oclf_buf out[MAX_OUT];
+    for (int j = 0; j < MAX_OUT; j++)
+        out[j] = (oclf_buf){x->out[j], 0, 0};
+    return oclf_expr_run(x->e, env->queue, x->rows, x->cols, a, out, SEED, 0, ch, 0, NULL, ev);
 }
 
 /* The value of input i at (r, c), 0 when there is none. */
@@ -185,53 +271,111 @@ static double input_at(const expr_inst *x, int i, size_t r, size_t c)
         return 0;
     switch (x->p->kind[i]) {
     case OCLF_EXPR_MATRIX: return oclf_ref_get(x->dtype, x->host[i], r * x->cols + c);
+    case OCLF_EXPR_BITS: {
+        const uint32_t *w = x->host[i];
+        return (double)(w[r * bit_words(x->cols) + c / 32] >> (c % 32) & 1u);
+    }
     case OCLF_EXPR_ROW: return oclf_ref_get(x->dtype, x->host[i], c);
     case OCLF_EXPR_COL: return oclf_ref_get(x->dtype, x->host[i], r);
     default: return x->p->scalar;
     }
 }
 
+/* A bits output's words against the reference's nonzeros (bits past cols
+ * 0); 1 when all match. */
+static int verify_bits(const op_env *env, const expr_inst *x, int j, char *msg, size_t len)
+{
+    const size_t nw = bit_words(x->cols), n = x->rows * nw;
+    uint32_t *got = malloc(n * sizeof *got + 1);
+    if (!got || op_download(env, x->out[j], got, n * sizeof *got)) {
+        free(got);
+        snprintf(msg, len, "output %d: cannot read it back", j);
+        return 0;
+    }
+    int ok = 1;
+    for (size_t r = 0; r < x->rows && ok; r++)
+        for (size_t w = 0; w < nw && ok; w++) {
+            uint32_t want = 0;
+            for (size_t k = 0; k < 32 && w * 32 + k < x->cols; k++)
+                want |= (uint32_t)(x->want[j][r * x->cols + w * 32 + k] != 0) << k;
+            if (got[r * nw + w] != want) {
+                snprintf(msg, len, "output %d (bits): row %zu word %zu is %08x, not %08x", j, r,
+                         w, got[r * nw + w], want);
+                ok = 0;
+            }
+        }
+    free(got);
+    return ok;
+}
+
 static int expr_verify(const op_env *env, void *v, const oclf_choice *ch, char *msg, size_t len)
 {
     expr_inst *x = v;
-    const size_t es = oclf_dtype_size(x->dtype), n = x->rows * x->cols;
-    /* A sentinel output, so a run that writes nothing cannot pass. */
-    void *sentinel = malloc(n * es + 1);
-    if (sentinel) {
-        memset(sentinel, 0x7f, n * es);
-        op_rewrite(env, x->out, sentinel, n * es);
-        free(sentinel);
+    const size_t n = x->rows * x->cols;
+    /* Sentinel outputs, so a run that writes nothing cannot pass. */
+    for (int j = 0; j < n_outputs(x->p); j++) {
+        const oclf_expr_kind k = out_kind(x->p, j);
+        const size_t bytes = kind_elems(k, x->rows, x->cols) * kind_elem_size(k, x->dtype);
+        void *sentinel = malloc(bytes + 1);
+        if (sentinel) {
+            memset(sentinel, 0x7f, bytes);
+            op_rewrite(env, x->out[j], sentinel, bytes);
+            free(sentinel);
+        }
     }
     oclf_status st = expr_run(env, x, ch, NULL);
     if (st != OCLF_SUCCESS) {
         snprintf(msg, len, "%s: %s", oclf_status_string(st), oclf_last_error(env->ctx));
         return 0;
     }
-    if (!x->want && (x->want = malloc((n + 1) * sizeof *x->want)) != NULL)
-        for (size_t r = 0; r < x->rows; r++)
-            for (size_t c = 0; c < x->cols; c++)
-                x->want[r * x->cols + c] =
-                    x->p->ref(input_at(x, 0, r, c), input_at(x, 1, r, c), x->p->scalar,
-                              r * x->cols + c);
-    return op_verify_packed(env, x->out, x->dtype, x->want, x->rows, x->cols, msg, len);
+    for (int j = 0; j < n_outputs(x->p); j++) {
+        const preset_ref ref = j ? x->p->ref1 : x->p->ref;
+        if (!x->want[j] && (x->want[j] = malloc((n + 1) * sizeof *x->want[j])) != NULL)
+            for (size_t r = 0; r < x->rows; r++)
+                for (size_t c = 0; c < x->cols; c++)
+                    x->want[j][r * x->cols + c] =
+                        ref(input_at(x, 0, r, c), input_at(x, 1, r, c), x->p->scalar,
+                            r * x->cols + c);
+        if (!x->want[j]) {
+            snprintf(msg, len, "out of host memory");
+            return 0;
+        }
+        const int ok = out_kind(x->p, j) == OCLF_EXPR_BITS
+                           ? verify_bits(env, x, j, msg, len)
+                           : op_verify_packed(env, x->out[j], x->dtype, x->want[j], x->rows,
+                                              x->cols, msg, len);
+        if (!ok)
+            return 0;
+    }
+    return 1;
 }
 
-/* Each array input read once, the output written once. */
+/* Each array input read once, each output written once; a bit matrix as
+ * cols / 8 bytes a row. */
+static double kind_bytes(oclf_expr_kind k, const op_shape *s, oclf_dtype dt)
+{
+    if (k == OCLF_EXPR_BITS)
+        return (double)s->d[0] * (double)s->d[1] / 8;
+    return (double)kind_elems(k, s->d[0], s->d[1]) * (double)oclf_dtype_size(dt);
+}
+
 static double expr_bytes(const preset *p, const op_shape *s, oclf_dtype dt)
 {
-    double elems = (double)s->d[0] * (double)s->d[1];
+    double bytes = 0;
     for (int i = 0; i < p->n_inputs; i++)
-        elems += (double)input_elems(p, i, s->d[0], s->d[1]);
-    return elems * (double)oclf_dtype_size(dt);
+        bytes += kind_bytes(p->kind[i], s, dt);
+    for (int j = 0; j < n_outputs(p); j++)
+        bytes += kind_bytes(out_kind(p, j), s, dt);
+    return bytes;
 }
 
 /* rows, cols and the form the library keys records by. */
 static int expr_lib_shape(const preset *p, const op_shape *s, uint64_t *dims)
 {
-    oclf_expr_decl in[MAX_IN], out;
-    decls(p, OCLF_F32, in, &out);
+    oclf_expr_decl in[MAX_IN], out[MAX_OUT];
+    decls(p, OCLF_F32, in, out);
     uint64_t form = 0;
-    oclf_expr_form_id(p->source, in, (unsigned)p->n_inputs, &out, 1, &form);
+    oclf_expr_form_id(p->source, in, (unsigned)p->n_inputs, out, (unsigned)n_outputs(p), &form);
     dims[0] = s->d[0];
     dims[1] = s->d[1];
     dims[2] = form;
@@ -274,7 +418,17 @@ static const op_kernel_check expr_check = {
     "5x77,1x385", "VEC=4,WGS=16;VEC=1,WGS=8,ROWS=3;VEC=16,WGS=4,ROWS=2", "VEC=4,WGS=16,ROWS=4",
     "4x200", 0, 2};
 
-#define EXPR_DESC(NAME, PRESET, HELP)                                                         \
+/* The bit-matrix presets: the same shapes and structures; traffic on a
+ * width of whole words, where the bytes written and read are exactly the
+ * minimum's cols / 8 a row. */
+static const op_kernel_check expr_bits_check = {
+    "5x77,1x385", "VEC=4,WGS=16;VEC=1,WGS=8,ROWS=3;VEC=16,WGS=4,ROWS=2", "VEC=4,WGS=16,ROWS=4",
+    "4x256", 0, 2};
+
+/* UNFUSED 0: a single operation, whose unfused path is the same one
+ * kernel (nothing to compare). */
+#define EXPR_DESC(NAME, PRESET, HELP) EXPR_DESC_FULL(NAME, PRESET, HELP, expr_check, 1)
+#define EXPR_DESC_FULL(NAME, PRESET, HELP, CHECK, UNFUSED)                                    \
     static void *NAME##_create(const op_env *env, const op_shape *s, oclf_dtype dt, char *err, \
                                size_t errlen)                                                 \
     {                                                                                         \
@@ -299,7 +453,7 @@ static const op_kernel_check expr_check = {
         .uncached_dim = 0,                                                                    \
         .tune_shapes = "4096x4096,1x8192",                                                    \
         .test_shape = "5x77",                                                                 \
-        .has_unfused = 1,                                                                     \
+        .has_unfused = UNFUSED,                                                               \
         .create = NAME##_create,                                                              \
         .run = expr_run,                                                                      \
         .verify = expr_verify,                                                                \
@@ -308,13 +462,17 @@ static const op_kernel_check expr_check = {
         .space = expr_space,                                                                  \
         .lib_shape = NAME##_lib_shape,                                                        \
         .lib_dim_names = {"rows", "cols", "form"},                                            \
-        .kernel_check = &expr_check,                                                          \
+        .kernel_check = &CHECK,                                                               \
     }
 
 EXPR_DESC(ew_softplus, p_softplus, "y = log(exp(x) + 1)");
 EXPR_DESC(ew_add_relu_scale, p_add_relu_scale, "y = relu(a + b) * s");
 EXPR_DESC(ew_bias_gelu_dropout, p_bias_gelu_dropout, "y = dropout(gelu(x + bias), 0.1)");
 EXPR_DESC(ew_chain8, p_chain8, "y = relu(min(max(x * 0.5 + 0.25, -1), 1) - 0.125) * 2 + 1");
+EXPR_DESC_FULL(ew_relu_mask, p_relu_mask, "y = relu(x); m = x > 0 (m bits)", expr_bits_check, 1);
+EXPR_DESC_FULL(ew_relu_mask_bwd, p_relu_mask_bwd, "dx = m ? dy : 0 (m bits)", expr_bits_check, 1);
+EXPR_DESC_FULL(ew_dropout_bwd, p_dropout_bwd,
+               "dx = dropout(dy, 0.1), the forward's mask regenerated", expr_check, 0);
 
 static double now_ms(void)
 {

@@ -26,11 +26,13 @@
 #define OP_DESCS_loss_linear OP_ONE
 #define OP_DESCS_norm_grad OP_ONE
 #define OP_DESCS_expr(name) \
-    &op_ew_softplus, &op_ew_add_relu_scale, &op_ew_bias_gelu_dropout, &op_ew_chain8,
+    &op_ew_softplus, &op_ew_add_relu_scale, &op_ew_bias_gelu_dropout, &op_ew_chain8, \
+    &op_ew_relu_mask, &op_ew_relu_mask_bwd, &op_ew_dropout_bwd,
 #define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) extern const op_desc op_##name;
 #include "../lib/ops.def"
 #undef OCLF_OP
 extern const op_desc op_ew_softplus, op_ew_add_relu_scale, op_ew_bias_gelu_dropout, op_ew_chain8;
+extern const op_desc op_ew_relu_mask, op_ew_relu_mask_bwd, op_ew_dropout_bwd;
 
 const op_desc *const op_table[] = {
 #define OCLF_OP(ID, name, family, ndims, d0, d1, d2, d3) OP_DESCS_##family(name)

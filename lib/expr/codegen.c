@@ -42,7 +42,25 @@ void oclf_xbuf_printf(oclf_xbuf *b, const char *fmt, ...)
     }
 }
 
-static const char *const kind_tag[] = {"m", "r", "c", "s"};
+static const char *const kind_tag[] = {"m", "r", "c", "s", "b"};
+
+/* Scalars and bit matrices carry no dtype. */
+static int has_dtype(const oclf_expr_decl *d)
+{
+    return d->kind != OCLF_EXPR_SCALAR && d->kind != OCLF_EXPR_BITS;
+}
+
+int oclf_expr_has_bits(const oclf_expr_decl *inputs, unsigned n_inputs,
+                       const oclf_expr_decl *outputs, unsigned n_outputs)
+{
+    for (unsigned i = 0; i < n_inputs; i++)
+        if (inputs[i].kind == OCLF_EXPR_BITS)
+            return 1;
+    for (unsigned j = 0; j < n_outputs; j++)
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            return 1;
+    return 0;
+}
 
 void oclf_expr_canonical_form(const oclf_xgraph *g, const oclf_expr_decl *inputs,
                               unsigned n_inputs, const oclf_expr_decl *outputs, oclf_xbuf *out)
@@ -50,8 +68,8 @@ void oclf_expr_canonical_form(const oclf_xgraph *g, const oclf_expr_decl *inputs
     oclf_xbuf_printf(out, "in");
     for (unsigned i = 0; i < n_inputs; i++)
         oclf_xbuf_printf(out, "%c%s%s%s", i ? ',' : ':', kind_tag[inputs[i].kind],
-                         inputs[i].kind == OCLF_EXPR_SCALAR ? "" : ".",
-                         inputs[i].kind == OCLF_EXPR_SCALAR ? "" : oclf_dtype_name(inputs[i].dtype));
+                         has_dtype(&inputs[i]) ? "." : "",
+                         has_dtype(&inputs[i]) ? oclf_dtype_name(inputs[i].dtype) : "");
     oclf_xbuf_printf(out, ";");
     for (int k = 0; k < g->n_nodes; k++) {
         const oclf_xnode *n = &g->node[k];
@@ -69,7 +87,8 @@ void oclf_expr_canonical_form(const oclf_xgraph *g, const oclf_expr_decl *inputs
     oclf_xbuf_printf(out, "out");
     for (int j = 0; j < g->n_outputs; j++)
         oclf_xbuf_printf(out, "%cn%d.%s", j ? ',' : ':', g->output[j],
-                         oclf_dtype_name(outputs[j].dtype));
+                         outputs[j].kind == OCLF_EXPR_BITS ? "bits"
+                                                          : oclf_dtype_name(outputs[j].dtype));
 }
 
 static const char *ctype(oclf_dtype d)
@@ -77,21 +96,39 @@ static const char *ctype(oclf_dtype d)
     return d == OCLF_F32 ? "float" : d == OCLF_F16 ? "half" : "ushort";
 }
 
+static const char *decl_ctype(const oclf_expr_decl *d)
+{
+    return d->kind == OCLF_EXPR_BITS ? "uint" : ctype(d->dtype);
+}
+
 /* Where input i's element (r, c) lives. */
 static void index_of(oclf_xbuf *b, const oclf_expr_decl *in, int i)
 {
     switch (in->kind) {
     case OCLF_EXPR_MATRIX: oclf_xbuf_printf(b, "in%d_o + r * in%d_s + c", i, i); break;
+    case OCLF_EXPR_BITS: oclf_xbuf_printf(b, "in%d_o + r * in%d_s + (c >> 5)", i, i); break;
     case OCLF_EXPR_ROW: oclf_xbuf_printf(b, "in%d_o + c", i); break;
     default: oclf_xbuf_printf(b, "in%d_o + r", i); break;
     }
 }
 
-static void emit_load(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
+/* words: the fused kernel over whole words, which loads each bits input's
+ * word of the row once (wb<i>); elsewhere the word is read per element. */
+static void emit_load(oclf_xbuf *b, const oclf_expr_decl *inputs, int i, int words)
 {
     const oclf_expr_decl *in = &inputs[i];
     if (in->kind == OCLF_EXPR_SCALAR) {
         oclf_xbuf_printf(b, "in%d", i);
+        return;
+    }
+    if (in->kind == OCLF_EXPR_BITS) {
+        if (words) {
+            oclf_xbuf_printf(b, "(float)((wb%d >> (uint)(c & 31)) & 1u)", i);
+        } else {
+            oclf_xbuf_printf(b, "(float)((in%d[", i);
+            index_of(b, in, i);
+            oclf_xbuf_printf(b, "] >> (uint)(c & 31)) & 1u)");
+        }
         return;
     }
     if (in->dtype == OCLF_F32) {
@@ -404,6 +441,44 @@ static const char prelude[] =
     "}\n"
     "#endif\n";
 
+/* Only in programs with bit matrices (the other programs' text, and so
+ * their cache entries, stay as they were). */
+static const char bits_prelude[] =
+    "#if OCLF_VEC > 1\n"
+    "/* A vector's nonzero lanes (NaN is nonzero) as bits, lane i at bit i:\n"
+    " * a lane's bit by select, then an OR of the lanes into one word. */\n"
+    "static inline uint x_bits_v(xf v)\n"
+    "{\n"
+    "    const xu m = select((xu)0u, (xu)1u << XLANES, v != 0.0f);\n"
+    "#if OCLF_VEC == 16\n"
+    "    /* neighbouring lanes ORed within 64-bit lanes, not by halves:\n"
+    "     * oclgrind 21.10 took the halves (.lo, .hi) of a 16-lane vector for\n"
+    "     * uninitialized values; lane by lane, ReLU with its mask in bf16\n"
+    "     * took 21-23 ms on 4096x4096 against 13-18 on the CPU device) */\n"
+    "    const ulong8 p = as_ulong8(m);\n"
+    "    const uint8 m8 = convert_uint8(p | (p >> 32));\n"
+    "#elif OCLF_VEC == 8\n"
+    "    const uint8 m8 = m;\n"
+    "#endif\n"
+    "#if OCLF_VEC >= 8\n"
+    "    const uint4 m4 = m8.lo | m8.hi;\n"
+    "#elif OCLF_VEC == 4\n"
+    "    const uint4 m4 = m;\n"
+    "#endif\n"
+    "#if OCLF_VEC >= 4\n"
+    "    const uint2 m2 = m4.lo | m4.hi;\n"
+    "#else\n"
+    "    const uint2 m2 = m;\n"
+    "#endif\n"
+    "    return m2.x | m2.y;\n"
+    "}\n"
+    "/* OCLF_VEC bits of word w from bit sh on, as 1.0 or 0.0 per lane. */\n"
+    "static inline xf x_unbits_v(uint w, uint sh)\n"
+    "{\n"
+    "    return select((xf)0.0f, (xf)1.0f, (((xu)(w) >> ((xu)(sh) + XLANES)) & 1u) != 0u);\n"
+    "}\n"
+    "#endif\n";
+
 static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
                         unsigned n_inputs, const oclf_expr_decl *outputs, int temps)
 {
@@ -411,15 +486,15 @@ static void emit_params(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
         const oclf_expr_decl *in = &inputs[i];
         if (in->kind == OCLF_EXPR_SCALAR)
             oclf_xbuf_printf(b, "float in%u, ", i);
-        else if (in->kind == OCLF_EXPR_MATRIX)
+        else if (in->kind == OCLF_EXPR_MATRIX || in->kind == OCLF_EXPR_BITS)
             oclf_xbuf_printf(b, "global const %s *restrict in%u, ulong in%u_o, ulong in%u_s, ",
-                             ctype(in->dtype), i, i, i);
+                             decl_ctype(in), i, i, i);
         else
             oclf_xbuf_printf(b, "global const %s *restrict in%u, ulong in%u_o, ", ctype(in->dtype), i, i);
     }
     for (int j = 0; j < g->n_outputs; j++)
-        oclf_xbuf_printf(b, "global %s *out%d, ulong out%d_o, ulong out%d_s, ", ctype(outputs[j].dtype),
-                         j, j, j);
+        oclf_xbuf_printf(b, "global %s *out%d, ulong out%d_o, ulong out%d_s, ",
+                         decl_ctype(&outputs[j]), j, j, j);
     oclf_xbuf_printf(b, "ulong rows, ulong cols, ulong seed, ulong offset");
     if (!temps)
         oclf_xbuf_printf(b, ", ulong rpb");
@@ -492,7 +567,7 @@ static void operand(char *buf, size_t len, const oclf_xgraph *g, const oclf_expr
         return;
     }
     oclf_xbuf t = {0};
-    emit_load(&t, inputs, n->input);
+    emit_load(&t, inputs, n->input, 0);
     snprintf(buf, len, "%s", t.failed || !t.s ? "0.0f" : t.s);
     free(t.s);
 }
@@ -539,7 +614,7 @@ static void emit_value(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl 
     const oclf_xnode *n = &g->node[k];
     oclf_xbuf_printf(b, "        const float v%d = ", k);
     if (n->op == XOP_INPUT)
-        emit_load(b, inputs, n->input);
+        emit_load(b, inputs, n->input, fused);
     else if (n->op == XOP_CONST)
         oclf_xbuf_printf(b, "%af", (double)n->value);
     else if (fused && softplus_arg(g, k) >= 0) {
@@ -565,8 +640,12 @@ static void emit_vload(oclf_xbuf *b, const oclf_expr_decl *inputs, int i)
     const oclf_expr_decl *in = &inputs[i];
     if (in->kind == OCLF_EXPR_SCALAR || in->kind == OCLF_EXPR_COL) {
         oclf_xbuf_printf(b, "(xf)(");
-        emit_load(b, inputs, i);
+        emit_load(b, inputs, i, 1);
         oclf_xbuf_printf(b, ")");
+        return;
+    }
+    if (in->kind == OCLF_EXPR_BITS) {
+        oclf_xbuf_printf(b, "x_unbits_v(wb%d, (uint)(c & 31))", i);
         return;
     }
     const char *pre = in->dtype == OCLF_F32 ? "XLOAD(" : in->dtype == OCLF_F16 ? "XLOADH(" : "XBF16(XLOADU(";
@@ -626,14 +705,129 @@ static void emit_vvalue(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl
     oclf_xbuf_printf(b, ";\n");
 }
 
-void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
-                       const oclf_expr_decl *outputs, oclf_xbuf *b)
+/* The fused kernel of an expression with bit matrices: a work-item owns
+ * whole 32-bit words, 32 columns of ROWS rows, so it alone writes each word
+ * of a bits output; it reads each bits input's word of a row once. Whole
+ * words go in VEC-wide vector pieces, a row's last partial word element by
+ * element. */
+static void emit_fused_words(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                             unsigned n_inputs, const oclf_expr_decl *outputs, const char *need)
 {
-    oclf_xbuf_printf(b, "%s", prelude);
+    oclf_xbuf_printf(b, "kernel void expr_fused(");
+    emit_params(b, g, inputs, n_inputs, outputs, 0);
+    oclf_xbuf_printf(b, ")\n"
+                        "{\n"
+                        "    const ulong nw = (cols + 31) / 32;\n"
+                        "    const ulong gid = get_global_id(0);\n"
+                        "    if (gid >= (rows + rpb - 1) / rpb * nw)\n"
+                        "        return;\n"
+                        "    const ulong rb = gid / nw, w = gid - rb * nw, c0 = w * 32;\n"
+                        "    const ulong r0 = rb * rpb, r1 = min(r0 + rpb, rows);\n"
+                        "    for (ulong r = r0; r < r1; r++) {\n");
+    for (int k = 0; k < g->n_nodes; k++) {
+        const oclf_xnode *n = &g->node[k];
+        if (need[k] && n->op == XOP_INPUT && inputs[n->input].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "        const uint wb%d = in%d[in%d_o + r * in%d_s + w];\n",
+                             n->input, n->input, n->input, n->input);
+    }
+    for (int j = 0; j < g->n_outputs; j++)
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "        uint ob%d = 0u;\n", j);
+    oclf_xbuf_printf(b, "#if OCLF_VEC > 1\n"
+                        "        if (c0 + 32 <= cols) {\n"
+                        "#pragma unroll\n"
+                        "        for (uint k = 0; k < 32; k += OCLF_VEC) {\n"
+                        "        const ulong c = c0 + k;\n"
+                        "        const ulong n = r * cols + c + offset;\n"
+                        "        (void)n;\n");
+    for (int k = 0; k < g->n_nodes; k++)
+        if (need[k])
+            emit_vvalue(b, g, inputs, k);
+    for (int j = 0; j < g->n_outputs; j++) {
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "        ob%d |= x_bits_v(v%d) << k;\n", j, g->output[j]);
+        else
+            emit_vstore(b, outputs[j].dtype, j, g->output[j]);
+    }
+    oclf_xbuf_printf(b, "        }\n"
+                        "        } else\n"
+                        "#endif\n"
+                        "        for (uint k = 0; k < 32 && c0 + k < cols; k++) {\n"
+                        "        const ulong c = c0 + k;\n"
+                        "        const ulong n = r * cols + c + offset;\n"
+                        "        (void)n;\n");
+    for (int k = 0; k < g->n_nodes; k++)
+        if (need[k])
+            emit_value(b, g, inputs, k, 1);
+    for (int j = 0; j < g->n_outputs; j++) {
+        char v[16];
+        snprintf(v, sizeof v, "v%d", g->output[j]);
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "        ob%d |= (v%d != 0.0f ? 1u : 0u) << k;\n", j, g->output[j]);
+        else
+            emit_store(b, outputs[j].dtype, j, v);
+    }
+    oclf_xbuf_printf(b, "        }\n");
+    for (int j = 0; j < g->n_outputs; j++)
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "        out%d[out%d_o + r * out%d_s + w] = ob%d;\n", j, j, j, j);
+    oclf_xbuf_printf(b, "    }\n}\n");
+}
 
-    /* Fused: every node it needs once, in order, then every output. */
-    char need[OCLF_EXPR_MAX_NODES];
-    fused_needs(g, need);
+/* The unfused path's packing kernel: a work-item per word of every bits
+ * output, reading 32 values from the operations' fp32 temporaries (or the
+ * leaves themselves). */
+static void emit_pack(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                      unsigned n_inputs, const oclf_expr_decl *outputs)
+{
+    oclf_xbuf_printf(b, "kernel void expr_pack(");
+    emit_params(b, g, inputs, n_inputs, outputs, 1);
+    oclf_xbuf_printf(b, ")\n"
+                        "{\n"
+                        "    const ulong nw = (cols + 31) / 32;\n"
+                        "    const ulong gid = get_global_id(0);\n"
+                        "    if (gid >= rows * nw)\n"
+                        "        return;\n"
+                        "    const ulong r = gid / nw, w = gid - r * nw, c0 = w * 32;\n");
+    for (int j = 0; j < g->n_outputs; j++)
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "    uint ob%d = 0u;\n", j);
+    oclf_xbuf_printf(b, "    for (uint k = 0; k < 32 && c0 + k < cols; k++) {\n"
+                        "        const ulong c = c0 + k;\n");
+    char done[OCLF_EXPR_MAX_NODES] = {0};
+    for (int j = 0; j < g->n_outputs; j++) {
+        const int k = g->output[j];
+        if (outputs[j].kind != OCLF_EXPR_BITS)
+            continue;
+        if (g->node[k].op <= XOP_CONST) {
+            if (!done[k])
+                emit_value(b, g, inputs, k, 0);
+            done[k] = 1;
+            oclf_xbuf_printf(b, "        ob%d |= (v%d != 0.0f ? 1u : 0u) << k;\n", j, k);
+        } else {
+            oclf_xbuf_printf(b, "        ob%d |= (t%d[r * cols + c] != 0.0f ? 1u : 0u) << k;\n", j, k);
+        }
+    }
+    oclf_xbuf_printf(b, "    }\n");
+    /* Every word computed before any is stored: an output may be in place
+     * on a bits input that another output copies. */
+    for (int j = 0; j < g->n_outputs; j++)
+        if (outputs[j].kind == OCLF_EXPR_BITS)
+            oclf_xbuf_printf(b, "    out%d[out%d_o + r * out%d_s + w] = ob%d;\n", j, j, j, j);
+    oclf_xbuf_printf(b, "}\n");
+}
+
+int oclf_expr_bits_output_node(const oclf_xgraph *g, const oclf_expr_decl *outputs, int k)
+{
+    for (int j = 0; j < g->n_outputs; j++)
+        if (g->output[j] == k && outputs[j].kind == OCLF_EXPR_BITS)
+            return 1;
+    return 0;
+}
+
+static void emit_fused(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                       unsigned n_inputs, const oclf_expr_decl *outputs, const char *need)
+{
     oclf_xbuf_printf(b, "kernel void expr_fused(");
     emit_params(b, g, inputs, n_inputs, outputs, 0);
     oclf_xbuf_printf(b, ")\n%s", fused_head);
@@ -660,9 +854,14 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
         emit_store(b, outputs[j].dtype, j, v);
     }
     oclf_xbuf_printf(b, "        }\n    }\n}\n");
+}
 
-    /* Unfused: a kernel per operation, reading leaves from their buffers
-     * and operations from their fp32 temporaries. */
+/* Unfused: a kernel per operation, reading leaves from their buffers and
+ * operations from their fp32 temporaries; bits outputs are left to
+ * expr_pack, which reads their temporaries. */
+static void emit_unfused(oclf_xbuf *b, const oclf_xgraph *g, const oclf_expr_decl *inputs,
+                         unsigned n_inputs, const oclf_expr_decl *outputs)
+{
     int leaf_outputs = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         const oclf_xnode *n = &g->node[k];
@@ -672,18 +871,18 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
         emit_params(b, g, inputs, n_inputs, outputs, 1);
         oclf_xbuf_printf(b, ")\n%s", loop_head);
         emit_value(b, g, inputs, k, 0);
-        if (n->uses)
+        if (n->uses || oclf_expr_bits_output_node(g, outputs, k))
             oclf_xbuf_printf(b, "        t%d[r * cols + c] = v%d;\n", k, k);
         for (int j = 0; j < g->n_outputs; j++) {
             char v[16];
             snprintf(v, sizeof v, "v%d", k);
-            if (g->output[j] == k)
+            if (g->output[j] == k && outputs[j].kind != OCLF_EXPR_BITS)
                 emit_store(b, outputs[j].dtype, j, v);
         }
         oclf_xbuf_printf(b, "    }\n}\n");
     }
     for (int j = 0; j < g->n_outputs; j++)
-        leaf_outputs |= g->node[g->output[j]].op <= XOP_CONST;
+        leaf_outputs |= g->node[g->output[j]].op <= XOP_CONST && outputs[j].kind != OCLF_EXPR_BITS;
     if (leaf_outputs) {
         oclf_xbuf_printf(b, "kernel void expr_leaves(");
         emit_params(b, g, inputs, n_inputs, outputs, 1);
@@ -693,13 +892,15 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
         char done[OCLF_EXPR_MAX_NODES] = {0};
         for (int j = 0; j < g->n_outputs; j++) {
             int k = g->output[j];
+            if (outputs[j].kind == OCLF_EXPR_BITS)
+                continue;
             if (g->node[k].op <= XOP_CONST && !done[k])
                 emit_value(b, g, inputs, k, 0);
             done[k] = 1;
         }
         for (int j = 0; j < g->n_outputs; j++) {
             int k = g->output[j];
-            if (g->node[k].op > XOP_CONST)
+            if (g->node[k].op > XOP_CONST || outputs[j].kind == OCLF_EXPR_BITS)
                 continue;
             char v[16];
             snprintf(v, sizeof v, "v%d", k);
@@ -707,4 +908,28 @@ void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsig
         }
         oclf_xbuf_printf(b, "    }\n}\n");
     }
+}
+
+void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
+                       const oclf_expr_decl *outputs, oclf_xbuf *b)
+{
+    oclf_xbuf_printf(b, "%s", prelude);
+    const int words = oclf_expr_has_bits(inputs, n_inputs, outputs, (unsigned)g->n_outputs);
+    if (words)
+        oclf_xbuf_printf(b, "%s", bits_prelude);
+
+    /* Fused: every node it needs once, in order, then every output. */
+    char need[OCLF_EXPR_MAX_NODES];
+    fused_needs(g, need);
+    if (words)
+        emit_fused_words(b, g, inputs, n_inputs, outputs, need);
+    else
+        emit_fused(b, g, inputs, n_inputs, outputs, need);
+    emit_unfused(b, g, inputs, n_inputs, outputs);
+    if (words)
+        for (int j = 0; j < g->n_outputs; j++)
+            if (outputs[j].kind == OCLF_EXPR_BITS) {
+                emit_pack(b, g, inputs, n_inputs, outputs);
+                break;
+            }
 }

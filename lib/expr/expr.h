@@ -74,8 +74,16 @@ void oclf_xbuf_printf(oclf_xbuf *b, const char *fmt, ...) __attribute__((format(
  * for expressions that compute the same graph whatever their names. */
 void oclf_expr_canonical_form(const oclf_xgraph *g, const oclf_expr_decl *inputs,
                               unsigned n_inputs, const oclf_expr_decl *outputs, oclf_xbuf *out);
+/* 1 when a declaration is a bit matrix (OCLF_EXPR_BITS): the fused kernel
+ * then works over whole 32-bit words. */
+int oclf_expr_has_bits(const oclf_expr_decl *inputs, unsigned n_inputs,
+                       const oclf_expr_decl *outputs, unsigned n_outputs);
+/* 1 when node k is written to a bits output (the unfused path keeps its
+ * fp32 temporary for expr_pack). */
+int oclf_expr_bits_output_node(const oclf_xgraph *g, const oclf_expr_decl *outputs, int k);
 /* OpenCL source: kernel expr_fused, kernels expr_node<k> for the unfused
- * path (one per operation) and expr_leaves (outputs that are leaves). */
+ * path (one per operation), expr_leaves (outputs that are leaves) and,
+ * with a bits output, expr_pack (every bits output's words). */
 void oclf_expr_codegen(const oclf_xgraph *g, const oclf_expr_decl *inputs, unsigned n_inputs,
                        const oclf_expr_decl *outputs, oclf_xbuf *out);
 

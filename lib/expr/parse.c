@@ -660,11 +660,13 @@ static int check_decls(parser *p, const oclf_expr_decl *inputs, unsigned n_input
                     what, idx, OCLF_EXPR_MAX_NAME);
             return -1;
         }
-        if ((unsigned)d->kind > OCLF_EXPR_SCALAR || (i >= n_inputs && d->kind != OCLF_EXPR_MATRIX)) {
+        if ((unsigned)d->kind > OCLF_EXPR_BITS ||
+            (i >= n_inputs && d->kind != OCLF_EXPR_MATRIX && d->kind != OCLF_EXPR_BITS)) {
             fail_at(p, 1, 1, "%s '%s': bad kind %d", what, d->name, (int)d->kind);
             return -1;
         }
-        if (d->kind != OCLF_EXPR_SCALAR && (unsigned)d->dtype >= OCLF_DTYPE_COUNT_) {
+        if (d->kind != OCLF_EXPR_SCALAR && d->kind != OCLF_EXPR_BITS &&
+            (unsigned)d->dtype >= OCLF_DTYPE_COUNT_) {
             fail_at(p, 1, 1, "%s '%s': bad dtype %d", what, d->name, (int)d->dtype);
             return -1;
         }

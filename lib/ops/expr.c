@@ -4,7 +4,11 @@
  *
  *   fused: expr_fused            unfused: expr_node<k> per operation (fp32
  *                                temporaries), expr_leaves for outputs that
- *                                are inputs or numbers
+ *                                are inputs or numbers, expr_pack for bits
+ *                                outputs (a work-item per 32-bit word)
+ *
+ * With a bit matrix among the declarations, expr_fused's work-items own
+ * whole words (32 columns of ROWS rows) instead of VEC columns.
  *
  * Parameters: VEC (elements per work-item: 1, 2, 4, 8, 16), WGS (work-group
  * size, a power of two up to the device limit), ROWS (fused: rows per
@@ -28,6 +32,8 @@ struct oclf_expr {
     char *source; /* generated OpenCL */
     uint64_t form; /* tuning key: oclf_expr_form_id */
     int vec, wgs; /* defaults for this device */
+    int words;    /* a bit matrix is declared: fused work-items own 32-bit words */
+    int packs;    /* a bits output: the unfused path ends with expr_pack */
 };
 
 static const char *const OP_COMPILE = "oclf_expr_compile", *const OP_RUN = "oclf_expr_run";
@@ -208,8 +214,17 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     if (n_inputs)
         memcpy(e->inputs, inputs, n_inputs * sizeof *inputs);
     memcpy(e->outputs, outputs, n_outputs * sizeof *outputs);
-    for (unsigned i = 0; i < n_inputs + n_outputs; i++)
-        (i < n_inputs ? &e->inputs[i] : &e->outputs[i - n_inputs])->name = NULL;
+    for (unsigned i = 0; i < n_inputs + n_outputs; i++) {
+        oclf_expr_decl *d = i < n_inputs ? &e->inputs[i] : &e->outputs[i - n_inputs];
+        d->name = NULL;
+        /* The ignored dtype of scalars and bit matrices is kept as f32, the
+         * dtype a tuning record of a bits first output carries. */
+        if (d->kind == OCLF_EXPR_SCALAR || d->kind == OCLF_EXPR_BITS)
+            d->dtype = OCLF_F32;
+        if (i >= n_inputs && d->kind == OCLF_EXPR_BITS)
+            e->packs = 1;
+    }
+    e->words = oclf_expr_has_bits(e->inputs, n_inputs, e->outputs, n_outputs);
 
     oclf_xbuf key = {0}, src = {0};
     oclf_xbuf_printf(&key, "expr:");
@@ -256,6 +271,17 @@ static oclf_status run_config(oclf_context *ctx, const oclf_expr *e, size_t rows
     return expr_config(ctx, &r.params, cfg);
 }
 
+/* 32-bit words in a row of a bit matrix. */
+static size_t bit_words(size_t cols) { return cols / 32 + (cols % 32 != 0); }
+
+/* Elements of a row of a matrix declaration, and their size. */
+static size_t row_elems(const oclf_expr_decl *d, size_t cols, size_t *elem)
+{
+    const int bits = d->kind == OCLF_EXPR_BITS;
+    *elem = bits ? 4 : oclf_dtype_size(d->dtype);
+    return bits ? bit_words(cols) : cols;
+}
+
 /* An input's checked operand; vectors are one row of cols or rows. */
 static oclf_status check_input(oclf_context *ctx, const oclf_expr_decl *d, unsigned i,
                                const oclf_expr_arg *a, size_t rows, size_t cols,
@@ -266,6 +292,7 @@ static oclf_status check_input(oclf_context *ctx, const oclf_expr_decl *d, unsig
     const size_t el = oclf_dtype_size(d->dtype);
     switch (d->kind) {
     case OCLF_EXPR_MATRIX: return oclf_check_2d(ctx, what, a->buf, rows, cols, el, op);
+    case OCLF_EXPR_BITS: return oclf_check_2d(ctx, what, a->buf, rows, bit_words(cols), 4, op);
     case OCLF_EXPR_ROW: {
         oclf_buf b = {a->buf.mem, a->buf.offset, 0};
         return oclf_check_2d(ctx, what, b, 1, cols, el, op);
@@ -280,11 +307,13 @@ static oclf_status check_input(oclf_context *ctx, const oclf_expr_decl *d, unsig
 
 /* 1 when, on the unfused path, a kernel reads `input` after a kernel has
  * written one of the outputs in `outs` (in place on it). Node kernels run
- * in node order, each reading its operands before writing; the leaves
- * kernel runs last and loads everything before it stores. */
-static int read_after_write(const oclf_xgraph *g, int input, unsigned outs)
+ * in node order, each reading its operands before writing; then the leaves
+ * kernel and the packing kernel, each loading everything before it
+ * stores. */
+static int read_after_write(const oclf_xgraph *g, const oclf_expr_decl *outputs, int input,
+                            unsigned outs)
 {
-    const int leaves = g->n_nodes;
+    const int leaves = g->n_nodes, pack = g->n_nodes + 1;
     int last_read = -1;
     for (int k = 0; k < g->n_nodes; k++) {
         const oclf_xnode *n = &g->node[k];
@@ -296,11 +325,14 @@ static int read_after_write(const oclf_xgraph *g, int input, unsigned outs)
     }
     for (int j = 0; j < g->n_outputs; j++) {
         const oclf_xnode *o = &g->node[g->output[j]];
-        if (o->op == XOP_INPUT && o->input == input)
-            last_read = leaves;
+        const int reader = outputs[j].kind == OCLF_EXPR_BITS ? pack : leaves;
+        if (o->op == XOP_INPUT && o->input == input && reader > last_read)
+            last_read = reader;
     }
     for (int j = 0; j < g->n_outputs; j++) {
-        const int w = g->node[g->output[j]].op > XOP_CONST ? g->output[j] : leaves;
+        const int w = outputs[j].kind == OCLF_EXPR_BITS          ? pack
+                      : g->node[g->output[j]].op > XOP_CONST ? g->output[j]
+                                                              : leaves;
         if ((outs >> j & 1u) && w < last_read)
             return 1;
     }
@@ -372,21 +404,25 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     for (unsigned j = 0; j < e->n_outputs; j++) {
         char what[64];
         snprintf(what, sizeof what, "%s: output %u", OP_RUN, j);
-        if ((st = oclf_check_2d(ctx, what, outputs[j], rows, cols,
-                                oclf_dtype_size(e->outputs[j].dtype), &out[j])))
+        size_t oel;
+        const size_t ocols = row_elems(&e->outputs[j], cols, &oel);
+        if ((st = oclf_check_2d(ctx, what, outputs[j], rows, ocols, oel, &out[j])))
             return st;
         for (unsigned k = 0; k < j; k++)
             if (oclf_overlap(&out[j], &out[k]))
                 return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: output %u overlaps output %u",
                                  OP_RUN, j, k);
-        /* In place is safe only element for element: the same elements of
-         * a matrix input of the same dtype, read before written by the one
-         * work-item that owns them (the unfused path copies the input aside
-         * when a later kernel still reads it). */
+        /* In place is safe only element for element (word for word for
+         * bit matrices): the same elements of a matrix input of the same
+         * dtype, or the same words of a bits input, read before written by
+         * the one work-item that owns them (the unfused path copies the
+         * input aside when a later kernel still reads it). */
         for (unsigned i = 0; i < e->n_inputs; i++) {
             if (e->inputs[i].kind == OCLF_EXPR_SCALAR || !oclf_overlap(&out[j], &in[i]))
                 continue;
-            if (e->inputs[i].kind == OCLF_EXPR_MATRIX && e->inputs[i].dtype == e->outputs[j].dtype &&
+            const oclf_expr_decl *di = &e->inputs[i], *dj = &e->outputs[j];
+            const int same_kind = di->kind == dj->kind && di->dtype == dj->dtype;
+            if (same_kind && (di->kind == OCLF_EXPR_MATRIX || di->kind == OCLF_EXPR_BITS) &&
                 oclf_same_range(&out[j], &in[i])) {
                 in_place[i] |= 1u << j;
                 continue;
@@ -409,7 +445,9 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
                                  pn->input, (double)p);
         }
     }
-    const size_t nch = (cols + (size_t)vec - 1) / (size_t)vec;
+    /* Work-items a row: VEC columns each, or a 32-bit word each with bit
+     * matrices (the fused kernel; the unfused node kernels keep VEC). */
+    const size_t nch = (cols + (size_t)vec - 1) / (size_t)vec, nw = bit_words(cols);
     if (rows && (rows > SIZE_MAX / nch / 2 || rows > UINT64_MAX / cols / 2))
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu x %zu exceeds the launch range", OP_RUN,
                          rows, cols);
@@ -432,10 +470,12 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     cl_event copied[OCLF_EXPR_MAX_INPUTS];
     unsigned n_copied = 0;
     for (unsigned i = 0; i < e->n_inputs && path == OCLF_PATH_UNFUSED; i++) {
-        if (!in_place[i] || !read_after_write(&e->graph, (int)i, in_place[i]))
+        if (!in_place[i] || !read_after_write(&e->graph, e->outputs, (int)i, in_place[i]))
             continue;
-        if ((st = copy_aside(ctx, queue, &in[i], rows, cols, oclf_dtype_size(e->inputs[i].dtype),
-                             num_events, wait_list, &copy[i], &copied[n_copied])))
+        size_t iel;
+        const size_t icols = row_elems(&e->inputs[i], cols, &iel);
+        if ((st = copy_aside(ctx, queue, &in[i], rows, icols, iel, num_events, wait_list,
+                             &copy[i], &copied[n_copied])))
             break;
         n_copied++;
     }
@@ -461,7 +501,7 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         istr[i] = in[i].stride;
         args[na++] = OCLF_ARG(in[i].mem);
         args[na++] = OCLF_ARG(ioff[i]);
-        if (d->kind == OCLF_EXPR_MATRIX)
+        if (d->kind == OCLF_EXPR_MATRIX || d->kind == OCLF_EXPR_BITS)
             args[na++] = OCLF_ARG(istr[i]);
     }
     for (unsigned j = 0; j < e->n_outputs; j++) {
@@ -483,15 +523,15 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         const size_t blocks = (rows + (size_t)rpb - 1) / (size_t)rpb;
         args[na++] = OCLF_ARG(r);
         return oclf_enqueue(ctx, queue, prog, "expr_fused", args, na,
-                            oclf_round_up(blocks * nch, local), local, num_events, wait_list,
-                            event);
+                            oclf_round_up(blocks * (e->words ? nw : nch), local), local,
+                            num_events, wait_list, event);
     }
 
     const oclf_xgraph *g = &e->graph;
     for (int k = 0; k < g->n_nodes && st == OCLF_SUCCESS; k++) {
         if (g->node[k].op <= XOP_CONST)
             continue;
-        if (g->node[k].uses)
+        if (g->node[k].uses || oclf_expr_bits_output_node(g, e->outputs, k))
             st = oclf_temp_buffer(ctx, rows * cols * sizeof(float), &temps[k]);
         args[na++] = OCLF_ARG(temps[k]);
     }
@@ -509,9 +549,12 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
         st = oclf_chain_launch(&ch, prog, name, args, na, global, local);
     }
     for (int j = 0; j < g->n_outputs; j++)
-        leaves |= g->node[g->output[j]].op <= XOP_CONST;
+        leaves |= g->node[g->output[j]].op <= XOP_CONST && e->outputs[j].kind != OCLF_EXPR_BITS;
     if (st == OCLF_SUCCESS && leaves)
         st = oclf_chain_launch(&ch, prog, "expr_leaves", args, na, global, local);
+    if (st == OCLF_SUCCESS && e->packs)
+        st = oclf_chain_launch(&ch, prog, "expr_pack", args, na, oclf_round_up(rows * nw, local),
+                               local);
     for (int k = 0; k < g->n_nodes; k++)
         if (temps[k])
             clReleaseMemObject(temps[k]); /* freed once the launches finish */

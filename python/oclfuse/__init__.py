@@ -15,7 +15,7 @@ qweight_convert (GGUF blocks into linear_q's separate arrays, on the device),
 cross_entropy (softmax cross-entropy, with the gradient in place),
 linear_cross_entropy (a language model's head and loss without the logits),
 and Expr (generated elementwise kernels; form_id gives an expression's tuning
-key). On the host, in NumPy: dequantize (the quantized formats' formulas,
+key; pack_bits / unpack_bits convert its bit matrices). On the host, in NumPy: dequantize (the quantized formats' formulas,
 float64) and quantize_q8_0 / quantize_q4_0 (ggml's reference quantizers).
 A refused call raises OclfError with the status and the library's sentence.
 bf16 is uint16 storage: to_bf16/from_bf16.
@@ -24,7 +24,7 @@ from ._capi import (BUILD_FAILED, DB_ERROR, INVALID_ARGUMENT, IO_ERROR, OPENCL_E
                     OUT_OF_RESOURCES, SUCCESS, UNSUPPORTED)
 from ._core import (Context, OclfError, context_for, default_context, from_bf16, storage_dtype,
                     to_bf16, version)
-from .expr import Expr, form_id
+from .expr import Expr, bit_words, form_id, pack_bits, unpack_bits
 from .ops import (Shard, act_and_mul, act_and_mul_backward, add_layer_norm, add_rms_norm,
                   attention, attention_paged, cross_entropy, dequantize, kv_cache_write,
                   l2_topk, l2_topk_merge, l2_topk_sharded, layer_norm, layer_norm_backward,
@@ -42,7 +42,8 @@ __all__ = [
     "attention", "attention_paged",
     "kv_cache_write", "l2_topk", "l2_topk_sharded", "l2_topk_merge", "Shard",
     "pack_mask", "linear", "linear_q", "qweight_convert", "dequantize", "quantize_q8_0",
-    "quantize_q4_0", "cross_entropy", "linear_cross_entropy", "Expr", "form_id", "tuning_db_default_path", "tuning_db_check",
+    "quantize_q4_0", "cross_entropy", "linear_cross_entropy", "Expr", "form_id", "bit_words",
+    "pack_bits", "unpack_bits", "tuning_db_default_path", "tuning_db_check",
     "tuning_db_merge",
     "tuning_explain", "tuning_resolve", "tuning_params_valid", "SUCCESS", "INVALID_ARGUMENT", "UNSUPPORTED", "BUILD_FAILED",
     "OUT_OF_RESOURCES", "OPENCL_ERROR", "DB_ERROR", "IO_ERROR",

@@ -7,7 +7,34 @@ from . import _capi as C
 from ._core import Call, buf, check, default_context, lib, make_choice, oclf_dtype, storage_dtype
 
 _KINDS = {"matrix": C.EXPR_MATRIX, "row": C.EXPR_ROW, "col": C.EXPR_COL,
-          "scalar": C.EXPR_SCALAR}
+          "scalar": C.EXPR_SCALAR, "bits": C.EXPR_BITS}
+_OUTPUT_KINDS = ("matrix", "bits")
+
+
+def bit_words(cols):
+    """uint32 words in a row of a bit matrix of `cols` columns."""
+    return (cols + 31) // 32
+
+
+def pack_bits(mask):
+    """A boolean [rows, cols] NumPy array as the library's bit matrix:
+    uint32 [rows, bit_words(cols)], bit c % 32 (least significant first) of
+    word c // 32 of its row; bits past cols 0."""
+    import numpy as np
+    m = np.asarray(mask, dtype=bool)
+    rows, cols = m.shape
+    padded = np.zeros((rows, bit_words(cols) * 32), dtype=bool)
+    padded[:, :cols] = m
+    b = np.packbits(padded.reshape(rows, -1, 8), axis=-1, bitorder="little")
+    return np.ascontiguousarray(b.reshape(rows, -1)).view("<u4").astype(np.uint32)
+
+
+def unpack_bits(words, cols):
+    """The boolean [rows, cols] array of a bit matrix (uint32 [rows, words])."""
+    import numpy as np
+    w = np.ascontiguousarray(np.asarray(words, dtype="<u4"))
+    bits = np.unpackbits(w.view(np.uint8).reshape(w.shape[0], -1, 1), axis=-1, bitorder="little")
+    return bits.reshape(w.shape[0], -1)[:, :cols].astype(bool)
 
 
 def _decls(items, what):
@@ -20,6 +47,8 @@ def _decls(items, what):
         dt = it[2] if len(it) > 2 else "f32"
         if kind not in _KINDS:
             raise ValueError(f"{what} {name!r}: kind must be one of {', '.join(_KINDS)}")
+        if what == "output" and kind not in _OUTPUT_KINDS:
+            raise ValueError(f"output {name!r}: kind must be one of {', '.join(_OUTPUT_KINDS)}")
         out.append((name, kind, dt))
     return out
 
@@ -34,7 +63,7 @@ def _decl_arrays(inputs, outputs):
         for d, (name, kind, dt) in zip(arr, decls):
             names.append(name.encode())
             d.name, d.kind = names[-1], _KINDS[kind]
-            d.dtype = C.F32 if kind == "scalar" else oclf_dtype(dt)
+            d.dtype = C.F32 if kind in ("scalar", "bits") else oclf_dtype(dt)
     return ins, outs, names
 
 
@@ -55,10 +84,12 @@ class Expr:
     `name = expr;`, see the header for operators and functions).
 
     inputs: [(name, kind, dtype)] or {name: (kind, dtype)} with kind "matrix"
-    [rows, cols], "row" [cols], "col" [rows] or "scalar" (a float per run),
-    dtype "f32"/"f16"/"bf16" or a NumPy dtype (uint16 is bf16);
-    outputs: the same with kind "matrix". Raises OclfError for bad source
-    ("line:column: what")."""
+    [rows, cols], "row" [cols], "col" [rows], "scalar" (a float per run) or
+    "bits" (a bit matrix: uint32 [rows, bit_words(cols)], see pack_bits; no
+    dtype), dtype "f32"/"f16"/"bf16" or a NumPy dtype (uint16 is bf16);
+    outputs: the same with kind "matrix" or "bits" (the bit set where the
+    value is nonzero). Raises OclfError for bad source ("line:column:
+    what")."""
 
     def __init__(self, source, inputs, outputs, ctx=None):
         self.ctx = ctx if ctx is not None else default_context()
@@ -89,7 +120,8 @@ class Expr:
 
     def __call__(self, inputs, outputs=None, *, rows=None, cols=None, seed=0, offset=0,
                  path=None, params=None, queue=None, wait_for=None):
-        """Runs over rows x cols (default: the first matrix operand's shape).
+        """Runs over rows x cols (default: the first matrix operand's shape;
+        with bit matrices only, pass cols).
         inputs: {name: array or float} or a list in declared order; outputs
         likewise, or None for new arrays. Returns the output array, or a
         tuple of them in declared order when there are several."""
@@ -100,20 +132,29 @@ class Expr:
         arrays = [a for a in ins if not isinstance(a, (int, float))] + list(outs or [])
         call = Call(arrays, self.ctx, queue, wait_for)
         if rows is None or cols is None:
-            first = next((a for a, d in zip(arrays, self.inputs + self.outputs)
-                          if getattr(a, "ndim", 0) == 2), None)
-            if first is None:
-                raise ValueError("rows and cols are needed when no operand is 2-D")
-            rows, cols = first.shape if rows is None else (rows, first.shape[1])
+            decls = [d for d, a in zip(self.inputs, ins) if not isinstance(a, (int, float))]
+            shaped = [(a, d[1]) for a, d in zip(arrays, decls + self.outputs)
+                      if getattr(a, "ndim", 0) == 2 and d[1] in ("matrix", "bits")]
+            first = next((a for a, kind in shaped if kind == "matrix"), None)
+            if first is not None:
+                rows, cols = first.shape if rows is None else (rows, first.shape[1])
+            elif cols is not None and shaped:
+                # a bit matrix's rows are its rows; its width in words is not cols
+                rows = shaped[0][0].shape[0]
+            else:
+                raise ValueError("rows and cols are needed when no matrix operand is 2-D "
+                                 "(cols, when every 2-D operand is a bit matrix)")
         args = (C.oclf_expr_arg * max(len(ins), 1))()
         for arg, a, (name, kind, _) in zip(args, ins, self.inputs):
             C.init_struct(arg)
             if kind == "scalar":
                 arg.scalar = float(a)
             else:
-                arg.buf = buf(call.dev(a), rows_stride=(kind == "matrix"))
+                arg.buf = buf(call.dev(a), rows_stride=(kind in ("matrix", "bits")))
         if outs is None:
-            outs = [call.new((rows, cols), storage_dtype(dt)) for _, _, dt in self.outputs]
+            outs = [call.new((rows, bit_words(cols)), "uint32") if kind == "bits"
+                    else call.new((rows, cols), storage_dtype(dt))
+                    for _, kind, dt in self.outputs]
             news = [True] * len(outs)
         else:
             news = [False] * len(outs)

@@ -100,3 +100,57 @@ def test_form_id():
         oclfuse.form_id("y = x +;", [("x", "matrix", "f32")], [("y", "matrix", "f32")])
     assert err.value.status == oclfuse.INVALID_ARGUMENT
     assert err.value.message.startswith("oclf_expr_form_id: ")
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("path", PATHS)
+def test_bits_relu_mask(ctx, rng, dt, path):
+    """A bits output and a bits input: ReLU with its mask, then the backward
+    from the mask; the words as pack_bits lays them out, bits past cols 0."""
+    fwd = oclfuse.Expr("y = relu(x); m = x > 0;", [("x", "matrix", dt)],
+                       [("y", "matrix", dt), ("m", "bits")])
+    bwd = oclfuse.Expr("dx = m ? dy : 0;", [("m", "bits"), ("dy", "matrix", dt)],
+                       [("dx", "matrix", dt)])
+    rows, cols = 5, 77
+    x, dy = rand(rng, (rows, cols), dt), rand(rng, (rows, cols), dt)
+    y, m = fwd([x], path=path)
+    assert m.dtype == np.uint32 and m.shape == (rows, oclfuse.bit_words(cols))
+    xv = value(x, dt)
+    assert_close(y, np.maximum(xv, 0), dt, "y")
+    np.testing.assert_array_equal(m, oclfuse.pack_bits(xv > 0))
+    np.testing.assert_array_equal(oclfuse.unpack_bits(m, cols), xv > 0)
+    assert not (m[:, -1] >> (cols % 32)).any()
+    dx = bwd([m, dy], path=path)
+    assert_close(dx, np.where(xv > 0, value(dy, dt), 0), dt, "dx")
+    # Only bit matrices as operands: cols is given.
+    inv = oclfuse.Expr("n = m == 0;", [("m", "bits")], [("n", "bits")])
+    n = inv([m], cols=cols, path=path)
+    np.testing.assert_array_equal(oclfuse.unpack_bits(n, cols), ~(xv > 0))
+
+
+def test_bits_kinds(ctx):
+    assert oclfuse.form_id("y = x > 0;", [("x", "matrix", "f32")], [("y", "bits")]) != \
+        oclfuse.form_id("y = x > 0;", [("x", "matrix", "f32")], [("y", "matrix", "f32")])
+    with pytest.raises(ValueError, match="kind must be one of matrix, bits"):
+        oclfuse.Expr("y = x;", [("x", "matrix", "f32")], [("y", "row", "f32")])
+    with pytest.raises(oclfuse.OclfError, match="dropout p must be a number or a scalar"):
+        oclfuse.Expr("y = dropout(x, m);", [("x", "matrix", "f32"), ("m", "bits")],
+                     [("y", "matrix", "f32")])
+
+
+def test_dropout_backward_regenerates(ctx, rng):
+    """dropout's backward is dropout(dy, p) with the forward's seed and
+    offset: zero where the forward dropped, dy / (1 - p) where it kept, and
+    the kept set is the one a bits output records."""
+    p = 0.25
+    fwd = oclfuse.Expr("y = dropout(x, p);", [("x", "matrix", "f32"), ("p", "scalar")],
+                       [("y", "matrix", "f32")])
+    mask = oclfuse.Expr("m = dropout(1, p) != 0;", [("p", "scalar")], [("m", "bits")])
+    x = rng.uniform(0.5, 2, (4, 45)).astype(np.float32)
+    dy = rng.uniform(-1, 1, (4, 45)).astype(np.float32)
+    y = fwd([x, p], seed=11, offset=77)
+    dx = fwd([dy, p], seed=11, offset=77, path="unfused")
+    kept = y != 0
+    np.testing.assert_array_equal(dx, np.where(kept, dy / np.float32(1 - p), 0))
+    m = mask([p], rows=4, cols=45, seed=11, offset=77)
+    np.testing.assert_array_equal(oclfuse.unpack_bits(m, 45), kept)
