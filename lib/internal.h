@@ -524,6 +524,14 @@ OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_para
 OCLF_HIDDEN oclf_status oclf_row_config_resolved(const oclf_context *ctx,
                                                  const oclf_param_spec *spec, unsigned n,
                                                  const oclf_resolved *r, oclf_row_cfg *cfg);
+/* The validate hook of an op whose whole config is a row structure: the
+ * config read from r's parameters into *out (may be NULL) and, when `deep`,
+ * `source` built with it and the n kernels the path launches checked
+ * against the work-group size. */
+OCLF_HIDDEN oclf_status oclf_row_validate(oclf_context *ctx, const oclf_param_spec *spec,
+                                          unsigned nspec, oclf_dtype dtype,
+                                          const oclf_resolved *r, int deep, const char *source,
+                                          const char *const *kernels, int n, oclf_op_cfg *out);
 
 
 /* Kernel argument list, set in order by oclf_enqueue. */

@@ -503,3 +503,24 @@ oclf_status oclf_row_config_resolved(const oclf_context *ctx, const oclf_param_s
     memcpy(cfg, &r->cfg, sizeof *cfg);
     return OCLF_SUCCESS;
 }
+
+OCLF_CFG_FITS(oclf_row_cfg);
+
+oclf_status oclf_row_validate(oclf_context *ctx, const oclf_param_spec *spec, unsigned nspec,
+                              oclf_dtype dtype, const oclf_resolved *r, int deep,
+                              const char *source, const char *const *kernels, int n,
+                              oclf_op_cfg *out)
+{
+    oclf_row_cfg cfg;
+    oclf_status st = oclf_row_config(ctx, spec, nspec, &r->params, &cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
+    if (st != OCLF_SUCCESS || !deep)
+        return st;
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program *prog;
+    if ((st = oclf_program_get(ctx, source, opts, &prog)))
+        return st;
+    return oclf_check_kernel_wgs(ctx, prog, kernels, n, (size_t)cfg.wgs);
+}

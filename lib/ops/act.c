@@ -38,36 +38,18 @@ static void oclf_act_heuristic(const oclf_context *ctx, oclf_dtype dtype, const 
     oclf_row_heuristic(ctx, dtype, shape->dim[1], 4, 64, out);
 }
 
-static oclf_status act_config(const oclf_context *ctx, const oclf_params *p, act_cfg *cfg)
-{
-    return oclf_row_config(ctx, act_params, P_COUNT, p, cfg);
-}
-
 static oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
-                              const oclf_shape *shape, const oclf_resolved *r, int deep,
-                              oclf_op_cfg *out)
+                                     const oclf_shape *shape, const oclf_resolved *r, int deep,
+                                     oclf_op_cfg *out)
 {
     (void)shape;
-    act_cfg cfg;
-    oclf_status st = act_config(ctx, &r->params, &cfg);
-    if (st == OCLF_SUCCESS && out)
-        memcpy(out, &cfg, sizeof cfg);
-    if (st != OCLF_SUCCESS || !deep)
-        return st;
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
-    oclf_program *prog;
-    if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
-        return st;
     static const char *const fused[] = {"act_and_mul"}, *const unfused[] = {"act_rows", "mul_rows"};
     static const char *const bfused[] = {"act_and_mul_backward"},
                              *const bunfused[] = {"act_grad_rows", "grad_x_rows", "grad_y_rows"};
-    const size_t wgs = (size_t)cfg.wgs;
-    if (op == OCLF_OP_ACT_AND_MUL_BACKWARD)
-        return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, bfused, 1, wgs)
-                                          : oclf_check_kernel_wgs(ctx, prog, bunfused, 3, wgs);
-    return r->path == OCLF_PATH_FUSED ? oclf_check_kernel_wgs(ctx, prog, fused, 1, wgs)
-                                      : oclf_check_kernel_wgs(ctx, prog, unfused, 2, wgs);
+    const int bwd = op == OCLF_OP_ACT_AND_MUL_BACKWARD, f = r->path == OCLF_PATH_FUSED;
+    const char *const *names = bwd ? (f ? bfused : bunfused) : (f ? fused : unfused);
+    const int n = f ? 1 : bwd ? 3 : 2;
+    return oclf_row_validate(ctx, act_params, P_COUNT, dtype, r, deep, "act.cl", names, n, out);
 }
 
 const oclf_op_hooks oclf_act_hooks = {oclf_act_heuristic, oclf_act_validate};

@@ -42,11 +42,6 @@ static void oclf_loss_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     oclf_row_heuristic(ctx, dtype, shape->dim[1], 4, 64, out);
 }
 
-static oclf_status loss_config(const oclf_context *ctx, const oclf_params *p, loss_cfg *cfg)
-{
-    return oclf_row_config(ctx, loss_params, NPARAMS, p, cfg);
-}
-
 static int path_kernels(oclf_path path, const char **names)
 {
     if (path == OCLF_PATH_FUSED) {
@@ -63,20 +58,9 @@ static oclf_status oclf_loss_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
                                       oclf_op_cfg *out)
 {
     (void)op, (void)shape;
-    loss_cfg cfg;
-    oclf_status st = loss_config(ctx, &r->params, &cfg);
-    if (st == OCLF_SUCCESS && out)
-        memcpy(out, &cfg, sizeof cfg);
-    if (st != OCLF_SUCCESS || !deep)
-        return st;
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
-    oclf_program *prog;
-    if ((st = oclf_program_get(ctx, "loss.cl", opts, &prog)))
-        return st;
     const char *names[2];
     const int n = path_kernels(r->path, names);
-    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
+    return oclf_row_validate(ctx, loss_params, NPARAMS, dtype, r, deep, "loss.cl", names, n, out);
 }
 
 const oclf_op_hooks oclf_loss_hooks = {oclf_loss_heuristic, oclf_loss_validate};

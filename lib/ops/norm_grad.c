@@ -60,20 +60,10 @@ static oclf_status oclf_norm_grad_validate(oclf_context *ctx, oclf_op op, oclf_d
                                            int deep, oclf_op_cfg *out)
 {
     (void)shape;
-    ng_cfg cfg;
-    oclf_status st = oclf_row_config(ctx, ng_params, NPARAMS, &r->params, &cfg);
-    if (st == OCLF_SUCCESS && out)
-        memcpy(out, &cfg, sizeof cfg);
-    if (st != OCLF_SUCCESS || !deep)
-        return st;
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
-    oclf_program *prog;
-    if ((st = oclf_program_get(ctx, "norm_grad.cl", opts, &prog)))
-        return st;
     const char *names[1];
     const int n = path_kernels(op, r->path, names);
-    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
+    return oclf_row_validate(ctx, ng_params, NPARAMS, dtype, r, deep, "norm_grad.cl", names, n,
+                             out);
 }
 
 const oclf_op_hooks oclf_norm_grad_hooks = {oclf_norm_grad_heuristic, oclf_norm_grad_validate};
