@@ -524,6 +524,10 @@ OCLF_HIDDEN oclf_status oclf_row_config(const oclf_context *ctx, const oclf_para
 OCLF_HIDDEN oclf_status oclf_row_config_resolved(const oclf_context *ctx,
                                                  const oclf_param_spec *spec, unsigned n,
                                                  const oclf_resolved *r, oclf_row_cfg *cfg);
+/* A normalized row: cols above 0 and within the kernels' 32-bit count, eps
+ * finite and >= 0 (the forward norms and their backward). */
+OCLF_HIDDEN oclf_status oclf_check_norm_row(const oclf_context *ctx, const char *op, size_t cols,
+                                            float eps);
 /* The validate hook of an op whose whole config is a row structure: the
  * config read from r's parameters into *out (may be NULL) and, when `deep`,
  * `source` built with it and the n kernels the path launches checked

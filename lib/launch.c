@@ -3,6 +3,7 @@
 
 #include <clblast_c.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 
 #include <stdio.h>
@@ -501,6 +502,17 @@ oclf_status oclf_row_config_resolved(const oclf_context *ctx, const oclf_param_s
     if (!r->has_cfg)
         return oclf_row_config(ctx, spec, n, &r->params, cfg);
     memcpy(cfg, &r->cfg, sizeof *cfg);
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_check_norm_row(const oclf_context *ctx, const char *op, size_t cols, float eps)
+{
+    if (cols == 0)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", op);
+    if (cols > UINT_MAX)
+        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: cols %zu exceeds %u", op, cols, UINT_MAX);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
     return OCLF_SUCCESS;
 }
 

@@ -105,12 +105,12 @@ static void act_split(const oclf_context *ctx, const act_cfg *cfg, size_t rows, 
     *nsplit = (cl_uint)((d + c - 1) / c);
 }
 
-oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                             const oclf_activation *act, size_t rows, size_t d, oclf_buf in,
-                             oclf_buf out, const oclf_choice *choice, cl_uint num_events,
-                             const cl_event *wait_list, cl_event *event)
+/* What both entry points check first: the call, the activation, d. */
+static oclf_status check_act_call(oclf_context *ctx, const char *op, cl_command_queue queue,
+                                  cl_uint num_events, const cl_event *wait_list,
+                                  oclf_dtype dtype, cl_event *event, const oclf_activation *act,
+                                  size_t d)
 {
-    const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
     oclf_status st;
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
         (st = check_activation(ctx, op, act)))
@@ -120,6 +120,18 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     /* Kernels index the 2d-wide input row with 32-bit element indices. */
     if (d > (size_t)INT_MAX - 64)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: d = %zu is not below 2^31", op, d);
+    return OCLF_SUCCESS;
+}
+
+oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
+                             const oclf_activation *act, size_t rows, size_t d, oclf_buf in,
+                             oclf_buf out, const oclf_choice *choice, cl_uint num_events,
+                             const cl_event *wait_list, cl_event *event)
+{
+    const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
+    oclf_status st;
+    if ((st = check_act_call(ctx, op, queue, num_events, wait_list, dtype, event, act, d)))
+        return st;
     const size_t el = oclf_dtype_size(dtype);
     oclf_operand oi, oo;
     char what[64];
@@ -205,13 +217,8 @@ oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue,
 {
     const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL_BACKWARD);
     oclf_status st;
-    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
-        (st = check_activation(ctx, op, act)))
+    if ((st = check_act_call(ctx, op, queue, num_events, wait_list, dtype, event, act, d)))
         return st;
-    if (d == 0)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: d is 0", op);
-    if (d > (size_t)INT_MAX - 64)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: d = %zu is not below 2^31", op, d);
     const size_t el = oclf_dtype_size(dtype);
     oclf_operand oi, og, od;
     char what[64];

@@ -179,12 +179,8 @@ static oclf_status check_args(oclf_context *ctx, const norm_call *c, norm_operan
     const size_t el = oclf_dtype_size(c->dtype);
     const int add = c->kind == K_ADD_RMS || c->kind == K_ADD_LN;
     oclf_status st;
-    if (c->cols == 0)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: cols is 0", op);
-    if (c->cols > UINT_MAX)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: cols %zu exceeds %u", op, c->cols, UINT_MAX);
-    if (!(c->eps >= 0.0f) || !isfinite(c->eps))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
+    if ((st = oclf_check_norm_row(ctx, op, c->cols, c->eps)))
+        return st;
     memset(o, 0, sizeof *o);
     char what[64];
 #define CHECK(field, buf, nrows, label)                                                    \
