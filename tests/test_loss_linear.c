@@ -321,6 +321,30 @@ START_TEST(test_max_temp)
 }
 END_TEST
 
+/* Without a record or CHUNK: the chunk whose logits are about the size of
+ * x (tokens / ceil(vocab / hidden), rounded up to a power of two), never
+ * under 256 tokens, where the products' rows would starve a GEMM, and never
+ * above the tokens. */
+START_TEST(test_default_chunk)
+{
+    static const struct {
+        size_t t, h, v, chunk;
+    } cases[] = {
+        {600, 8, 40, 256},   /* wants 120: the floor */
+        {100, 8, 40, 100},   /* fewer tokens than the floor: one chunk */
+        {2000, 8, 16, 1024}, /* wants 1000 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lce_case c = base_case(OCLF_F32);
+        c.t = cases[i].t, c.h = cases[i].h, c.v = cases[i].v;
+        lce_out o = run_case(&c);
+        ck_assert_uint_eq(o.info.chunk_tokens, cases[i].chunk);
+        ck_assert_uint_eq(o.info.chunks, (c.t + cases[i].chunk - 1) / cases[i].chunk);
+        free_out(&o);
+    }
+}
+END_TEST
+
 /* Fused against unfused, and a run against itself bit for bit. */
 START_TEST(test_fused_unfused)
 {
@@ -531,6 +555,7 @@ static Suite *loss_linear_suite(void)
     tcase_add_loop_test(t, test_outputs, 0, 4);
     tcase_add_loop_test(t, test_all_ignored, 0, 3);
     tcase_add_loop_test(t, test_max_temp, 0, 3);
+    tcase_add_test(t, test_default_chunk);
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_finite_difference);
     suite_add_tcase(s, t);

@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
             "  --min-time SECONDS  time per path and shape, split over the samples\n"
-            "                      (default 0.5; 1 with --full)\n"
+            "                      (default 0.5; 1 with --full, 0.25 with --short)\n"
             "  --short             each op's shapes of a short run (those whose call is\n"
             "                      estimated under 0.1 s, else its cheapest one) and its\n"
             "                      out-of-cache shape\n"
@@ -101,6 +101,12 @@ static double of_copy(const row *r, int pi, double bytes, double *lo, double *hi
 
 /* Significance for telling two paths apart (Mann-Whitney U, two-sided). */
 #define ALPHA 0.05
+/* auto is "auto~best" unless its per-round ratio to the best path is also
+ * more than this far from 1: fifteen tight samples can separate two runs
+ * of one kernel by 1% (act_and_mul_backward f16 4096x4096 read "1.01±1%,
+ * auto slower" on an idle machine, where auto ran the kernel fused did),
+ * and no dispatch decision is worth that little. */
+#define AUTO_SAME 0.03
 
 static void summarize(const tm_series *s, path_stat *p)
 {
@@ -202,7 +208,8 @@ static void print_row(const op_desc *op, const void *inst, const op_shape *shape
             const double q = tm_paired_ratio(R->s[A]->host, R->s[other]->host, n, &lo, &hi);
             snprintf(ab, sizeof ab, "%.2f±%.0f%%", q, 100 * fmax(hi - q, q - lo) / q);
             const size_t used = strlen(note);
-            snprintf(note + used, sizeof note - used, "%s", !differ(R, A, other) ? "auto~best"
+            const int same = !differ(R, A, other) || fabs(q - 1) <= AUTO_SAME;
+            snprintf(note + used, sizeof note - used, "%s", same ? "auto~best"
                                                             : R->p[A].med > R->p[other].med
                                                                 ? "auto slower"
                                                                 : "auto faster");
@@ -383,8 +390,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* A short run is a first look in about ten minutes: half the default
+     * time per path, still 15 interleaved samples of batched calls. */
     if (min_time < 0)
-        min_time = full ? 1.0 : 0.5;
+        min_time = full ? 1.0 : short_run ? 0.25 : 0.5;
     if (ops) {
         for (const char *p = ops; *p;) {
             const char *end = strchr(p, ',');
@@ -399,8 +408,6 @@ int main(int argc, char **argv)
         }
     }
 
-    if (min_time < 0)
-        min_time = full ? 1.0 : 0.5;
     if (list_only) {
         op_env env;
         char err[512];

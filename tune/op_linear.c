@@ -587,7 +587,7 @@ const op_desc op_linear_q = {
                   "relu(x dequant(W)^T + bias + residual)",
     .ndims = 4,
     .dim_names = {"m", "n", "k", "qformat"},
-    .bench_shapes = "1x4096x4096x1000,1x4096x4096x2128,1x4096x4096x3032,1x4096x4096x4032,"
+    .bench_shapes = "1x4096x4096x1000,1x4096x4096x4032,1x4096x4096x2128,1x4096x4096x3032,"
                     "1x4096x4096x1032,1x4096x4096x2032",
     .bench_full_shapes = "1x11008x4096x1000,1x11008x4096x2128,1x11008x4096x3032,"
                          "1x11008x4096x4032,16x4096x4096x1000,16x4096x4096x2128,"

@@ -291,7 +291,7 @@ const op_desc op_linear_cross_entropy = {
     .shape_help = "TOKENSxHIDDENxVOCAB (tokens x hidden size x vocabulary size)",
     .ndims = 3,
     .dim_names = {"tokens", "hidden", "vocab"},
-    .bench_shapes = "2048x2048x32000,256x2048x32000",
+    .bench_shapes = "2048x2048x32000,256x2048x32000,512x512x2048",
     .bench_full_shapes = NULL,
     /* W (and grad_w) past twice the cache: the vocabulary grown */
     .uncached_shape = "256x2048x1000",

@@ -61,6 +61,7 @@ char *op_short_shapes(const op_desc *op)
         return NULL;
     double least = INFINITY;
     char text[128];
+    int taken = 0;
     for (const char *p = list; op_list_next(&p, text, sizeof text);) {
         op_shape shape;
         if (!op_parse_shape(op, text, &shape))
@@ -71,8 +72,10 @@ char *op_short_shapes(const op_desc *op)
             least = bytes;
             snprintf(cheapest, sizeof cheapest, "%s", text);
         }
-        if (est <= SHORT_CALL_S)
+        if (est <= SHORT_CALL_S && taken < SHORT_MAX_SHAPES) {
             sprintf(out + strlen(out), "%s%s", *out ? "," : "", text);
+            taken++;
+        }
     }
     if (!*out)
         strcpy(out, cheapest); /* a shape of the list, so it fits */

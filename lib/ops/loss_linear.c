@@ -35,13 +35,15 @@ typedef struct lce_cfg {
 OCLF_CFG_FITS(lce_cfg);
 
 /* The chunk whose logits are about the size of x: tokens / ceil(V / H),
- * rounded up to a power of two, at least 64 (fewer rows starve the GEMM)
- * and at most the tokens. */
+ * rounded up to a power of two, at least 256 and at most the tokens. Fewer
+ * rows starve the products: at 256 x 2048 x 32000 in bf16 on a 2-core CPU,
+ * chunks of 64 took 2.03 s a call, chunks of 256 (one chunk) 1.53 s and
+ * the unfused path 1.71 s. */
 static uint64_t lce_default_chunk(uint64_t tokens, uint64_t hidden, uint64_t vocab)
 {
     const uint64_t ratio = hidden ? (vocab + hidden - 1) / hidden : 1;
     const uint64_t want = ratio ? (tokens + ratio - 1) / ratio : tokens;
-    uint64_t c = 64;
+    uint64_t c = 256;
     while (c < want && c < (uint64_t)INT_MAX / 2 + 1)
         c *= 2;
     return c < tokens ? c : (tokens ? tokens : 1);
