@@ -1321,7 +1321,9 @@ typedef struct oclf_linear_cross_entropy_info {
  * shrink). CHUNK (a parameter, 1..2^31) comes from the choice or the
  * tuning database; without either, about tokens / ceil(vocab / hidden)
  * rounded up to a power of two (the chunk's logits about the size of x),
- * at least 256 (fewer rows starve the products) and at most `tokens`.
+ * at least 256 (fewer rows starve the products); every token in one
+ * chunk where that would make fewer than four chunks (two or three save
+ * too little memory for the second pass over W and grad_w they cost).
  * LAYOUT, WGS and VEC in the choice's parameters choose cross-entropy's
  * row structure (as oclf_cross_entropy's);
  * without them its own tuning records and defaults for the chunk's shape

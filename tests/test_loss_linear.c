@@ -323,16 +323,17 @@ END_TEST
 
 /* Without a record or CHUNK: the chunk whose logits are about the size of
  * x (tokens / ceil(vocab / hidden), rounded up to a power of two), never
- * under 256 tokens, where the products' rows would starve a GEMM, and never
- * above the tokens. */
+ * under 256 tokens, where the products' rows would starve a GEMM, and one
+ * chunk of every token where that would make fewer than four. */
 START_TEST(test_default_chunk)
 {
     static const struct {
         size_t t, h, v, chunk;
     } cases[] = {
-        {600, 8, 40, 256},   /* wants 120: the floor */
-        {100, 8, 40, 100},   /* fewer tokens than the floor: one chunk */
-        {2000, 8, 16, 1024}, /* wants 1000 */
+        {1100, 8, 40, 256},  /* wants 220: the floor, five chunks */
+        {2000, 8, 40, 512},  /* wants 400: four chunks */
+        {600, 8, 40, 600},   /* three chunks of 256 would save too little */
+        {100, 8, 40, 100},   /* fewer tokens than the floor */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         lce_case c = base_case(OCLF_F32);

@@ -80,6 +80,7 @@ typedef struct row {
     double call_us; /* host cost of one call of call_path; <0: not measured */
     int call_path;
     double copy_bytes; /* what the same-bytes copy moved */
+    int auto_is_fused; /* dispatch runs the fused path's very call for auto */
 } row;
 
 static const char *path_names[SERIES] = {"auto", "fused", "unfused", "yardstick", "copy"};
@@ -97,6 +98,33 @@ static double of_copy(const row *r, int pi, double bytes, double *lo, double *hi
     const double q = scale * tm_paired_ratio(r->s[COPY]->host, r->s[pi]->host, n, lo, hi);
     *lo *= scale, *hi *= scale;
     return q;
+}
+
+/* Does dispatch give AUTO the very call it gives FUSED (the same path and
+ * parameters, from a record or the heuristic)? Then the two time one
+ * kernel, and whatever tells their samples apart is the machine. */
+static int auto_runs_fused(const op_env *env, const op_desc *op, const op_shape *shape,
+                           oclf_dtype dt)
+{
+    uint64_t dims[OP_MAX_DIMS];
+    const int nd = op_lib_shape(op, shape, dims, NULL);
+    oclf_tuning_decision a, f;
+    if (nd <= 0 ||
+        oclf_tuning_resolve(env->ctx, op_lib_op(op), dt, dims, (unsigned)nd, OCLF_PATH_AUTO,
+                            &a) != OCLF_SUCCESS ||
+        oclf_tuning_resolve(env->ctx, op_lib_op(op), dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
+                            &f) != OCLF_SUCCESS)
+        return 0;
+    const oclf_params *pa = &a.decision.params, *pf = &f.decision.params;
+    if (a.decision.path != OCLF_PATH_FUSED || f.decision.path != OCLF_PATH_FUSED ||
+        pa->count != pf->count)
+        return 0;
+    for (unsigned i = 0; i < pa->count; i++) {
+        int64_t v;
+        if (!oclf_params_get(pf, pa->item[i].name, &v) || v != pa->item[i].value)
+            return 0;
+    }
+    return 1;
 }
 
 /* Significance for telling two paths apart (Mann-Whitney U, two-sided). */
@@ -170,6 +198,8 @@ static void print_row(const op_desc *op, const void *inst, const op_shape *shape
                     uncached ? "true" : "false");
             if (pi == r->call_path && r->call_us >= 0)
                 fprintf(jf, ", \"call_us\": %.2f", r->call_us);
+            if (pi == OCLF_PATH_AUTO)
+                fprintf(jf, ", \"runs_fused\": %s", r->auto_is_fused ? "true" : "false");
             if (op->temp_bytes && pi < YARD)
                 fprintf(jf, ", \"temp_bytes\": %.0f", op->temp_bytes(inst, (oclf_path)pi));
             fprintf(jf, "}");
@@ -209,10 +239,11 @@ static void print_row(const op_desc *op, const void *inst, const op_shape *shape
             snprintf(ab, sizeof ab, "%.2f±%.0f%%", q, 100 * fmax(hi - q, q - lo) / q);
             const size_t used = strlen(note);
             const int same = !differ(R, A, other) || fabs(q - 1) <= AUTO_SAME;
-            snprintf(note + used, sizeof note - used, "%s", same ? "auto~best"
-                                                            : R->p[A].med > R->p[other].med
-                                                                ? "auto slower"
-                                                                : "auto faster");
+            snprintf(note + used, sizeof note - used, "%s",
+                     R->auto_is_fused && other == F ? "auto=fused"
+                     : same                         ? "auto~best"
+                     : R->p[A].med > R->p[other].med ? "auto slower"
+                                                     : "auto faster");
         }
     }
     if (best >= 0) {
@@ -567,6 +598,7 @@ int main(int argc, char **argv)
                 row r;
                 memset(&r, 0, sizeof r);
                 r.copy_bytes = pair.copy ? op_copy_bytes(pair.copy) : 0;
+                r.auto_is_fused = live[OCLF_PATH_AUTO] && auto_runs_fused(&env, op, &shape, dt);
                 int failed = 0;
                 const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9, 5, 0};
                 if (k > 0 && tm_measure(&env, &op_pair_desc, &pair, chs, k, &plan, got, &failed) != 0) {

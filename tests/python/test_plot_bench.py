@@ -103,3 +103,32 @@ def test_default_rows_past_the_cache():
     full = subprocess.run([bench, "--list-shapes", "--dtypes", "f16,bf16", "--full"],
                           capture_output=True, text=True, check=True).stdout.splitlines()
     assert set(lines) < set(full)
+
+
+def test_auto_row_says_when_it_runs_the_fused_call(tmp_path):
+    bench = os.environ.get("OCLFUSE_BENCH")
+    if not bench:
+        pytest.skip("OCLFUSE_BENCH (oclfuse-bench) not set: run through meson test")
+    # an empty per-machine database: auto and fused both take the heuristic's call
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
+    env.pop("OCLF_TUNING_DB", None)
+    r = subprocess.run([bench, "--ops", "rms_norm", "--shapes", "3x64", "--dtypes", "f32",
+                        "--paths", "fused,unfused,auto", "--min-time", "0.02", "--samples", "5",
+                        "--json"], capture_output=True, text=True, check=True, env=env)
+    rows = json.loads(r.stdout)
+    assert [x["runs_fused"] for x in rows if x["path"] == "auto"] == [True]
+    assert all("runs_fused" not in x for x in rows if x["path"] != "auto")
+
+
+def test_short_run_takes_at_most_two_cheap_shapes():
+    bench = os.environ.get("OCLFUSE_BENCH")
+    if not bench:
+        pytest.skip("OCLFUSE_BENCH (oclfuse-bench) not set: run through meson test")
+    rows = [ln.split() for ln in subprocess.run(
+        [bench, "--list-shapes", "--short", "--dtypes", "f32"], capture_output=True, text=True,
+        check=True).stdout.splitlines()[2:]]
+    ops = {x[0] for x in rows}
+    assert "linear_q" in ops and "linear_cross_entropy" in ops
+    for op in ops:
+        cheap = [x for x in rows if x[0] == op and x[-1] != "cache"]
+        assert 1 <= len([x for x in rows if x[0] == op]) <= 3 and len(cheap) <= 2, op
