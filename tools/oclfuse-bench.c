@@ -39,10 +39,10 @@ static void usage(FILE *f)
             "  --paths fused,unfused,auto   (default: fused,unfused)\n"
             "  --platform P --device D      index or name substring\n"
             "  --min-time SECONDS  time per path and shape, split over the samples\n"
-            "                      (default 0.5; 1 with --full, 0.25 with --short)\n"
-            "  --short             each op's shapes of a short run (those whose call is\n"
-            "                      estimated under 0.1 s, else its cheapest one) and its\n"
-            "                      out-of-cache shape\n"
+            "                      (default 0.5; 1 with --full, 0.2 with --short)\n"
+            "  --short             each op's shapes of a short run (the first two whose\n"
+            "                      call is estimated under 0.1 s, else its cheapest one)\n"
+            "                      and its out-of-cache shape; a slow path 3 samples\n"
             "  --samples N         samples per path, interleaved between paths (default 15)\n"
             "  --json              JSON array instead of the table\n"
             "  --json-file FILE    the JSON array into FILE, the table still on stdout\n"
@@ -421,10 +421,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    /* A short run is a first look in about ten minutes: half the default
-     * time per path, still 15 interleaved samples of batched calls. */
+    /* A short run is a first look in about ten minutes: 0.2 s a path, still
+     * 15 interleaved samples of batched calls, and a path whose calls are
+     * too slow for them 3 calls rather than 5 (an unfused paged decode
+     * takes 2 s a call on two CPU cores). */
     if (min_time < 0)
-        min_time = full ? 1.0 : short_run ? 0.25 : 0.5;
+        min_time = full ? 1.0 : short_run ? 0.2 : 0.5;
+    const int min_samples = short_run ? 3 : 5;
     if (ops) {
         for (const char *p = ops; *p;) {
             const char *end = strchr(p, ',');
@@ -600,7 +603,8 @@ int main(int argc, char **argv)
                 r.copy_bytes = pair.copy ? op_copy_bytes(pair.copy) : 0;
                 r.auto_is_fused = live[OCLF_PATH_AUTO] && auto_runs_fused(&env, op, &shape, dt);
                 int failed = 0;
-                const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9, 5, 0};
+                const tm_plan plan = {min_time * 1e9 / samples, samples, 1, 3 * min_time * 1e9,
+                                     min_samples, 0};
                 if (k > 0 && tm_measure(&env, &op_pair_desc, &pair, chs, k, &plan, got, &failed) != 0) {
                     fprintf(stderr, "oclfuse-bench: %s %s %s %s failed: %s\n", op->name,
                             oclf_dtype_name(dt), text, path_names[idx[failed]],

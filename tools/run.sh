@@ -5,9 +5,10 @@
 # copy bandwidth measured in the same run; writes the results as JSON and a
 # bar chart of them (build/bench.json, build/bench.png).
 #
-# Two sizes. By default a short run: each op's bench shapes whose call is
-# estimated under 0.1 s (else its cheapest one), 0.5 s per path and shape,
-# and 120 s of tuning over those same shapes: about 10 minutes on two CPU
+# Two sizes. By default a short run: each op's first two bench shapes whose
+# call is estimated under 0.1 s (else its cheapest one) and its out-of-cache
+# shape, 0.2 s per path and shape (a path of slow calls 3 of them), after
+# 60 s of tuning over those same shapes: a quarter of an hour on two CPU
 # cores. `--full` (or OCLF_RUN_FULL=1) runs every bench shape, 1 s per path
 # and shape, plus the slow shapes (oclfuse-bench --full), after 600 s of tuning: hours on a CPU, where an unfused l2_topk
 # of 100 queries over a million rows takes tens of seconds a call.
@@ -39,10 +40,10 @@ if [ "$full" = 1 ]; then
   bench_size=(--full)
   say "full run: every bench shape, after ${budget} s of tuning"
 else
-  budget=${OCLF_TUNE_BUDGET:-120}
+  budget=${OCLF_TUNE_BUDGET:-60}
   tune_shapes=short
   bench_size=(--short)
-  say "short run (about 10 minutes on two CPU cores; tools/run.sh --full for every bench shape): tuning for ${budget} s"
+  say "short run (about a quarter of an hour on two CPU cores; tools/run.sh --full for every bench shape): tuning for ${budget} s"
 fi
 if [ "$budget" != 0 ]; then
   "$builddir/tune/oclfuse-tune" --dtypes f32,f16,bf16 --shapes "$tune_shapes" --budget "$budget" \

@@ -359,10 +359,12 @@ const op_desc op_attention_paged = {
     .ndims = 7,
     .dim_names = {"batch", "seqlen_q", "seqlen_k", "q_heads", "kv_heads", "head_dim",
                   "block_size"},
-    /* Llama-3-8B's heads: a decode batch of 16 sequences of 4096 tokens,
-     * one sequence of 32768 (split KV), and a chunk of 256 queries at the
-     * end of 2048 keys (chunked prefill) */
-    .bench_shapes = "16x1x4096x32x8x128x16,1x1x32768x32x8x128x16,1x256x2048x32x8x128x16",
+    /* Llama-3-8B's heads: one sequence of 2048 tokens (its cache fits a
+     * CPU's L3), a decode batch of 16 sequences of 4096 tokens, one
+     * sequence of 32768 (split KV), and a chunk of 256 queries at the end
+     * of 2048 keys (chunked prefill) */
+    .bench_shapes = "1x1x2048x32x8x128x16,16x1x4096x32x8x128x16,1x1x32768x32x8x128x16,"
+                    "1x256x2048x32x8x128x16",
     /* decode of 1 and 16 sequences after a prefill of 512, and that prefill */
     .layer_shapes = "1x1x513x32x8x128x16,16x1x513x32x8x128x16,1x512x512x32x8x128x16",
     .tune_shapes = "16x1x4096x32x8x128x16,1x1x32768x32x8x128x16",
