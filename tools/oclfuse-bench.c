@@ -115,16 +115,8 @@ static int auto_runs_fused(const op_env *env, const op_desc *op, const op_shape 
         oclf_tuning_resolve(env->ctx, op_lib_op(op), dt, dims, (unsigned)nd, OCLF_PATH_FUSED,
                             &f) != OCLF_SUCCESS)
         return 0;
-    const oclf_params *pa = &a.decision.params, *pf = &f.decision.params;
-    if (a.decision.path != OCLF_PATH_FUSED || f.decision.path != OCLF_PATH_FUSED ||
-        pa->count != pf->count)
-        return 0;
-    for (unsigned i = 0; i < pa->count; i++) {
-        int64_t v;
-        if (!oclf_params_get(pf, pa->item[i].name, &v) || v != pa->item[i].value)
-            return 0;
-    }
-    return 1;
+    return a.decision.path == OCLF_PATH_FUSED && f.decision.path == OCLF_PATH_FUSED &&
+           op_params_same(&a.decision.params, &f.decision.params);
 }
 
 /* Significance for telling two paths apart (Mann-Whitney U, two-sided). */

@@ -82,6 +82,18 @@ char *op_short_shapes(const op_desc *op)
     return out;
 }
 
+int op_params_same(const oclf_params *a, const oclf_params *b)
+{
+    if (a->count != b->count)
+        return 0;
+    for (unsigned i = 0; i < a->count; i++) {
+        int64_t v;
+        if (!oclf_params_get(b, a->item[i].name, &v) || v != a->item[i].value)
+            return 0;
+    }
+    return 1;
+}
+
 const op_desc *op_find(const char *name)
 {
     for (int i = 0; op_table[i]; i++)

@@ -186,6 +186,9 @@ double op_now_s(void);
 #define SHORT_MAX_SHAPES 2
 char *op_short_shapes(const op_desc *op);
 
+/* Do two parameter sets name the same values (in any order)? */
+int op_params_same(const oclf_params *a, const oclf_params *b);
+
 /* Is `name` in the comma-separated list (NULL: everything)? */
 int op_listed(const char *list, const char *name);
 

@@ -82,18 +82,6 @@ static oclf_params effective(tuner *t, const op_desc *op, oclf_dtype dt, const o
     return p;
 }
 
-static int same_params(const oclf_params *a, const oclf_params *b)
-{
-    if (a->count != b->count)
-        return 0;
-    for (unsigned i = 0; i < a->count; i++) {
-        int64_t v;
-        if (!oclf_params_get(b, a->item[i].name, &v) || v != a->item[i].value)
-            return 0;
-    }
-    return 1;
-}
-
 /* One seed: a (path, params) of a record, in the order of the records'
  * distance to the job's shape. */
 typedef struct seed {
@@ -196,7 +184,7 @@ int strategy_seed(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *sh
         int dup = 0;
         for (int d = 0; d < defaults && !dup; d++)
             dup = c[d].ch.path == c[i].ch.path &&
-                  same_params(&p, heuristic(t, op, dt, shape, c[d].ch.path));
+                  op_params_same(&p, heuristic(t, op, dt, shape, c[d].ch.path));
         if (!dup)
             c[kept++] = c[i];
     }
@@ -212,7 +200,7 @@ int strategy_seed(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *sh
             if (c[j].ch.path != seeds[i].path)
                 continue;
             const oclf_params have = effective(t, op, dt, shape, c[j].ch.path, &c[j].ch.params);
-            if (same_params(&have, &want))
+            if (op_params_same(&have, &want))
                 found = j;
         }
         if (found < 0 && n < max) {
