@@ -413,7 +413,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    /* A short run is a first look in about ten minutes: 0.2 s a path, still
+    /* A short run is a first look in a quarter of an hour: 0.2 s a path, still
      * 15 interleaved samples of batched calls, and a path whose calls are
      * too slow for them 3 calls rather than 5 (an unfused paged decode
      * takes 2 s a call on two CPU cores). */

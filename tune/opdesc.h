@@ -177,9 +177,10 @@ double op_now_s(void);
  * 50 GFLOP/s: two CPU cores), or, where no shape is, the one of the fewest
  * bytes, so every op is still run. The cap keeps an op with many cheap
  * shapes (linear_q's six formats) from holding a short run up: each shape
- * costs three dtypes of three paths and a copy. The estimate sees the fused call only; the unfused one can be 16
- * times slower (l2_topk over a million rows of 768: 3.8 s a call here),
- * and a large database is made and checked on the host in every dtype.
+ * costs three dtypes of three paths and a copy. The estimate sees the
+ * fused call only; the unfused one can be 16 times slower (l2_topk over a
+ * million rows of 768: 3.8 s a call here), and a large database is made
+ * and checked on the host in every dtype.
  * A full run's calls reach tens of seconds, each verified against the
  * CPU reference and timed several times. NULL when out of memory. */
 #define SHORT_CALL_S 0.1

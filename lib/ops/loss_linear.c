@@ -46,13 +46,13 @@ OCLF_CFG_FITS(lce_cfg);
 #define LCE_MIN_CHUNKS 4
 static uint64_t lce_default_chunk(uint64_t tokens, uint64_t hidden, uint64_t vocab)
 {
+    if (!tokens)
+        return 1;
     const uint64_t ratio = hidden ? (vocab + hidden - 1) / hidden : 1;
     const uint64_t want = ratio ? (tokens + ratio - 1) / ratio : tokens;
     uint64_t c = LCE_MIN_CHUNK;
     while (c < want && c < (uint64_t)INT_MAX / 2 + 1)
         c *= 2;
-    if (!tokens)
-        return 1;
     return (tokens + c - 1) / c >= LCE_MIN_CHUNKS ? c : tokens;
 }
 
