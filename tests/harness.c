@@ -107,6 +107,12 @@ void th_download(cl_mem mem, void *host, size_t bytes)
                                              NULL, NULL), CL_SUCCESS);
 }
 
+int th_quick(void)
+{
+    const char *q = getenv("OCLF_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
 int th_platform_is(const char *what)
 {
     char version[256] = "";

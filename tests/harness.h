@@ -48,6 +48,11 @@ cl_mem th_alloc(size_t bytes);
  * (the host checks the data it is given); the caller destroys it. */
 oclf_context *th_validate_context(void);
 
+/* 1 when OCLF_TEST_QUICK is set and not "0": a suite's quick form (fewer
+ * or smaller cases, the same ops, dtypes and paths), which the GPU-defaults
+ * runs, the oclgrind device runs and `tools/test.sh --quick` ask for. */
+int th_quick(void);
+
 /* Runs a runner over `s` and returns the number of failures (for main). */
 int th_run_suite(Suite *s);
 

@@ -16,14 +16,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): fewer cases. */
 
-/* OCLF_TEST_QUICK: fewer cases for the GPU-defaults run. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q && strcmp(q, "0") != 0;
-}
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 typedef struct acase {
     oclf_dtype dt;
@@ -205,7 +201,7 @@ START_TEST(test_options)
     const int set = _i;
     for (int p = 0; p < 2; p++)
         for (size_t di = 0; di < 3; di++) {
-            if (quick() && di > 0)
+            if (th_quick() && di > 0)
                 continue;
             acase c = {.dt = dtypes[di], .hq = 4, .hk = 2, .d = 24, .batch = VB, .sq = vsq,
                        .sk = vsk, .path = p ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED};
@@ -223,7 +219,7 @@ START_TEST(test_dims)
     const size_t d = dims[_i];
     static const int sq[] = {3, 6}, sk[] = {5, 6};
     for (size_t di = 0; di < 3; di++) {
-        if (quick() && di > 0)
+        if (th_quick() && di > 0)
             continue;
         acase c = {.dt = dtypes[di], .hq = 4, .hk = 1, .d = d, .batch = 2, .sq = sq, .sk = sk,
                    .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED};

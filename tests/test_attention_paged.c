@@ -22,14 +22,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): fewer cases. */
 
-/* OCLF_TEST_QUICK: fewer cases for the GPU-defaults run. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q && strcmp(q, "0") != 0;
-}
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 /* ---- the paged cache built on the host ---------------------------------- */
 
@@ -348,7 +344,7 @@ START_TEST(test_options)
 {
     for (int p = 0; p < 2; p++)
         for (size_t di = 0; di < 3; di++) {
-            if (quick() && di > 0)
+            if (th_quick() && di > 0)
                 continue;
             pcase c = {.dt = dtypes[di], .hq = 4, .hk = 2, .d = 24, .batch = MB, .bs = 4,
                        .sq = msq, .sk = msk, .path = p ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED};
@@ -366,7 +362,7 @@ START_TEST(test_dims)
     const size_t d = dims[_i];
     static const int sq[] = {1, 4, 1}, sk[] = {9, 7, 18};
     for (size_t di = 0; di < 3; di++) {
-        if (quick() && di > 0)
+        if (th_quick() && di > 0)
             continue;
         pcase c = {.dt = dtypes[di], .hq = 4, .hk = 1, .d = d, .batch = 3, .bs = 16, .sq = sq,
                    .sk = sk, .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED};
@@ -414,7 +410,7 @@ START_TEST(test_block_sizes)
     static const size_t bss[] = {1, 16, 256};
     static const int sq[] = {1, 6, 0, 1}, sk[] = {300, 40, 0, 17};
     for (size_t di = 0; di < 3; di++) {
-        if (quick() && di > 0)
+        if (th_quick() && di > 0)
             continue;
         for (int p = 0; p < 2; p++) {
             pcase c = {.dt = dtypes[di], .hq = 4, .hk = 2, .d = 32, .batch = 4, .bs = bss[_i],
@@ -432,7 +428,7 @@ START_TEST(test_decode_prefill)
     static const int dq[] = {1, 1, 1, 1, 1}, dk[] = {1, 50, 16, 17, 129};
     static const int pq[] = {16, 7, 3}, pk[] = {48, 7, 70};
     for (size_t di = 0; di < 3; di++) {
-        if (quick() && di > 0)
+        if (th_quick() && di > 0)
             continue;
         pcase c = {.dt = dtypes[di], .hq = 8, .hk = 2, .d = 64, .batch = 5, .bs = 16, .sq = dq,
                    .sk = dk, .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED};
@@ -457,7 +453,7 @@ START_TEST(test_structures)
     oclf_params_set(&p, "ACC", cfg[_i][3]);
     oclf_params_set(&p, "PART", 0);
     for (size_t di = 0; di < 3; di++) {
-        if (quick() && di > 0)
+        if (th_quick() && di > 0)
             continue;
         pcase c = {.dt = dtypes[di], .hq = 6, .hk = 2, .d = 20, .batch = MB, .bs = 4, .sq = msq,
                    .sk = msk, .causal = 1, .window = 1, .left = 4, .right = 0, .sinks = 1,
@@ -477,7 +473,7 @@ START_TEST(test_split)
     static const int part[][2] = {{32, 16}, {64, 32}, {64, 8}};
     static const int sq[] = {1, 1, 4, 0, 2, 1}, sk[] = {200, 31, 64, 0, 129, 1};
     for (size_t di = 0; di < 3; di++) {
-        if (quick() && di > 0)
+        if (th_quick() && di > 0)
             continue;
         oclf_params off, on;
         memset(&off, 0, sizeof off);
@@ -515,7 +511,7 @@ START_TEST(test_long)
      * its 48 KiB of local memory for 32) */
     oclf_params_set(&split, "BK", 16);
     oclf_params_set(&none, "PART", 0);
-    const oclf_dtype dt = quick() ? OCLF_F32 : OCLF_BF16;
+    const oclf_dtype dt = th_quick() ? OCLF_F32 : OCLF_BF16;
     pcase c = {.dt = dt, .hq = 8, .hk = 2, .d = 64, .batch = 2, .bs = 16, .sq = sq, .sk = sk,
                .causal = 1, .sinks = 1, .lse = 1, .path = OCLF_PATH_FUSED};
     attn_result a;

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): fewer cases. */
+
 enum { X, M, B, NIN };
 
 /* x: [rows, cols] of the case's dtype; m: a bit matrix; b: a row vector. */
@@ -238,12 +241,6 @@ static void reset_outputs(bufs *u)
     free(ofill);
 }
 
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q == '1';
-}
-
 /* Each case in each dtype: cols 1, 31, 32, 33, 100, 1000 by rows 0, 1, 5;
  * fused with every VEC and three (WGS, ROWS) pairs, unfused with three VEC,
  * and the device's defaults (no choice: the GPU-defaults run takes the GPU
@@ -262,7 +259,7 @@ START_TEST(test_cases)
             bufs_make(&u, dt, rowss[ri], colss[ci]);
             char label[64];
             for (int v = 0; v < 5; v++) {
-                if (quick() && vecs[v] != 1 && vecs[v] != 16)
+                if (th_quick() && vecs[v] != 1 && vecs[v] != 16)
                     continue;
                 for (int k = 0; k < 3; k++) {
                     oclf_choice ch = th_choice(OCLF_PATH_FUSED);

@@ -18,15 +18,11 @@
 #include <stdio.h>
 #include <string.h>
 
-static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): the same calls, dtypes and paths over fewer head
+ * dims, block sizes and structures. */
 
-/* OCLF_TEST_QUICK=1 (the GPU-defaults and oclgrind runs): the same calls,
- * dtypes and paths over fewer head dims, block sizes and structures. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q && *q != '0';
-}
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 /* ---- a paged cache in one buffer ------------------------------------------
  * [guard | K: nslots x heads x hd | gap | V: the same | guard], every
@@ -203,7 +199,7 @@ START_TEST(test_write)
     const oclf_dtype dt = dtypes[_i];
     static const size_t hds[] = {1, 3, 80, 128};
     static const size_t blocks[] = {1, 16, 256};
-    const size_t nhd = quick() ? 3 : 4, nblk = quick() ? 2 : 3;
+    const size_t nhd = th_quick() ? 3 : 4, nblk = th_quick() ? 2 : 3;
     for (size_t hi = 0; hi < nhd; hi++)
         for (size_t bi = 0; bi < nblk; bi++) {
             const size_t hd = hds[hi], bsz = blocks[bi];
@@ -341,7 +337,7 @@ START_TEST(test_qk_cache)
     static const size_t shapes[][3] = {{3, 2, 1}, {80, 40, 16}, {128, 128, 256}, {128, 96, 16}};
     for (int path = 0; path < 2; path++) {
         oclf_choice ch = th_choice(path ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
-        for (size_t si = 0; si < (quick() ? 2 : sizeof shapes / sizeof *shapes); si++) {
+        for (size_t si = 0; si < (th_quick() ? 2 : sizeof shapes / sizeof *shapes); si++) {
             qkc_case c = {dt, 29, 4, 2, shapes[si][0], shapes[si][1], shapes[si][2], si % 2 ? 3 : 0,
                           (int)(si % 2), 1, &ch};
             run_qkc(&c);
@@ -361,7 +357,7 @@ START_TEST(test_qk_cache_structures)
 {
     const oclf_dtype dt = dtypes[_i];
     static const int configs[][5] = {{1, 16, 2, 0, 1}, {1, 8, 4, 1, 2}, {0, 4, 8, 0, 1}};
-    for (size_t k = quick() ? 1 : 0; k < (quick() ? 2 : 3); k++) {
+    for (size_t k = th_quick() ? 1 : 0; k < (th_quick() ? 2 : 3); k++) {
         oclf_choice ch = th_row_choice(OCLF_PATH_FUSED, configs[k][0], configs[k][1],
                                        configs[k][2], configs[k][3], configs[k][4]);
         for (int gptj = 0; gptj < 2; gptj++) {

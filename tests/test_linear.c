@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): fewer cases. */
+
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 typedef struct lin_case {
@@ -36,13 +39,6 @@ static lin_case base_case(oclf_dtype dt, size_t m, size_t n, size_t k)
     c.alpha = 1.0f;
     c.beta = 1.0f;
     return c;
-}
-
-/* OCLF_TEST_QUICK: fewer cases for the GPU-defaults run. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q == '1';
 }
 
 /* Runs one case, checks it against the reference and that nothing but y's
@@ -156,7 +152,7 @@ START_TEST(test_matrix)
     const oclf_dtype dt = dtypes[_i / 2];
     const oclf_weight_layout layout = (oclf_weight_layout)(_i % 2);
     for (int v = 0; v < 15; v++) {
-        if (quick() && v % 3)
+        if (th_quick() && v % 3)
             continue;
         lin_case c = base_case(dt, 7, 13, 37);
         c.layout = layout;
@@ -183,7 +179,7 @@ START_TEST(test_shapes)
                                        {16, 33, 65},   {3, 1000, 7}};
     const size_t ns = sizeof shapes / sizeof *shapes;
     for (size_t s = 0; s < ns; s++) {
-        if (quick() && s % 2)
+        if (th_quick() && s % 2)
             continue;
         lin_case c = base_case(OCLF_F32, shapes[s][0], shapes[s][1], shapes[s][2]);
         c.layout = (oclf_weight_layout)_i;
@@ -474,7 +470,7 @@ static Suite *linear_suite(void)
     tcase_add_loop_test(t, test_shapes, 0, 2);
     tcase_add_loop_test(t, test_empty, 0, 2);
     tcase_add_loop_test(t, test_strides_inplace, 0, 6);
-    tcase_add_loop_test(t, test_structures, 0, quick() ? 3 : NSTRUCT * 3);
+    tcase_add_loop_test(t, test_structures, 0, th_quick() ? 3 : NSTRUCT * 3);
     tcase_add_test(t, test_nan_in_y);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");

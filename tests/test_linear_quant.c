@@ -18,14 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): fewer cases. */
 
-/* OCLF_TEST_QUICK: fewer cases for the GPU-defaults run. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q == '1';
-}
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 /* A weight format as a call spells it. */
 typedef struct qfmt {
@@ -580,7 +576,7 @@ static void expect_identity(const known_case *kc, const qdev *qw, const char *fo
         th_choice(OCLF_PATH_UNFUSED),
         parse_choice("MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1"),
     };
-    const int nch = quick() ? 2 : (int)(sizeof choices / sizeof *choices);
+    const int nch = th_quick() ? 2 : (int)(sizeof choices / sizeof *choices);
     for (int c = 0; c < nch; c++) {
         TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, m, n, k, (oclf_buf){mx, 0, 0},
                             OCLF_LINEAR_NONE, &qw->w, (oclf_buf){my, 0, 0}, NULL, &choices[c], 0,
@@ -682,7 +678,7 @@ START_TEST(test_cols)
 {
     static const size_t ns[] = {1, 7, 37, 129};
     for (int j = 0; j < 3; j++) {
-        if (quick() && j)
+        if (th_quick() && j)
             continue;
         const int fmt = (3 * _i + 5 * j + 1) % NFORMATS;
         qcase c = base_case(fdt(fmt), fmt, j == 1 ? 1 : 3, ns[_i],
@@ -741,7 +737,7 @@ START_TEST(test_strides_inplace)
     const int fmt = fmts[_i];
     const int gguf = is_gguf(&formats[fmt]);
     for (int v = 0; v < 2; v++) {
-        if (quick() && v)
+        if (th_quick() && v)
             continue;
         qcase c = base_case(fdt(fmt), fmt, 3, 21,
                             kgroup(&formats[fmt]) == 1 ? 35 : 3 * kgroup(&formats[fmt]));
@@ -789,7 +785,7 @@ START_TEST(test_structures)
     const oclf_choice ch = parse_choice(structures[_i].params);
     static const size_t shapes[][2] = {{13, 37}, {1, 70}, {3, 5}};
     for (int j = 0; j < 3; j++) {
-        if (quick() && j == 2)
+        if (th_quick() && j == 2)
             continue;
         const int fmt = structures[_i].fmts[j];
         const size_t g = kgroup(&formats[fmt]);
@@ -892,7 +888,7 @@ START_TEST(test_nonfinite_scales)
     char failures[1024] = "";
     size_t used = 0;
     for (int p = 0; p < 5; p++) {
-        if (quick() && (p == 2 || p == 3))
+        if (th_quick() && (p == 2 || p == 3))
             continue;
         TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, 1, n, k, (oclf_buf){mx, 0, 0},
                             OCLF_LINEAR_NONE, &qw.w, (oclf_buf){my, 0, 0}, NULL, &chs[p], 0, NULL,
@@ -1016,7 +1012,7 @@ START_TEST(test_convert)
     };
     static const size_t ms[] = {1, 17, 16};
     for (int i = 0; i < 3; i++) {
-        if (quick() && i > 1)
+        if (th_quick() && i > 1)
             continue;
         qcase c = base_case(dtypes[i % 3], fmt, ms[i], n, k);
         c.bias = 1;
@@ -1455,11 +1451,11 @@ static Suite *linear_quant_suite(void)
     tcase_add_loop_test(t, test_rows, 0, 6);
     tcase_add_loop_test(t, test_cols, 0, 4);
     tcase_add_loop_test(t, test_empty_k, 0, 3);
-    tcase_add_loop_test(t, test_epilogues, 0, quick() ? 5 : 15);
-    tcase_add_loop_test(t, test_strides_inplace, 0, quick() ? 4 : 8);
-    tcase_add_loop_test(t, test_structures, 0, quick() ? 3 : NSTRUCT);
+    tcase_add_loop_test(t, test_epilogues, 0, th_quick() ? 5 : 15);
+    tcase_add_loop_test(t, test_strides_inplace, 0, th_quick() ? 4 : 8);
+    tcase_add_loop_test(t, test_structures, 0, th_quick() ? 3 : NSTRUCT);
     tcase_add_loop_test(t, test_nonfinite_scales, 0, 5);
-    tcase_add_loop_test(t, test_unfused_tiles, 0, quick() ? 1 : 2);
+    tcase_add_loop_test(t, test_unfused_tiles, 0, th_quick() ? 1 : 2);
     suite_add_tcase(s, t);
     TCase *c = tcase_create("convert");
     tcase_set_timeout(c, 0);

@@ -12,14 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): smaller shapes. */
 
-/* OCLF_TEST_QUICK=1 (the GPU-defaults run): smaller shapes. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q && *q != '0';
-}
+static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 enum { IGN_SOME, IGN_ALL, IGN_NONE };
 
@@ -183,7 +179,7 @@ START_TEST(test_matrix)
 {
     const oclf_dtype dt = dtypes[_i / 6];
     const oclf_choice ch = th_choice((_i / 3) % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
-    ce_case c = {.dtype = dt, .rows = 7, .cols = quick() ? 77 : 769, .pad = 3, .offset = 5,
+    ce_case c = {.dtype = dt, .rows = 7, .cols = th_quick() ? 77 : 769, .pad = 3, .offset = 5,
                  .reduction = _i % 3, .grad = 1, .upstream = 1, .lse = 1, .choice = &ch};
     check_case(&c);
     /* without the gradient the logits stay as they were */
@@ -203,7 +199,7 @@ START_TEST(test_shapes)
     const oclf_choice ch = th_choice(_i / 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
     for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++)
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-            if (quick() && vocabs[v] > 1000 && rows[r] > 1)
+            if (th_quick() && vocabs[v] > 1000 && rows[r] > 1)
                 continue;
             for (int red = 0; red < 3; red++) {
                 ce_case c = {.dtype = dt, .rows = rows[r], .cols = vocabs[v], .reduction = red,
@@ -222,7 +218,7 @@ START_TEST(test_features)
     const float set[4][3] = {{0.1f, 0, 0}, {0, 30.0f, 0}, {0, 0, 1e-3f}, {0.2f, 15.0f, 1e-2f}};
     for (int k = 0; k < 4; k++)
         for (int red = 0; red < 3; red++) {
-            ce_case c = {.dtype = dt, .rows = 6, .cols = quick() ? 130 : 1031, .pad = 1,
+            ce_case c = {.dtype = dt, .rows = 6, .cols = th_quick() ? 130 : 1031, .pad = 1,
                          .reduction = red, .ls = set[k][0], .cap = set[k][1], .zl = set[k][2],
                          .grad = 1, .upstream = 1, .lse = 1, .range = set[k][1] > 0 ? 40.0f : 6.0f,
                          .choice = &ch};
@@ -268,7 +264,7 @@ START_TEST(test_structures)
     oclf_params_set(&ch.params, "WGS", cfg[k][1]);
     oclf_params_set(&ch.params, "VEC", cfg[k][2]);
     for (int d = 0; d < 3; d++) {
-        ce_case c = {.dtype = dtypes[d], .rows = 9, .cols = quick() ? 203 : 2053, .pad = 2,
+        ce_case c = {.dtype = dtypes[d], .rows = 9, .cols = th_quick() ? 203 : 2053, .pad = 2,
                      .offset = 1, .reduction = OCLF_REDUCTION_MEAN, .ls = 0.05f, .zl = 1e-4f,
                      .grad = 1, .upstream = 1, .lse = 1, .choice = &ch};
         check_case(&c);
@@ -282,7 +278,7 @@ START_TEST(test_fused_unfused)
     const oclf_dtype dt = dtypes[_i];
     const oclf_choice f = th_choice(OCLF_PATH_FUSED), u = th_choice(OCLF_PATH_UNFUSED);
     for (int red = 0; red < 3; red++) {
-        ce_case c = {.dtype = dt, .rows = 11, .cols = quick() ? 300 : 3001, .reduction = red,
+        ce_case c = {.dtype = dt, .rows = 11, .cols = th_quick() ? 300 : 3001, .reduction = red,
                      .ls = 0.1f, .cap = 20.0f, .zl = 1e-3f, .grad = 1, .upstream = 1, .lse = 1,
                      .range = 25.0f, .choice = &f};
         ce_result a = run_case(&c);
@@ -305,7 +301,7 @@ END_TEST
 /* Sum and mean are the same bits on every call (no atomics). */
 START_TEST(test_deterministic)
 {
-    ce_case c = {.dtype = OCLF_F32, .rows = quick() ? 40 : 300, .cols = 257,
+    ce_case c = {.dtype = OCLF_F32, .rows = th_quick() ? 40 : 300, .cols = 257,
                  .reduction = OCLF_REDUCTION_SUM, .grad = 0, .choice = NULL};
     ce_result a = run_case(&c), b = run_case(&c);
     ck_assert_msg(memcmp(a.loss, b.loss, 4) == 0, "two calls: %a vs %a", (double)a.loss[0],

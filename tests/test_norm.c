@@ -9,19 +9,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): the same ops, dtypes, structures and paths on
+ * small shapes (the oclgrind device run simulates every work-item). */
+
 enum { RMS, ADD_RMS, LN, ADD_LN, NOPS };
 static const char *const op_names[] = {"rms_norm", "add_rms_norm", "layer_norm", "add_layer_norm"};
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 static const size_t widths[] = {8, 768, 769, 5120, 5125, 8192, 16384};
 static const size_t row_counts[] = {0, 1, 7, 83, 4096};
-
-/* OCLF_TEST_QUICK=1 (set for the oclgrind device run, which simulates every
- * work-item): the same ops, dtypes, structures and paths on small shapes. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q && *q != '0';
-}
 
 typedef struct norm_case {
     int op;
@@ -198,7 +194,7 @@ START_TEST(test_matrix_default)
             const size_t rows = row_counts[ri], cols = widths[wi];
             if (rows * cols > (size_t)4 << 20)
                 continue;
-            if (quick() && (rows > 7 || cols > 769))
+            if (th_quick() && (rows > 7 || cols > 769))
                 continue;
             norm_case c = {op, dt, rows, cols, (cols & 1) ? 3 : 0, (cols & 1) ? 5 : 0,
                            1, 1, 0.0f, NULL};
@@ -225,7 +221,7 @@ START_TEST(test_structures)
     const oclf_dtype dt = dtypes[d];
     static const size_t ws_full[] = {8, 769, 5125}, ws_quick[] = {8, 769, 133};
     static const size_t rs_full[] = {1, 7, 83}, rs_quick[] = {1, 3, 5};
-    const size_t *ws = quick() ? ws_quick : ws_full, *rs = quick() ? rs_quick : rs_full;
+    const size_t *ws = th_quick() ? ws_quick : ws_full, *rs = th_quick() ? rs_quick : rs_full;
     for (size_t k = 0; k < sizeof configs / sizeof *configs; k++) {
         oclf_choice ch = th_choice(OCLF_PATH_AUTO);
         oclf_params_set(&ch.params, "LAYOUT", configs[k][0]);
@@ -265,7 +261,7 @@ START_TEST(test_kernel_wgs_limit)
         free(saved[i]);
     }
     /* quick: a row of 261 still gets WGS 128 from the GPU heuristic */
-    const size_t rows = quick() ? 3 : 7, cols = quick() ? 261 : 5125;
+    const size_t rows = th_quick() ? 3 : 7, cols = th_quick() ? 261 : 5125;
     for (int op = 0; op < NOPS; op++) {
         const uint64_t dims[2] = {rows, cols};
         for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
@@ -295,7 +291,7 @@ START_TEST(test_large_mean)
     const oclf_dtype dt = dtypes[_i];
     const float center = dt == OCLF_F32 ? 1.0e4f : 1.0e3f;
     for (int op = LN; op <= ADD_LN; op++) {
-        norm_case c = {op, dt, quick() ? 3 : 17, quick() ? 515 : 4099, 0, 0, 1, 1, center, NULL};
+        norm_case c = {op, dt, th_quick() ? 3 : 17, th_quick() ? 515 : 4099, 0, 0, 1, 1, center, NULL};
         fused_vs_unfused(c);
         oclf_choice ch = th_choice(OCLF_PATH_FUSED);
         oclf_params_set(&ch.params, "LAYOUT", 1);
@@ -391,7 +387,7 @@ START_TEST(test_launch_range)
     const size_t rows = ((size_t)1 << 22) + 1, cols = 1;
     size_t max_wgs = 0;
     clGetDeviceInfo(e->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wgs, &max_wgs, NULL);
-    if (max_wgs < 1024 || quick())
+    if (max_wgs < 1024 || th_quick())
         return; /* the shape cannot be asked for here, or is too long to simulate */
     float *x = malloc(rows * sizeof *x);
     for (size_t i = 0; i < rows; i++)

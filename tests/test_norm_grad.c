@@ -12,15 +12,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Quick form (th_quick(), OCLF_TEST_QUICK=1: the GPU-defaults run and
+ * tools/test.sh --quick): narrower rows. */
+
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 static const float eps = 1e-5f;
-
-/* OCLF_TEST_QUICK=1 (the GPU-defaults run): narrower rows. */
-static int quick(void)
-{
-    const char *q = getenv("OCLF_TEST_QUICK");
-    return q && *q && *q != '0';
-}
 
 enum { IN_PLACE_NONE, IN_PLACE_DY, IN_PLACE_DRES };
 
@@ -167,7 +163,7 @@ START_TEST(test_matrix)
     const oclf_dtype dt = dtypes[_i % 3];
     const int ln = (_i / 3) % 2;
     const oclf_choice ch = th_choice(_i / 6 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
-    const size_t widths[] = {1, 7, 64, quick() ? 259 : 4097};
+    const size_t widths[] = {1, 7, 64, th_quick() ? 259 : 4097};
     const size_t rows[] = {0, 1, 3, 100};
     for (size_t wi = 0; wi < 4; wi++)
         for (size_t ri = 0; ri < 4; ri++) {
@@ -186,7 +182,7 @@ START_TEST(test_options)
 {
     const oclf_dtype dt = dtypes[_i % 3];
     const oclf_choice ch = th_choice(_i / 3 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
-    const size_t C = quick() ? 203 : 1029;
+    const size_t C = th_quick() ? 203 : 1029;
     const ng_case cases[] = {
         {.ln = 0, .rows = 37, .weight = 0, .want_dw = 1},
         {.ln = 1, .rows = 37, .weight = 0, .want_dw = 1, .want_db = 1},
@@ -221,7 +217,7 @@ START_TEST(test_structures)
     oclf_params_set(&ch.params, "VEC", cfg[_i / 2][2]);
     for (int d = 0; d < 3; d++)
         for (int ln = 0; ln < 2; ln++) {
-            ng_case c = {.dtype = dtypes[d], .ln = ln, .rows = 70, .cols = quick() ? 203 : 2053,
+            ng_case c = {.dtype = dtypes[d], .ln = ln, .rows = 70, .cols = th_quick() ? 203 : 2053,
                          .pad = 2, .offset = 1, .weight = 1, .want_dw = 1, .want_db = ln,
                          .dres = !ln, .choice = &ch};
             check_case(&c);
@@ -243,7 +239,7 @@ START_TEST(test_deterministic)
     static const int cfg[][3] = {{0, 1, 1}, {0, 4, 16}, {0, 2, 16}, {1, 16, 4}, {1, 64, 1}};
     const oclf_dtype dt = dtypes[_i % 3];
     const int ln = _i / 3;
-    ng_case c = {.dtype = dt, .ln = ln, .rows = 100, .cols = quick() ? 259 : 4097, .weight = 1,
+    ng_case c = {.dtype = dt, .ln = ln, .rows = 100, .cols = th_quick() ? 259 : 4097, .weight = 1,
                  .want_dw = 1, .want_db = ln, .pad = 1};
     oclf_choice f = th_choice(OCLF_PATH_FUSED);
     c.choice = &f;
