@@ -2,8 +2,9 @@
 # The main job: installs what is missing, builds, tunes briefly, then
 # benchmarks every operation on the default OpenCL device (fused, unfused,
 # and what dispatch picks from the fresh tuning records), with the device's
-# copy bandwidth measured in the same run; writes the results as JSON and a
-# bar chart of them (build/bench.json, build/bench.png).
+# copy bandwidth measured in the same run; writes the results as JSON, a
+# summary page of them and the per-op detail (build/bench.json,
+# build/bench.png, build/bench-detail.png).
 #
 # Two sizes. By default a short run: each op's first two bench shapes whose
 # call is estimated under 0.1 s (else its cheapest one) and its out-of-cache
@@ -50,18 +51,20 @@ if [ "$budget" != 0 ]; then
     --resume || echo "run.sh: tuning failed; benchmarking with what the databases hold" >&2
   say "tuning done; benchmarking"
 fi
-# The table on stdout; the same results as JSON, and drawn as a bar chart
-# against the copy bandwidth (tools/plot_bench.py, matplotlib) in the build
-# folder.
+# The table on stdout; the same results as JSON, drawn as one summary page
+# (per op and dtype: %copy or GFLOP/s, fused against unfused) and as per-op
+# detail panels against the copy bandwidth (tools/plot_bench.py, matplotlib)
+# in the build folder.
 json="$builddir/bench.json"
 chart="$builddir/bench.png"
+detail="$builddir/bench-detail.png"
 rm -f "$json" # never draw a previous run's results
 status=0
 "$builddir/tools/oclfuse-bench" --dtypes f32,f16,bf16 --paths fused,unfused,auto \
   ${bench_size[@]+"${bench_size[@]}"} --json-file "$json" ${args[@]+"${args[@]}"} || status=$?
 if [ -s "$json" ]; then
-  if /usr/bin/python3 tools/plot_bench.py "$json" -o "$chart" >/dev/null; then
-    echo "run.sh: results in $json, bandwidth chart in $chart" >&2
+  if /usr/bin/python3 tools/plot_bench.py "$json" -o "$chart" --detail "$detail" >/dev/null; then
+    echo "run.sh: results in $json, summary page in $chart, per-op detail in $detail" >&2
   else
     echo "run.sh: results in $json; the chart failed (python3-matplotlib?)" >&2
   fi

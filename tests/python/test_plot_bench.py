@@ -34,7 +34,8 @@ def test_chart(tmp_path):
             row("l2_topk", "f32", "fused", 1e6 / 1.5, {"nq": 1, "n": 10, "d": 4, "k": 2})]
     src = tmp_path / "run.json"
     src.write_text(json.dumps(rows))
-    svg = plot_bench.main([str(src), "-o", str(tmp_path / "chart.svg")])
+    summary, svg = plot_bench.main([str(src), "-o", str(tmp_path / "summary.svg"),
+                                    "--detail", str(tmp_path / "chart.svg")])
     text = open(svg).read()
     for label in ("rms_norm", "l2_topk", "bandwidth (GB/s)", "dtype, shape",
                   "DRAM copy, same run (2.5 GB/s)", "copy of the same bytes", "fused", "unfused",
@@ -43,9 +44,34 @@ def test_chart(tmp_path):
     for label in ("120%", "40%"):  # the f32 rows' % of the DRAM copy: not shown
         assert label not in text, label
     png = plot_bench.main([str(src)])
-    assert png == str(tmp_path / "run.png")
+    assert png == str(tmp_path / "run.png")  # the summary page alone
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary(tmp_path):
+    # memory-bound: rms_norm f32 fused 3 GB/s, unfused 1 GB/s against a 4 GB/s same-bytes
+    # copy (75% and 25%); arithmetic-bound: a GEMM row of 1e9 flops per 1e6 bytes (1000
+    # flops a byte) at 2 GFLOP/s fused, 0.5 unfused and 1 for the yardstick
+    rows = [row("rms_norm", "f32", "fused", 1e6 / 3.0, same=4.0),
+            row("rms_norm", "f32", "unfused", 1e6, same=4.0),
+            row("rms_norm", "f32", "fused", 1e6 / 2.0, {"rows": 1, "cols": 64}, same=4.0)]
+    for path, ns in (("fused", 5e8), ("unfused", 2e9), ("yardstick", 1e9)):
+        r = row("linear", "f16", path, ns, {"m": 512, "n": 512, "k": 512})
+        r["gflops"] = 1e9 / ns
+        rows.append(r)
+    mem, ari = plot_bench.summary_rows(rows)
+    # one shape per op and class: rms_norm's larger one
+    assert [(op, shape) for op, shape, _ in mem] == [("rms_norm", "4x64")]
+    assert [(op, shape) for op, shape, _ in ari] == [("linear", "512x512x512")]
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(rows))
+    svg = plot_bench.main([str(src), "-o", str(tmp_path / "summary.svg")])
+    text = open(svg).read()
+    for label in ("rms_norm  4x64", "linear  512x512x512", "75%", "GFLOP/s (log scale)",
+                  "memory-bound rows", "arithmetic-bound rows", "yardstick", "f32", "f16"):
+        assert label in text, label
+    assert "25%" not in text  # only the better path's figure is written
 
 
 def test_bench_json_file(tmp_path):
@@ -76,8 +102,9 @@ def test_bench_json_file(tmp_path):
                                                   rel=2e-3, abs=6e-5)
         assert x["out_of_cache"] is False and x["llc_bytes"] >= 0
     assert "%copy" in r.stdout and "%dram" in r.stdout
-    png = plot_bench.main([str(out), "-o", str(tmp_path / "b.png")])
-    assert os.path.getsize(png) > 10000
+    png, detail = plot_bench.main([str(out), "-o", str(tmp_path / "b.png"),
+                                   "--detail", str(tmp_path / "d.png")])
+    assert os.path.getsize(png) > 10000 and os.path.getsize(detail) > 10000
 
 
 def test_default_rows_past_the_cache():
