@@ -255,7 +255,7 @@ typedef struct oclf_buf {
 } oclf_buf;
 
 /* ------------------------------------------------------------------------ */
-/* Tuning database (see README "Tuning database"). Dispatch reads, first hit
+/* Tuning database (docs/tuning.md). Dispatch reads, first hit
  * wins: the context's database (option or $OCLF_TUNING_DB), the per-machine
  * one (oclf_tuning_db_default_path), the one compiled into the library, then
  * the op's heuristic. A damaged or unknown-format file is skipped with
@@ -318,7 +318,8 @@ OCLF_API int oclf_tuning_params_valid(oclf_context *ctx, const char *op, oclf_dt
                                       const oclf_params *params);
 
 /* ------------------------------------------------------------------------ */
-/* Normalization. Rows are independent; `cols` is the hidden size.
+/* Normalization (docs/ops/norms.md). Rows are independent; `cols` is the
+ * hidden size.
  * `weight` and `bias` are vectors of `cols` elements of `dtype`, or NULL for
  * 1 and 0. Row strides may exceed cols. Statuses: OCLF_INVALID_ARGUMENT for
  * NULL handles, cols == 0, stride < cols, a buffer smaller than the ranges
@@ -361,7 +362,7 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
                                          const oclf_choice *choice, cl_uint num_events,
                                          const cl_event *wait_list, cl_event *event);
 
-/* ---- Normalization backward ---------------------------------------------
+/* ---- Normalization backward (docs/ops/norms.md#backward) ----------------
  * The gradients of oclf_rms_norm (and of oclf_add_rms_norm) and of
  * oclf_layer_norm. x is the forward call's input (for add + RMSNorm, the
  * sum z it wrote into `residual`), dy the gradient of its output; both
@@ -424,7 +425,8 @@ OCLF_API oclf_status oclf_layer_norm_backward(oclf_context *ctx, cl_command_queu
                                               cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Activation-and-multiply: the gated MLP's elementwise step.       */
+/* Activation-and-multiply: the gated MLP's elementwise step
+ * (docs/ops/act.md).                                                        */
 
 typedef enum oclf_act {
     /* x / (1 + exp(-x)) */
@@ -507,7 +509,7 @@ OCLF_API oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_que
                                                cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Rotary embedding and fused QK-norm + RoPE.                       */
+/* Rotary embedding and fused QK-norm + RoPE (docs/ops/rope.md).            */
 
 typedef enum oclf_rope_style {
     OCLF_ROPE_NEOX = 0, /* pairs (j, j + R/2): rotate-half, Llama/NeoX */
@@ -608,7 +610,7 @@ OCLF_API oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue
                                        const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* L2 distance + top-k: exact nearest-neighbour search.            */
+/* L2 distance + top-k: exact nearest-neighbour search (docs/ops/l2topk.md). */
 
 /* Which distance formulas a call may use.
  *  OCLF_L2_FAST (default): either. The expansion |q|^2 + |x|^2 - 2 q.x is
@@ -664,25 +666,10 @@ OCLF_API void oclf_l2_topk_options_init(oclf_l2_topk_options *options);
  * idx -1 and dist FLT_MAX (FAISS's convention). N = 0 gives padding only.
  * `options` may be NULL (defaults).
  *
- * Kernel parameters (oclf_choice.params). Fused: FORMULA (0 direct, 1
- * expansion), QB (queries per register block: 1, 2, 4), RB (database rows
- * per register block: 1, 2, 4, 8), VEC (vector width over D: 1..16), QG
- * (queries per work-group, a multiple of QB), WGS (work-group size, a
- * multiple of QG/QB and >= QG), SLICES (database slices, i.e. work-groups
- * per query group; 0 = automatic), QLOCAL (1: the group's queries copied to
- * local memory once instead of read per row tile), XNORM (how the scan
- * sums |x|^2: inside its distance loop by every work-item (0) or by the
- * first query block's (1), or (2) in a pass over each tile before the
- * loop; same bits every way), XSTAGE (0, or a power of two from VEC to
- * 256: the tile's rows pass through local memory in chunks of that many
- * columns, loaded by the whole work-group along each row, coalesced on a
- * GPU; same bits as 0; the GPU default is 32), TOPK (0: each (query, slice)
- * list is a heap in global memory kept by one work-item, any k; 1: the
- * lists are kept in local memory by the whole work-group and merged by a
- * work-group per query, needing N < 2^32 - 1 and QG x (k + 2 x tile rows)
- * x 8 bytes of local memory beside the scan's own; same bits as 0; the GPU
- * default where it fits). Unfused: SLICES (candidate lists per
- * query), TILE (database rows per GEMM; 0 = as large as the bound allows).
+ * Kernel parameters (oclf_choice.params): fused FORMULA, QB, RB, VEC, QG,
+ * WGS, SLICES, QLOCAL, XNORM, XSTAGE, TOPK; unfused SLICES, TILE. Their
+ * meanings and ranges: docs/ops/l2topk.md#paths-and-parameters. Every
+ * parameter set returns the same bits.
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, D == 0, k == 0,
  * k > 2^31, row strides below D, buffers (inputs, norms, mask or outputs) smaller
@@ -697,7 +684,7 @@ OCLF_API oclf_status oclf_l2_topk(oclf_context *ctx, cl_command_queue queue, ocl
                                   cl_uint num_events, const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Sharded L2 top-k (README "Sharded search"): one database split across
+/* Sharded L2 top-k (docs/ops/l2topk.md#sharded-search): one database split across
  * buffers, devices and platforms, searched as if it were one.              */
 
 /* A piece of the database: `n` rows of D elements of `dtype` in `x` (offset
@@ -761,7 +748,7 @@ OCLF_API oclf_status oclf_l2_topk_merge(size_t nq, size_t k, size_t lists,
                                         const size_t *list_k, float *dist, int64_t *idx);
 
 /* ------------------------------------------------------------------------ */
-/* Linear layer with fused prologue and epilogue (a GEMM).                   */
+/* Linear layer with fused prologue and epilogue, a GEMM (docs/ops/linear.md). */
 
 /* The activations a linear layer applies before (to x) or after the product. */
 typedef enum oclf_linear_act {
@@ -842,7 +829,7 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
                                  const oclf_choice *choice, cl_uint num_events,
                                  const cl_event *wait_list, cl_event *event);
 
-/* ---- Quantized weights --------------------------------------------------
+/* ---- Quantized weights (docs/ops/linear_q.md) ---------------------------
  * oclf_linear_q is oclf_linear with W [N, K] (layout NK) in a quantized
  * format, dequantized where the kernel loads it (in registers, never into a
  * full-size temporary). x, bias, residual and y keep the call's dtype;
@@ -930,7 +917,7 @@ OCLF_API oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oc
  * buffers in that form (format, group 32, scale_dtype OCLF_F16, zero NULL);
  * the separate arrays keep every quant vector at an aligned address, which
  * 34- and 18-byte blocks do not. Whether it pays depends on the device: the
- * tuner measures both forms (see README, "Quantized weights").
+ * tuner measures both forms (docs/ops/linear_q.md).
  * OCLF_INVALID_ARGUMENT for a src that is not Q8_0/Q4_0, a dst of another
  * form, buffers too small or overlapping; nothing is written then. */
 OCLF_API oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size_t n,
@@ -940,7 +927,7 @@ OCLF_API oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue qu
 
 /* ------------------------------------------------------------------------ */
 /* Attention (FlashAttention-style): softmax(scale . Q K^T + mask) V over a
- * batch of sequences packed along tokens.                                  */
+ * batch of sequences packed along tokens (docs/ops/attention.md).          */
 
 typedef struct oclf_attention_options {
     /* sizeof(oclf_attention_options) as the caller was compiled (the _INIT
@@ -974,14 +961,11 @@ typedef struct oclf_attention_options {
      * row's final scores (the sink included), element (h, t) at
      * offset + h * stride + t (stride 0: Tq). NULL: not written. */
     const oclf_buf *lse;
-    /* Dropout on the probabilities: 0 <= dropout_p < 1 (0: none). The
-     * probability of query token t (its packed index), query head h and key
-     * j (its position in the sequence) is kept, scaled by 1 / (1 - p), when
-     * u >= p, where u is the top 24 bits of the first word of Philox4x32-10
-     * times 2^-24, keyed by (seed mod 2^32, seed >> 32), for the counter
-     * words (j, t, c2, c3) with c2 + 2^32 c3 = h + dropout_offset (mod 2^64).
-     * The LSE is taken before dropout. The mask is the same on every path,
-     * structure and device. */
+    /* Dropout on the probabilities: 0 <= dropout_p < 1 (0: none). A kept
+     * probability is scaled by 1 / (1 - p); the mask is Philox4x32-10 of the
+     * seed, dropout_offset and (query token, query head, key), the same on
+     * every path, structure and device (its counter layout:
+     * docs/ops/attention.md). The LSE is taken before dropout. */
     float dropout_p;
     uint64_t dropout_seed, dropout_offset;
 } oclf_attention_options;
@@ -1026,24 +1010,12 @@ OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
  * OCLF_INVALID_ARGUMENT naming the sequence. The unfused path always reads
  * them (it sizes its GEMMs on the host) and always rejects them.
  *
- * Paths: fused, one kernel (attention_fused) that walks the keys in
- * blocks of BK with an online softmax and an fp32 accumulator; the score
- * matrix never reaches global memory. STAGE 1 (the GPU default): a
- * work-group takes WGS rows of one KV-head group of a sequence (rows are
- * (query, query head of the group) pairs, so every query head of a group
- * shares each K/V block it stages in local memory). STAGE 0 (the CPU
- * default): a work-group's rows are (query, query head) pairs over every
- * head, each reading its keys and values from global memory, a block at a
- * time for the whole group. Parameters (fused): WGS (rows per work-group,
- * a power of two), BK (keys per block: 1..64), VEC (1, 2, 4, 8, 16: the
- * width of the dot products; head_dim is padded to a multiple of it in
- * local and private memory), ACC (where each row's query and accumulator
- * live: 0 private memory, the CPU default; 1 local memory, the GPU
- * default), STAGE (0 or 1, above). Unfused, what a user writes by hand: 16-bit
- * inputs widened to f32 copies, then per sequence, query head and tile of
- * queries the GEMM library's Sgemm for scale . Q K^T into an f32 score tile,
- * one masked-softmax kernel (softcap, ALiBi, mask, sinks, LSE), and Sgemm
- * for P V; the tile holds at most 2^22 scores.
+ * Paths: fused, one flash kernel (online softmax, fp32 accumulator; the
+ * score matrix never reaches global memory), parameters WGS, BK, VEC, ACC
+ * and STAGE; unfused, widening copies, Sgemm for the scores, a
+ * masked-softmax kernel and Sgemm for P V, a score tile of at most 2^22
+ * floats. Both, and every parameter's meaning and range:
+ * docs/ops/attention.md#paths-and-parameters.
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, head_dim 0 or above
  * 256, a head count of 0, Hq not a multiple of Hk, k and v head counts that
@@ -1069,7 +1041,7 @@ OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, o
 
 /* ------------------------------------------------------------------------ */
 /* Paged KV cache: decode, chunked prefill and mixed batches, and the cache
- * write.                                                                    */
+ * write (docs/ops/attention.md#paged-attention, #kv-cache).                 */
 
 /* A paged KV cache: K and V each [num_blocks, block_size, heads, head_dim]
  * of the call's dtype, packed (the layout of FlashAttention's paged KV and
@@ -1183,7 +1155,8 @@ OCLF_API oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue
 
 /* ------------------------------------------------------------------------ */
 /* Softmax cross-entropy (PyTorch's F.cross_entropy), with its gradient
- * written in place over the logits.                                        */
+ * written in place over the logits, and linear + cross-entropy
+ * (docs/ops/cross_entropy.md).                                             */
 
 typedef enum oclf_reduction {
     OCLF_REDUCTION_NONE = 0, /* loss: [tokens] f32, one loss per row */
@@ -1348,7 +1321,7 @@ OCLF_API oclf_status oclf_linear_cross_entropy(
     cl_uint num_events, const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Generated elementwise kernels (see README "Elementwise expressions").
+/* Generated elementwise kernels (docs/ops/expr.md).
  *
  * Source: statements `name = expr;` over declared names; `#` starts a
  * comment that runs to the end of its line (a `#define` or `#pragma` line
@@ -1366,10 +1339,9 @@ OCLF_API oclf_status oclf_linear_cross_entropy(
  * unfused path, which materializes exp(x), gives infinity there). Statements may
  * come in any order; an intermediate used twice is computed once.
  *
- * dropout: Philox4x32-10 keyed by the 64-bit seed; counter (low word first)
- * {n lo, n hi, k, 0} with n = row * cols + col + offset (mod 2^64) and k the
- * dropout's index (0, 1, ... in the order the outputs need them); u = top 24
- * bits of the first word * 2^-24; kept when u >= p, then e / (1 - p), else 0.
+ * dropout(e, p): e / (1 - p) where kept, else 0; the mask is Philox4x32-10
+ * of the run's seed, offset and the element's index, the same on both paths
+ * and every structure (its counter layout: docs/ops/expr.md#dropout).
  *
  * Limits: source 16384 bytes, 64 statements, 256 nodes after sharing, 16
  * inputs, 8 outputs, names of 31 characters, nesting 64 deep. Bad source is
@@ -1395,26 +1367,13 @@ typedef enum oclf_expr_kind {
  * column or scalar operand, nor a dropout p; its dtype field is ignored. A
  * bits output may be in place on a bits input with exactly the same words;
  * it overlaps nothing else.
+ * How bit matrices are written without races: docs/ops/expr.md#bit-masks.
  *
- * An expression with a bits input or output runs each work-item (fused) or
- * each packing work-item (unfused: the operations as usual into fp32
- * temporaries, then one kernel that packs every bits output) over whole
- * 32-bit words: 32 columns of a row, in VEC-wide pieces, so no two
- * work-items ever write the same word. A row vector is then read once per
- * row rather than once per ROWS rows.
- *
- * Dropout's backward: run `dx = dropout(dy, p);` with the forward's seed,
- * offset, rows, cols and p, and with the forward's dropout drawn as the
- * same index k (in an expression with one dropout, k is 0; where the
- * forward drew several, write the backward's dropouts so that the outputs
- * need them in the same order). It regenerates the forward's Philox mask
- * bit for bit instead of storing it: dx is exactly 0 where the forward
- * dropped an element and dy / (1 - p), computed in fp32 and rounded once
- * to dx's dtype, where it kept one. Where a stored mask is wanted anyway,
- * `m = dropout(1, p) != 0;` with a bits output writes it (a run of its own
- * with the same seed and offset, or the same expression when that draw
- * is the one the forward's output uses: `k = dropout(1, p); y = k != 0 ?
- * x / (1 - p) : 0; m = k != 0;` is dropout(x, p) and its mask). */
+ * Dropout's backward: `dx = dropout(dy, p);` run with the forward's seed,
+ * offset, rows, cols and p, its dropout drawn as the same index, regenerates
+ * the forward's mask bit for bit instead of storing it (how to draw the same
+ * index, and how to store the mask anyway:
+ * docs/ops/expr.md#dropouts-backward). */
 
 /* An input (any kind) or an output (kind OCLF_EXPR_MATRIX or
  * OCLF_EXPR_BITS). */

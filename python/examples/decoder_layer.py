@@ -2,7 +2,7 @@
 """Two small Llama-style decoder layers on the oclfuse package, checked
 against a NumPy float64 reference of the same layers.
 
-The layer is tools/layer.c's (README, "Decoder layer"), one step of one
+The layer is tools/layer.c's (docs/decoder-layer.md), one step of one
 layer with x the residual stream [T, hidden] of the step's new tokens:
 
     n   = rms_norm(x) * norm_in                        oclfuse.rms_norm

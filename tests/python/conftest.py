@@ -1,5 +1,5 @@
 """Shared fixtures and references for the Python package's tests: the
-library's tolerances (README "Testing"), storage conversions, and a context on
+library's tolerances (docs/testing.md), storage conversions, and a context on
 the first OpenCL device (POCL here)."""
 import numpy as np
 import pytest

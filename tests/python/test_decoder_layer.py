@@ -1,7 +1,7 @@
-"""python/examples/decoder_layer.py (README, "Decoder layer"): two small
+"""python/examples/decoder_layer.py (docs/decoder-layer.md): two small
 decoder layers on the package's calls, a prefill and decode steps over a
 paged KV cache, against the example's own float64 reference; run as a
-script, as the README shows, with each weight kind and both rotary forms."""
+script, as docs/decoder-layer.md shows, with each weight kind and both rotary forms."""
 import os
 import subprocess
 import sys
