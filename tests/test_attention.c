@@ -10,7 +10,7 @@
  * the tolerance of the contract (tol (1 + max |v|) per row, LSE within tol),
  * every padding element bit for bit unchanged.
  */
-#include "attn_check.h"
+#include "attention_check.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
  * between "@@" marker lines for tests/oclgrind_run.py's traffic mode: the
  * fused kernel must read the visible K and V once per KV-head group.
  */
-#include "attn_check.h"
+#include "attention_check.h"
 
 #include <math.h>
 #include <stdio.h>

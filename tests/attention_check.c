@@ -1,4 +1,4 @@
-#include "attn_check.h"
+#include "attention_check.h"
 
 #include <math.h>
 #include <string.h>
