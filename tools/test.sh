@@ -1,12 +1,50 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, runs every test suite, and ends with
 # "N passed, N failed[, N skipped]" counted from Meson's results.
+#
+#   tools/test.sh          every suite, the sanitizer build and valgrind (CI)
+#   tools/test.sh --quick  the suites tagged `quick` (the op suites in their
+#                          quick form, api, cache, tunedb, lib-deps, readme)
+#                          in the existing build: no package installation, no
+#                          sanitizers, valgrind, oclgrind, cross-compiling or
+#                          rusticl
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tools/build.sh
 builddir=${OCLF_BUILD_DIR:-build}
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: tools/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
+if [ "$quick" = 1 ]; then
+  # Configure and build without tools/setup.sh (which may call apt-get).
+  if [ -f "$builddir/build.ninja" ]; then
+    meson setup --reconfigure "$builddir" >/dev/null
+  else
+    meson setup "$builddir" >/dev/null
+  fi
+  ninja -C "$builddir"
+  status=0
+  OCLF_TEST_QUICK=1 meson test -C "$builddir" --print-errorlogs --num-processes "$(nproc)" \
+    --suite quick || status=$?
+  python3 - "$builddir/meson-logs/testlog.json" <<'PY'
+import json, sys
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+for line in open(sys.argv[1]):
+    if line.strip():
+        r = json.loads(line).get("result")
+        counts["passed" if r in ("OK", "EXPECTEDFAIL") else
+               "skipped" if r == "SKIP" else "failed"] += 1
+tail = f", {counts['skipped']} skipped" if counts["skipped"] else ""
+print(f"{counts['passed']} passed, {counts['failed']} failed{tail}")
+PY
+  exit $status
+fi
+
+tools/build.sh
 status=0
 # The whole rusticl matrix takes hours of llvmpipe compiling; CI runs its
 # sample (suite rusticl), OCLF_RUSTICL_FULL=1 every test.
@@ -15,7 +53,7 @@ skip_suites=()
 meson test -C "$builddir" --print-errorlogs --num-processes "$(nproc)" "${skip_suites[@]}" \
   || status=$?
 
-# Sanitizer build: the host-side suites again under ASan + UBSan (see README
+# Sanitizer build: the host-side suites again under ASan + UBSan (see docs/testing.md
 # for the options). Results are appended to the same count.
 asandir=${OCLF_ASAN_BUILD_DIR:-build-asan}
 if [ "${OCLF_SKIP_ASAN:-0}" = 0 ]; then

@@ -13,5 +13,6 @@ except ImportError as e:
 
 here = os.path.dirname(os.path.abspath(__file__))
 # No cache folder in the source tree; -ra lists what was skipped and why.
-sys.exit(pytest.main(["-q", "-ra", "-p", "no:cacheprovider", "--rootdir", here, here]
-                     + sys.argv[1:]))
+# Arguments name test files of this folder to run alone (e.g. test_readme.py).
+targets = [os.path.join(here, a) for a in sys.argv[1:]] or [here]
+sys.exit(pytest.main(["-q", "-ra", "-p", "no:cacheprovider", "--rootdir", here] + targets))
