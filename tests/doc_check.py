@@ -115,7 +115,8 @@ def check_markdown(root, md):
 def check_sources(root):
     readme_heads = headings(os.path.join(root, "README.md"))
     pats = ["include/**/*", "lib/**/*", "tune/**/*", "tools/**/*", "tests/**/*",
-            "python/**/*", "cl/**/*", "meson.build", "meson_options.txt", ".ci/*"]
+            "python/**/*", "cl/**/*", "meson.build", "meson_options.txt", "pyproject.toml",
+            ".ci/*"]
     files = set()
     for p in pats:
         files.update(f for f in glob.glob(os.path.join(root, p), recursive=True)

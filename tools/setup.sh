@@ -11,7 +11,7 @@ packages=(
   clang-15 libclc-15
   openmpi-bin libopenmpi-dev
   python3-pyopencl python3-numpy python3-pytest python3-matplotlib
-  # pip install . (README, "From Python"; the pip test suite)
+  # pip install . (docs/python.md; the pip test suite)
   python3-mesonpy python3-venv
   # What Mesa's OpenCL library needs to load: the rusticl suite unpacks
   # mesa-opencl-icd itself (apt-get download) so that it never becomes a
