@@ -27,6 +27,7 @@ Prints each failure and exits 1 if there is any.
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,6 +203,9 @@ def check_doc_c_blocks(root, build):
         print("doc_check: no oclfuse_version.h in the build folder; C blocks not compiled")
         return
     cc = os.environ.get("CC", "cc")
+    if not shutil.which(cc):
+        print(f"doc_check: no C compiler ({cc}); C blocks not compiled")
+        return
     for md in sorted(glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True)):
         rel = os.path.relpath(md, root)
         lines = open(md, encoding="utf-8").read().split("\n")
