@@ -454,7 +454,29 @@ static inline floatv lin_ldv_edge(global const stor_t *p, uint c, uint n)
 #define LIN_WARGS global const wstor_t *w, ulong wo, ulong ws
 #define LIN_QTAIL , QARGS
 #else
-#define LIN_WARGS global const stor_t *w, ulong wo, ulong ws
+/* Dense W of f32 in a call of any dtype: linear_q's PRE strategy
+ * dequantizes a tile of W into f32 (a 16-bit tile would round, overflow or
+ * flush the weights before the fp32 product). */
+#ifndef OCLF_WF32
+#define OCLF_WF32 0
+#endif
+#if OCLF_WF32
+#if OCLF_WKN
+#error "an f32 W is read along K (OCLF_WKN 0)"
+#endif
+typedef float wel_t;
+#define LDW(p, i) ((p)[(i)])
+#if OCLF_VEC == 1
+#define LDWV(p, i) ((p)[(i)])
+#else
+#define LDWV(p, i) LDFV(OCLF_VEC, (p) + (i))
+#endif
+#else
+typedef stor_t wel_t;
+#define LDW(p, i) LD(p, i)
+#define LDWV(p, i) LDV(p, i)
+#endif
+#define LIN_WARGS global const wel_t *w, ulong wo, ulong ws
 #define LIN_QTAIL
 #endif
 #define LIN_ARGS                                                               \
@@ -488,9 +510,9 @@ static inline floatv lin_ldv_edge(global const stor_t *p, uint c, uint n)
 #define LOAD_W(j) const floatv vw##j = q_ldv(wp##j, sp##j, zp##j, c);
 #define LOAD_WS(j) const float sw##j = q_ld(wp##j, sp##j, zp##j, c);
 #else
-#define DECL_WROW(j, row) global const stor_t *wp##j = w + wo + (ulong)(row) * ws;
-#define LOAD_W(j) const floatv vw##j = LDV(wp##j, c);
-#define LOAD_WS(j) const float sw##j = LD(wp##j, c);
+#define DECL_WROW(j, row) global const wel_t *wp##j = w + wo + (ulong)(row) * ws;
+#define LOAD_W(j) const floatv vw##j = LDWV(wp##j, c);
+#define LOAD_WS(j) const float sw##j = LDW(wp##j, c);
 #endif
 #define DECL_W(j) DECL_WROW(j, min(nb + (j) * NSTEP, n - 1))
 #define LOAD_X(i)                                                              \
@@ -818,7 +840,7 @@ kernel void linear_fused(LIN_ARGS)
         for (uint e = lid; e < TN * OCLF_KC; e += wgs) {
             const uint r = e / OCLF_KC, cc = e - r * OCLF_KC;
             wl[r * XLS + cc] = tn0 + r < n && c0 + cc < k
-                                   ? LD(w, wo + (ulong)(tn0 + r) * ws + c0 + cc)
+                                   ? LDW(w, wo + (ulong)(tn0 + r) * ws + c0 + cc)
                                    : 0.0f;
         }
 #endif

@@ -109,13 +109,17 @@ static inline float ce_wg_max(float v, __local float *scratch)
         (lse_out) = gm_ + log(gs_);                                            \
     } while (0)
 
-/* The row's loss (0 when ignored). */
+/* The row's loss (0 when ignored). The smoothing term is left out when
+ * eps is 0, not multiplied by 0: a logit of -inf makes the row's mean -inf,
+ * and 0 * inf would turn a finite loss into NaN. With eps > 0 such a row's
+ * loss is +inf, as PyTorch's. */
 static inline float ce_row_loss(int ignored, float lse, float sumz, float zt, uint cols,
                                 float ls, float zl)
 {
     if (ignored)
         return 0.0f;
-    return (1.0f - ls) * (lse - zt) + ls * (lse - sumz / (float)cols) + zl * lse * lse;
+    const float smooth = ls > 0.0f ? ls * (lse - sumz / (float)cols) : 0.0f;
+    return (1.0f - ls) * (lse - zt) + smooth + zl * lse * lse;
 }
 
 /* The row's gradient scale: the upstream gradient (per row for reduction

@@ -15,6 +15,11 @@
  *    with zero rows enqueues a marker so the event still exists.
  *  - Storage dtypes are f32, f16 and bf16; arithmetic and every reduction run
  *    in fp32 and each output element is rounded to its storage type once.
+ *  - Accuracy. Each op's comment states how far its results may lie from
+ *    an fp64 evaluation of its formula on the stored inputs (what its tests
+ *    check). TOL(dtype) names the pair (atol, rtol) = (1e-5, 1e-5) for f32,
+ *    (2e-3, 2e-3) for f16, (1e-2, 1.6e-2) for bf16: an element y passes
+ *    against its reference r when |y - r| <= atol + rtol |r|.
  *  - A bad argument is rejected on the host before anything is enqueued, so
  *    a failing call leaves every buffer untouched.
  *  - Every sentence in oclf_last_error starts with the name of the public
@@ -384,6 +389,9 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
  * They must not overlap each other or any other operand. A dw with weight
  * NULL is the gradient of a weight of ones.
  *
+ * Accuracy: dx within TOL(dtype); dw and db (fp32 sums over the rows)
+ * within 2e-5 (1 + rows / 8) + 1e-4 |r|.
+ *
  * When dw or db is wanted, a temporary buffer of 2 x ceil(rows / 32) x
  * cols floats holds the partials (and the unfused path keeps the row
  * statistics in one of 4 x rows floats); both are allocated per call and
@@ -491,7 +499,9 @@ OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
  * g' = min(g, limit), u' = clamp(u, -limit, limit) and
  * glu = g' sigmoid(alpha g'), dg = dout (u' + 1) glu'(g') where g <= limit
  * and 0 above it, du = dout glu where -limit <= u <= limit and 0 outside
- * (a clamp passes the gradient at its bounds); a NaN input gives NaN.
+ * (a clamp passes the gradient at its bounds); a NaN gate or up gives NaN
+ * in both gradients of its pair, as it gives NaN in the forward's output.
+ * Accuracy: within TOL(dtype).
  * `din` may be exactly `in` (same buffer, offset and stride): the gradient
  * then replaces the saved input, as training frameworks do to save memory.
  * Any other overlap of din and in, and any overlap of dout with either, is
@@ -582,7 +592,8 @@ OCLF_API oclf_status oclf_rotary_embedding(oclf_context *ctx, cl_command_queue q
  * own records, rotary_embedding_backward). It is the forward's kernel
  * built with the sines negated. As the forward, it has one path: the
  * rotation is a single elementwise pass over the heads, with nothing to
- * fuse, so OCLF_PATH_UNFUSED runs the same kernel. */
+ * fuse, so OCLF_PATH_UNFUSED runs the same kernel. Accuracy: within
+ * TOL(dtype). */
 OCLF_API oclf_status oclf_rotary_embedding_backward(oclf_context *ctx, cl_command_queue queue,
                                                     oclf_dtype dtype, size_t tokens,
                                                     const oclf_rope *rope, oclf_heads dq,
@@ -821,7 +832,11 @@ OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
  * of 2^31 or more, or a launch of 2^32 work-items or more (the fused
  * kernel's groups; the unfused path's M x N, M x K or N x K elements);
  * OCLF_OUT_OF_RESOURCES when a temporary of the unfused path exceeds the
- * device's largest allocation. */
+ * device's largest allocation.
+ *
+ * Accuracy: y within tol (|r| + S) of the fp64 reference r, where S =
+ * |alpha| sum_k |p(x)_k w_k| + |bias| + |beta residual| bounds the sum's
+ * cancellation, tol = 1e-5 (f32), 2e-3 (f16), 1.6e-2 (bf16). */
 OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                  size_t m, size_t n, size_t k, oclf_buf x,
                                  oclf_linear_act prologue, oclf_buf w, oclf_weight_layout layout,
@@ -863,7 +878,9 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
  * Buffers: `q` in bytes (offset and row stride in bytes; stride 0: packed,
  * K, K/2, K/32 x 34 or K/32 x 18). `scale` in elements of scale_dtype
  * (offset and row stride in scales; stride 0: packed): OCLF_F32 or
- * OCLF_F16 for INT8 group 0, OCLF_F16 for every grouped format; the GGUF
+ * OCLF_F16 for INT8 group 0, whose scales are a vector [N] read packed
+ * from the offset (its stride is ignored), OCLF_F16 for every grouped
+ * format, [N, K/group] with the row stride; the GGUF
  * formats carry their scales inside q and take scale.mem = NULL. `zero`
  * (INT4 only; bytes) may be NULL. Q8_0 and Q4_0 rows hold f16 values at
  * even byte offsets: q's offset and row stride must be even. */
@@ -893,9 +910,18 @@ typedef struct oclf_qweight {
  * group's products with the bare integers and apply the group's scale and
  * zero point once to that sum (s (sum x q - z sum x)), 0 to dequantize
  * every weight, (q - z) s, before its products. The staged tiles and the
- * matrix-vector shape (MV, few rows) dequantize every weight. Unfused: a dequantize kernel writes
+ * matrix-vector shape (MV, few rows) dequantize every weight. PRE (0 or 1)
+ * is a strategy of the fused path rather than a kernel parameter: 1
+ * dequantizes W a tile of rows at a time (at most 64 MiB) into an f32
+ * temporary, then runs the dense tiled kernel, built to read an f32 W,
+ * over it, so many rows share one dequantization; the weights reach the
+ * fp32 products exactly as the kernels that dequantize at the load give
+ * them, in every dtype (no weight is rounded to f16 or bf16). The CPU
+ * default takes PRE 1 from 128 rows. Unfused: a dequantize kernel writes
  * W into an f32 temporary, tiled over N so that the temporary stays within
  * 64 MiB, and each tile runs oclf_linear's unfused path.
+ * Accuracy: as oclf_linear, against the fp64 product with the weights
+ * dequantized in fp64.
  *
  * Statuses: those of oclf_linear, and OCLF_INVALID_ARGUMENT for a NULL w,
  * an unknown format, a group the format does not take, K not a multiple of
@@ -1029,7 +1055,12 @@ OCLF_API void oclf_attention_options_init(oclf_attention_options *options);
  * work-items or more; OCLF_OUT_OF_RESOURCES when a temporary of the unfused
  * path exceeds the device's largest allocation; a dropout_p outside [0, 1)
  * is OCLF_INVALID_ARGUMENT. batch, total_q or
- * max_seqlen_q of 0 enqueues a marker (no query is computed). */
+ * max_seqlen_q of 0 enqueues a marker (no query is computed).
+ *
+ * Accuracy: each output row o within tol (1 + max_j |v_j|) of the fp64
+ * reference, the max over the values of the keys the row sees, and the LSE
+ * within tol (absolute), tol = 2e-5 (f32), 2e-3 (f16), 1.6e-2 (bf16); with
+ * dropout the kept set is the reference's own (the same Philox mask). */
 OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                     size_t batch, size_t head_dim, size_t total_q,
                                     size_t total_k, size_t max_seqlen_q, oclf_buf cu_seqlens_q,
@@ -1073,12 +1104,17 @@ typedef struct oclf_kv_cache {
  * elements with Hq heads, Hq % cache->heads == 0.
  *
  * A sequence may hold at most max_blocks * block_size keys; seq_lens above
- * that are clamped to it, and a block id outside [0, num_blocks) is never
- * read (its keys read as zeros). With the context's `validate` option (and
- * always on the unfused path, which sizes its work on the host) the call
- * first reads the offsets, lengths and the blocks they use (blocking, after
- * the wait list) and rejects a length above the table's reach or a block id
- * out of range with OCLF_INVALID_ARGUMENT naming the sequence.
+ * that are clamped to it. With the context's `validate` option (and always
+ * on the unfused path, which sizes its work on the host) the call first
+ * reads the offsets, lengths and the blocks they use (blocking, after the
+ * wait list) and rejects a length above the table's reach or a block id out
+ * of range with OCLF_INVALID_ARGUMENT naming the sequence and the table
+ * entry ("sequence 1: block_tables[1][0] is -1 ..."), writing nothing.
+ * Without `validate` the fused path reads no data on the host: a block id
+ * outside [0, num_blocks) is then never read, and its keys take no part in
+ * the softmax, as if masked (a row whose every key lies in such blocks gets
+ * o = 0 and LSE -inf, or the sink's logit with sinks, as a row that sees no
+ * key).
  *
  * Fused: the kernel of oclf_attention with its keys gathered through the
  * block table (each K/V element read once per KV-head group: all Hq / Hk
@@ -1102,7 +1138,7 @@ typedef struct oclf_kv_cache {
  * its blocks, K and V overlapping, a block table smaller than batch rows of
  * max_blocks or with a stride below it, and a head_dim that is not the
  * cache's (cache->head_dim is the call's head dim). batch, total_q or
- * max_seqlen_q of 0 enqueues a marker. */
+ * max_seqlen_q of 0 enqueues a marker. Accuracy: as oclf_attention. */
 OCLF_API oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue,
                                           oclf_dtype dtype, size_t batch, size_t total_q,
                                           size_t max_seqlen_q, oclf_buf cu_seqlens_q,
@@ -1121,7 +1157,8 @@ OCLF_API oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue qu
  * with the context's `validate` option the call reads the slots first
  * (blocking) and rejects it with OCLF_INVALID_ARGUMENT naming the token.
  * Two tokens with the same slot are the caller's error (one of them wins).
- * One kernel; there is no unfused form (choice selects nothing).
+ * One kernel; there is no unfused form, and the call takes no choice. The
+ * heads are copied bit for bit.
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles or cache, head counts
  * other than cache->heads, a head stride below head_dim, buffers smaller
  * than described, k or v overlapping the cache or the slots, K and V of
@@ -1248,7 +1285,16 @@ OCLF_API void oclf_cross_entropy_options_init(oclf_cross_entropy_options *option
  * lse, grad_output or targets overlapping the logits or each other, a bad
  * target (above); OCLF_UNSUPPORTED for an unknown dtype, vocab or tokens
  * of 2^32 - 1 or more. tokens 0 enqueues a marker (nothing written, even
- * for MEAN). */
+ * for MEAN).
+ *
+ * Logits of -inf (a padded vocabulary, constrained decoding) take no
+ * probability and get a zero gradient. Without smoothing the loss stays
+ * finite (the smoothing term is left out when eps is 0, not multiplied by
+ * 0); with eps > 0 the mean of such a row's logits is -inf and its loss
+ * +inf, as PyTorch gives, and so are SUM and MEAN over it.
+ * Accuracy: losses and LSE within 1e-4 + 1e-5 |r| (fp32 whatever the
+ * dtype); the gradient within TOL(dtype) of the reference computed from
+ * the stored logits. */
 OCLF_API oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue,
                                         oclf_dtype dtype, size_t tokens, size_t vocab,
                                         oclf_buf logits, oclf_buf targets, oclf_buf loss,
@@ -1312,7 +1358,12 @@ typedef struct oclf_linear_cross_entropy_info {
  * hidden == 0, compute_grad set, grad_x or grad_w smaller than described
  * or overlapping any other operand, loss or lse overlapping x or W;
  * OCLF_UNSUPPORTED for hidden of 2^31 or more. tokens 0 enqueues a marker
- * (nothing written). */
+ * (nothing written).
+ * Accuracy: the loss within 1e-4 + 1e-4 |r| and the LSE within 1e-4 +
+ * 1e-5 |r| of the fp64 reference (which rounds the logits and their
+ * gradient as the device stores them); each element of grad_x and grad_w
+ * within g max |r| over its matrix, g = 2e-5 (f32), 4e-3 (f16), 3e-2
+ * (bf16): the gradients' sums cancel. */
 OCLF_API oclf_status oclf_linear_cross_entropy(
     oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t tokens, size_t hidden,
     size_t vocab, oclf_buf x, oclf_buf w, oclf_buf targets, oclf_buf loss,

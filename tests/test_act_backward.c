@@ -313,6 +313,59 @@ START_TEST(test_saturation)
 }
 END_TEST
 
+/* SWIGLU_OAI with NaN inputs: a NaN gate or a NaN up makes both gradients
+ * of its pair NaN (the forward's output is NaN there), on every path,
+ * vector width and dtype; the other pairs match the reference. Pairs 3 and
+ * 10 have a NaN up, 5 and 17 a NaN gate, 12 both; 24 pairs put NaNs both in
+ * full vectors and in a row's tail. */
+START_TEST(test_oai_nan)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = dtypes[_i];
+    const size_t es = oclf_dtype_size(dt), D = 24, rows = 2;
+    const oclf_activation act = variant(OCLF_ACT_SWIGLU_OAI);
+    void *in = th_random(dt, rows * 2 * D, -10.0f, 10.0f), *g = th_random(dt, rows * D, -2, 2);
+    static const size_t nan_up[] = {3, 10, 12}, nan_gate[] = {5, 17, 12};
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < 3; j++) {
+            oclf_ref_set(dt, in, r * 2 * D + 2 * nan_up[j] + 1, NAN);
+            oclf_ref_set(dt, in, r * 2 * D + 2 * nan_gate[j], NAN);
+        }
+    double *want = malloc(rows * 2 * D * sizeof *want);
+    oclf_ref_act_and_mul_backward(dt, &act, rows, D, in, 2 * D, g, D, want);
+    oclf_choice chs[4] = {th_choice(OCLF_PATH_FUSED), th_choice(OCLF_PATH_FUSED),
+                          th_choice(OCLF_PATH_FUSED), th_choice(OCLF_PATH_UNFUSED)};
+    oclf_params_set(&chs[1].params, "VEC", 1);
+    oclf_params_set(&chs[2].params, "VEC", 8);
+    void *got = malloc(rows * 2 * D * es);
+    for (int c = 0; c < 4; c++) {
+        cl_mem mi = th_upload(in, rows * 2 * D * es), mg = th_upload(g, rows * D * es);
+        cl_mem mo = th_alloc(rows * 2 * D * es);
+        TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, dt, &act, rows, D,
+                                        (oclf_buf){mi, 0, 0}, (oclf_buf){mg, 0, 0},
+                                        (oclf_buf){mo, 0, 0}, &chs[c], 0, NULL, NULL));
+        th_download(mo, got, rows * 2 * D * es);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t i = 0; i < D; i++) {
+                const int nan_pair = i == 3 || i == 10 || i == 12 || i == 5 || i == 17;
+                for (int h = 0; h < 2; h++) {
+                    const size_t at = r * 2 * D + 2 * i + (size_t)h;
+                    const double v = oclf_ref_get(dt, got, at);
+                    ck_assert_msg(isnan(want[at]) == nan_pair,
+                                  "reference: %s of pair %zu is %g", h ? "du" : "dg", i,
+                                  want[at]);
+                    ck_assert_msg(nan_pair ? isnan(v) : isfinite(v),
+                                  "%s choice %d: %s of pair %zu (row %zu) is %g",
+                                  oclf_dtype_name(dt), c, h ? "du" : "dg", i, r, v);
+                }
+            }
+        ck_assert_uint_eq(oclf_ref_compare(dt, got, 2 * D, want, rows, 2 * D, NULL, NULL), 0);
+        clReleaseMemObject(mi), clReleaseMemObject(mg), clReleaseMemObject(mo);
+    }
+    free(in), free(g), free(want), free(got);
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 typedef struct bad_env {
@@ -463,6 +516,7 @@ static Suite *act_backward_suite(void)
     tcase_add_loop_test(t, test_structures, 0, NVARIANTS * 3);
     tcase_add_loop_test(t, test_finite_differences, 0, NVARIANTS);
     tcase_add_test(t, test_saturation);
+    tcase_add_loop_test(t, test_oai_nan, 0, 3);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);

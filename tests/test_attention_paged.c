@@ -615,6 +615,78 @@ static void bad_check_untouched(bad_env *b)
 
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 
+/* Block ids outside [0, num_blocks) without `validate`: the fused kernel
+ * reads no such block and leaves its keys out of the softmax, as if masked.
+ * One query, K = 0 and V = 1 everywhere, two keys of one slot a block:
+ * with the table {0, 99} only key 0 counts (o = 1, LSE 0; zeros read in
+ * its place would give o = 0.5, LSE log 2); with {99, -1} no key counts (o
+ * = 0, LSE -inf, as for a row that sees no key). The unfused path, which
+ * reads the table on the host, rejects both calls and writes nothing. */
+START_TEST(test_block_out_of_range)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = dtypes[_i];
+    const size_t es = oclf_dtype_size(dt), d = 4;
+    void *zeros = calloc(2 * d, es), *ones = malloc(2 * d * es), *sent = malloc(d * es);
+    for (size_t i = 0; i < 2 * d; i++)
+        oclf_ref_set(dt, ones, i, 1.0f);
+    for (size_t i = 0; i < d; i++)
+        oclf_ref_set(dt, sent, i, -7.0f);
+    const int32_t cuq[2] = {0, 1}, lens[1] = {2};
+    static const int32_t tables[2][2] = {{0, 99}, {99, -1}};
+    cl_mem mq = th_upload(zeros, d * es), mk = th_upload(zeros, 2 * d * es);
+    cl_mem mv = th_upload(ones, 2 * d * es), mcu = th_upload(cuq, sizeof cuq);
+    cl_mem ml = th_upload(lens, sizeof lens);
+    oclf_kv_cache kv = {.k = mk, .v = mv, .num_blocks = 2, .block_size = 1, .heads = 1,
+                        .head_dim = d};
+    const oclf_heads q = {{mq, 0, 0}, 1, 0};
+    oclf_choice split = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&split.params, "PART", 1);
+    const oclf_choice chs[] = {th_choice(OCLF_PATH_FUSED), split, th_choice(OCLF_PATH_UNFUSED)};
+    for (int t = 0; t < 2; t++) {
+        cl_mem mt = th_upload(tables[t], sizeof tables[t]);
+        for (int c = 0; c < 3; c++) {
+            const float lse0 = -7.0f;
+            cl_mem mo = th_upload(sent, d * es), mlse = th_upload(&lse0, 4);
+            const oclf_heads o = {{mo, 0, 0}, 1, 0};
+            oclf_buf blse = {mlse, 0, 0};
+            oclf_attention_options opt = OCLF_ATTENTION_OPTIONS_INIT;
+            opt.lse = &blse;
+            const oclf_status st = oclf_attention_paged(
+                e->ctx, e->queue, dt, 1, 1, 1, (oclf_buf){mcu, 0, 0}, (oclf_buf){ml, 0, 0},
+                (oclf_buf){mt, 0, 0}, 2, q, &kv, o, &opt, &chs[c], 0, NULL, NULL);
+            char got[8 * 2];
+            float lse;
+            th_download(mo, got, d * es);
+            th_download(mlse, &lse, 4);
+            if (c == 2) {
+                ck_assert_msg(st == OCLF_INVALID_ARGUMENT, "%s table %d unfused: %s",
+                              oclf_dtype_name(dt), t, oclf_status_string(st));
+                ck_assert_msg(strstr(oclf_last_error(e->ctx), "block_tables[0]") != NULL,
+                              "unfused: '%s'", oclf_last_error(e->ctx));
+                ck_assert_msg(memcmp(got, sent, d * es) == 0 && lse == -7.0f,
+                              "unfused: a rejected call wrote its outputs");
+            } else {
+                ck_assert_msg(st == OCLF_SUCCESS, "%s: %s", oclf_dtype_name(dt),
+                              oclf_last_error(e->ctx));
+                for (size_t i = 0; i < d; i++)
+                    ck_assert_msg(oclf_ref_get(dt, got, i) == (t ? 0.0f : 1.0f),
+                                  "%s table %d choice %d: o[%zu] = %g", oclf_dtype_name(dt), t,
+                                  c, i, (double)oclf_ref_get(dt, got, i));
+                ck_assert_msg(t ? isinf(lse) && lse < 0 : fabsf(lse) < 1e-6f,
+                              "%s table %d choice %d: lse %g", oclf_dtype_name(dt), t, c,
+                              (double)lse);
+            }
+            clReleaseMemObject(mo), clReleaseMemObject(mlse);
+        }
+        clReleaseMemObject(mt);
+    }
+    clReleaseMemObject(mq), clReleaseMemObject(mk), clReleaseMemObject(mv);
+    clReleaseMemObject(mcu), clReleaseMemObject(ml);
+    free(zeros), free(ones), free(sent);
+}
+END_TEST
+
 START_TEST(test_bad_arguments)
 {
     th_env *e = th_get();
@@ -965,6 +1037,7 @@ static Suite *paged_suite(void)
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_nan_garbage);
     tcase_add_test(t, test_empty);
+    tcase_add_loop_test(t, test_block_out_of_range, 0, 3);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
     tcase_set_timeout(b, 0);

@@ -907,6 +907,55 @@ START_TEST(test_nonfinite_scales)
 }
 END_TEST
 
+/* Weights outside the 16-bit range reach the fp32 products whole on every
+ * path and structure: INT8 per channel, f32 scale 1000 and every int8 100
+ * (w = 1e5, beyond f16's 65504), x = 2^-14; and scale 1e-7 (w = 1e-5, an f16
+ * subnormal), x = 1. 128 rows make the CPU's default dequantize a tile of W
+ * first (PRE); 4 rows with PRE asked for take the same strategy. */
+START_TEST(test_wide_weights)
+{
+    th_env *e = th_get();
+    const oclf_dtype dt = dtypes[_i % 3];
+    const int big = _i / 3;
+    const size_t n = 1, k = 32, es = oclf_dtype_size(dt);
+    const float scale = big ? 1000.0f : 1e-7f, xv = big ? 0x1p-14f : 1.0f;
+    const double want = (double)k * (double)xv * 100.0 * (double)scale;
+    qdev qw = qdev_random(&formats[F_INT8_G0_F32], n, k, 0, 0, 0, 0, 7);
+    for (size_t c = 0; c < k; c++)
+        qw.q[c] = 100;
+    ((float *)qw.s)[0] = scale;
+    qdev_upload(&qw);
+    const oclf_choice chs[] = {
+        th_choice(OCLF_PATH_FUSED),
+        th_choice(OCLF_PATH_UNFUSED),
+        parse_choice("MB=2,NB=4,VEC=8,WGM=2,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=0,PRE=1"),
+        parse_choice("MB=1,NB=2,VEC=4,WGM=2,WGN=4,STAGE=1,KC=32,MV=0,QSCALE=0,PRE=1"),
+        parse_choice("MB=1,NB=2,VEC=4,WGM=2,WGN=4,STAGE=1,KC=32,MV=0,QSCALE=0,PRE=0"),
+    };
+    const double tol = dt == OCLF_F32 ? 1e-6 : dt == OCLF_F16 ? 1e-3 : 8e-3;
+    for (size_t rows = 4; rows <= 128; rows += 124)
+        for (size_t p = 0; p < sizeof chs / sizeof chs[0]; p++) {
+            void *x = malloc(rows * k * es), *y = malloc(rows * es);
+            for (size_t i = 0; i < rows * k; i++)
+                oclf_ref_set(dt, x, i, xv);
+            cl_mem mx = th_upload(x, rows * k * es), my = th_alloc(rows * es);
+            TH_OK(oclf_linear_q(e->ctx, e->queue, dt, rows, n, k, (oclf_buf){mx, 0, 0},
+                                OCLF_LINEAR_NONE, &qw.w, (oclf_buf){my, 0, 0}, NULL, &chs[p], 0,
+                                NULL, NULL));
+            th_download(my, y, rows * es);
+            for (size_t r = 0; r < rows; r++) {
+                const double got = oclf_ref_get(dt, y, r);
+                ck_assert_msg(fabs(got - want) <= tol * want,
+                              "%s, %zu rows (%s): y[%zu] = %g, expected %g", oclf_dtype_name(dt),
+                              rows, choice_name(&chs[p]), r, got, want);
+            }
+            free(x), free(y);
+            clReleaseMemObject(mx), clReleaseMemObject(my);
+        }
+    qdev_free(&qw);
+}
+END_TEST
+
 /* ---- the GGUF rewrite --------------------------------------------------- */
 
 /* The header's rewrite on the host: Q8_0 to INT8 group 32 (the int8 bytes,
@@ -1455,6 +1504,7 @@ static Suite *linear_quant_suite(void)
     tcase_add_loop_test(t, test_strides_inplace, 0, th_quick() ? 4 : 8);
     tcase_add_loop_test(t, test_structures, 0, th_quick() ? 3 : NSTRUCT);
     tcase_add_loop_test(t, test_nonfinite_scales, 0, 5);
+    tcase_add_loop_test(t, test_wide_weights, 0, 6);
     tcase_add_loop_test(t, test_unfused_tiles, 0, th_quick() ? 1 : 2);
     suite_add_tcase(s, t);
     TCase *c = tcase_create("convert");

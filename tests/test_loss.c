@@ -27,6 +27,7 @@ typedef struct ce_case {
     int grad, upstream, lse;
     int ignore;
     float range; /* logits uniform in [-range, range) */
+    int masked;  /* every fifth logit of a row (never the target) is -inf */
     const oclf_choice *choice;
 } ce_case;
 
@@ -42,6 +43,8 @@ static int close_to(double got, double want, double atol, double rtol)
 {
     if (isnan(want))
         return isnan(got);
+    if (isinf(want))
+        return got == want;
     return fabs(got - want) <= atol + rtol * fabs(want);
 }
 
@@ -61,6 +64,9 @@ static ce_result run_case(const ce_case *c)
         t[r + 1] = (int64_t)(th_uniform(0.0f, 1.0f) * (float)c->cols) % (int64_t)c->cols;
         if (c->ignore == IGN_ALL || (c->ignore == IGN_SOME && r % 3 == 1))
             t[r + 1] = -100;
+        for (size_t k = 2; c->masked && k < c->cols; k += 5)
+            if ((int64_t)k != t[r + 1])
+                oclf_ref_set(dt, x, c->offset + r * stride + k, -INFINITY);
     }
     const size_t nl = c->reduction == OCLF_REDUCTION_NONE ? c->rows : 1;
     float *up = malloc((c->rows + 2) * sizeof *up);
@@ -249,6 +255,66 @@ START_TEST(test_all_ignored)
         for (size_t i = 0; i < c.rows; i++)
             ck_assert_msg(isfinite(r.lse[i]) && r.lse[i] > 0, "lse of an ignored row");
         free_result(&r);
+    }
+}
+END_TEST
+
+/* Logits masked to -inf (padded vocabularies, constrained decoding): they
+ * take no probability and get a zero gradient; without smoothing the loss
+ * stays finite, with smoothing the mean of the logits is -inf and so is the
+ * loss of every row not ignored (as PyTorch gives). Both paths, every
+ * dtype, every reduction, both row structures. */
+START_TEST(test_masked_logits)
+{
+    const oclf_dtype dt = dtypes[_i % 3];
+    oclf_choice ch = th_choice(_i / 3 % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", _i / 6);
+    for (int smooth = 0; smooth < 2; smooth++)
+        for (int red = 0; red < 3; red++) {
+            ce_case c = {.dtype = dt, .rows = 6, .cols = th_quick() ? 131 : 1031, .pad = 1,
+                         .reduction = red, .ls = smooth ? 0.1f : 0.0f, .zl = 1e-3f, .grad = 1,
+                         .upstream = 1, .lse = 1, .masked = 1, .choice = &ch};
+            ce_result r = run_case(&c);
+            const size_t nl = red == OCLF_REDUCTION_NONE ? c.rows : 1;
+            for (size_t i = 0; i < nl; i++) {
+                const int ignored = red == OCLF_REDUCTION_NONE && i % 3 == 1;
+                if (smooth && !ignored)
+                    ck_assert_msg(isinf(r.loss[i]) && r.loss[i] > 0,
+                                  "smoothing over -inf logits: loss %zu is %g, expected inf", i,
+                                  (double)r.loss[i]);
+                else
+                    ck_assert_msg(isfinite(r.loss[i]), "masked logits: loss %zu is %g", i,
+                                  (double)r.loss[i]);
+            }
+            for (size_t i = 0; i < c.rows * c.cols; i++)
+                ck_assert_msg(isfinite(r.grad[i]), "masked logits: gradient %zu is %g", i,
+                              r.grad[i]);
+            free_result(&r);
+        }
+}
+END_TEST
+
+/* One row {1, -inf, 2, 0.5}, target 0, reduction none: 1.46437 (PyTorch's
+ * F.cross_entropy), on both paths. */
+START_TEST(test_masked_value)
+{
+    th_env *e = th_get();
+    const float x[4] = {1.0f, -INFINITY, 2.0f, 0.5f};
+    const int64_t t = 0;
+    const double want = log(exp(1.0) + exp(2.0) + exp(0.5)) - 1.0;
+    for (int p = 0; p < 2; p++) {
+        const oclf_choice ch = th_choice(p ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
+        float loss = -7.0f;
+        cl_mem mx = th_upload(x, sizeof x), mt = th_upload(&t, 8), ml = th_upload(&loss, 4);
+        oclf_buf bx = {mx, 0, 0}, bt = {mt, 0, 0}, bl = {ml, 0, 0};
+        oclf_cross_entropy_options o = OCLF_CROSS_ENTROPY_OPTIONS_INIT;
+        o.reduction = OCLF_REDUCTION_NONE;
+        TH_OK(oclf_cross_entropy(e->ctx, e->queue, OCLF_F32, 1, 4, bx, bt, bl, &o, &ch, 0, NULL,
+                                 NULL));
+        th_download(ml, &loss, 4);
+        ck_assert_msg(fabs(loss - want) < 1e-5, "path %d: loss %.7g, expected %.7g", p,
+                      (double)loss, want);
+        clReleaseMemObject(mx), clReleaseMemObject(mt), clReleaseMemObject(ml);
     }
 }
 END_TEST
@@ -596,6 +662,8 @@ static Suite *loss_suite(void)
     tcase_add_loop_test(t, test_shapes, 0, 4);
     tcase_add_loop_test(t, test_features, 0, 6);
     tcase_add_loop_test(t, test_all_ignored, 0, 2);
+    tcase_add_loop_test(t, test_masked_logits, 0, 12);
+    tcase_add_test(t, test_masked_value);
     tcase_add_loop_test(t, test_structures, 0, 12);
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_deterministic);

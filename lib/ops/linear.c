@@ -40,8 +40,10 @@ _Static_assert(sizeof lin_params / sizeof lin_params[0] == P_COUNT, "one spec pe
  * group's scale (1: once to the group's partial sums; 0: to each weight as
  * it is loaded, shared by the block's rows). */
 /* PRE, a strategy rather than a kernel parameter: 1 dequantizes W a tile
- * of rows at a time into a temporary of the call's dtype (lin_dequant_w)
- * and runs the dense tiled kernel with the other parameters over it; many
+ * of rows at a time into an f32 temporary (lin_dequant_w) and runs the
+ * dense tiled kernel, built to read an f32 W (OCLF_WF32), with the other
+ * parameters over it, so the weights reach the fp32 products exactly as
+ * the kernels that dequantize at the load give them; many
  * rows amortize the one dequantization, where the kernels that dequantize
  * at the load repeat it for every block of rows. */
 static const oclf_param_spec linq_params[] = {{"QSCALE", 0, 1, 0, OCLF_PARAM_DEFINE},
@@ -248,14 +250,16 @@ static void lin_qdefines(const lin_qkind *q, char *buf, size_t len)
                  q->group, q->zero, q->sf32);
 }
 
-/* The fused program for (dtype, prologue, weight, cfg) and its kernel. */
+/* The fused program for (dtype, prologue, weight, cfg) and its kernel;
+ * w_f32: a dense W of f32 whatever the dtype (PRE's dequantized tile). */
 static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
-                                 const lin_qkind *q, const lin_cfg *cfg, oclf_program **prog,
-                                 const char **kernel)
+                                 const lin_qkind *q, int w_f32, const lin_cfg *cfg,
+                                 oclf_program **prog, const char **kernel)
 {
     char qd[96], defines[OCLF_DEFINES_MAX + 128], opts[OCLF_OPTIONS_MAX];
     lin_qdefines(q, qd, sizeof qd);
-    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s", prologue, qd, cfg->defines);
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s", prologue, qd,
+             w_f32 && dtype != OCLF_F32 ? "-DOCLF_WF32=1 " : "", cfg->defines);
     oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     *kernel = cfg->mv ? "linear_mv" : "linear_fused";
     return oclf_program_get(ctx, "linear.cl", opts, prog);
@@ -317,10 +321,11 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
         return OCLF_SUCCESS;
     if (q.fmt) {
         const char *kernel, *dequant = "lin_dequant_w";
-        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, &cfg, &prog, &kernel)) ||
+        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, cfg.pre, &cfg, &prog,
+                                &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
             return st;
-        if (cfg.pre && ((st = unfused_program(ctx, dtype, &q, &prog)) ||
+        if (cfg.pre && ((st = unfused_program(ctx, OCLF_F32, &q, &prog)) ||
                         (st = oclf_check_kernel_wgs(ctx, prog, &dequant, 1, LIN_ELEM_WGS))))
             return st;
         return OCLF_SUCCESS;
@@ -335,7 +340,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
         lin_cfg lc;
         if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, NULL, &lc)))
             return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
-        if ((st = fused_program(ctx, dtype, 0, NULL, &lc, &prog, &kernel)) ||
+        if ((st = fused_program(ctx, dtype, 0, NULL, 0, &lc, &prog, &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
             return st;
     }
@@ -364,7 +369,8 @@ typedef struct lin_call {
     /* A quantized W: its kind, scales and zero points (w holds its bytes). */
     lin_qkind q;
     oclf_operand qscale, qzero;
-    /* The unfused path of a quantized W: w is a packed f32 tile already. */
+    /* A quantized W's unfused path and PRE: w is a packed f32 tile
+     * already. */
     int w_f32;
 } lin_call;
 
@@ -531,7 +537,8 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
 {
     oclf_program *prog;
     const char *kernel;
-    oclf_status st = fused_program(ctx, c->dtype, c->prologue, &c->q, cfg, &prog, &kernel);
+    oclf_status st =
+        fused_program(ctx, c->dtype, c->prologue, &c->q, c->w_f32, cfg, &prog, &kernel);
     if (st != OCLF_SUCCESS)
         return st;
     const int mv = cfg->mv;
@@ -734,19 +741,19 @@ static oclf_status run_unfused_q(oclf_context *ctx, oclf_chain *ch, const lin_ca
     return st;
 }
 
-/* The PRE strategy: a tile of W's rows dequantized into a temporary of the
- * call's dtype (lin_dequant_w), then the dense tiled kernel computes that
- * tile's columns of y; tiles of at most LIN_QTILE_BYTES, one temporary for
- * all (the chain orders each tile's dequantization after the previous
- * tile's product). */
+/* The PRE strategy: a tile of W's rows dequantized into an f32 temporary
+ * (lin_dequant_w of the f32 program), then the dense tiled kernel, reading
+ * an f32 W, computes that tile's columns of y; tiles of at most
+ * LIN_QTILE_BYTES, one temporary for all (the chain orders each tile's
+ * dequantization after the previous tile's product). */
 static oclf_status run_fused_pre(oclf_context *ctx, oclf_chain *ch, const lin_call *c,
                                  const lin_cfg *cfg)
 {
     oclf_program *prog;
-    oclf_status st = unfused_program(ctx, c->dtype, &c->q, &prog);
+    oclf_status st = unfused_program(ctx, OCLF_F32, &c->q, &prog);
     if (st != OCLF_SUCCESS)
         return st;
-    const size_t el = oclf_dtype_size(c->dtype);
+    const size_t el = sizeof(float);
     size_t tile = c->k ? LIN_QTILE_BYTES / (c->k * el) : c->n;
     tile = tile < 1 ? 1 : tile > c->n ? c->n : tile;
     cl_mem wt = NULL;
@@ -760,6 +767,7 @@ static oclf_status run_fused_pre(oclf_context *ctx, oclf_chain *ch, const lin_ca
         lin_call t = *c;
         t.n = nt;
         t.w = (oclf_operand){.mem = wt ? wt : c->y.mem, .offset = 0, .stride = c->k};
+        t.w_f32 = 1;
         t.q.fmt = 0;
         t.y.offset += n0;
         t.bias.offset += n0;

@@ -79,7 +79,9 @@ void oclf_ref_act_and_mul_backward(oclf_dtype dtype, const oclf_activation *act,
                 const double s = 1.0 / (1.0 + exp(-alpha * gc));
                 const double dglu = g > limit ? 0.0 : s + alpha * gc * s * (1.0 - s);
                 o[2 * i] = go * (uc + 1.0) * dglu;
-                o[2 * i + 1] = (u > limit || u < -limit) ? 0.0 : go * gc * s;
+                /* the clamp passes no gradient outside [-limit, limit]; a NaN
+                 * up is inside no bound, and its gradient is NaN */
+                o[2 * i + 1] = isnan(u) ? NAN : (u > limit || u < -limit) ? 0.0 : go * gc * s;
             } else {
                 const size_t xi = act->act_on_second ? d + i : i, yi = act->act_on_second ? i : d + i;
                 const double x = oclf_ref_get(dtype, in, r * is + xi);

@@ -38,8 +38,9 @@ void oclf_ref_cross_entropy(oclf_dtype dtype, size_t rows, size_t cols, const vo
             if (softcap > 0)
                 zt = softcap * tanh(zt / softcap);
         }
-        const double l =
-            ignored ? 0.0 : (1 - eps) * (lse - zt) + eps * (lse - sz / (double)cols) + zl * lse * lse;
+        /* eps = 0 leaves the smoothing term out (a -inf logit makes sz -inf) */
+        const double smooth = eps > 0 ? eps * (lse - sz / (double)cols) : 0.0;
+        const double l = ignored ? 0.0 : (1 - eps) * (lse - zt) + smooth + zl * lse * lse;
         if (loss_rows)
             loss_rows[r] = l;
         if (lse_out)
