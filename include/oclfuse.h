@@ -848,25 +848,13 @@ OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf
  * oclf_linear_q is oclf_linear with W [N, K] (layout NK) in a quantized
  * format, dequantized where the kernel loads it (in registers, never into a
  * full-size temporary). x, bias, residual and y keep the call's dtype;
- * products accumulate in fp32. The formulas (q a stored integer, s a
- * scale, z a zero point; every group or block lies along K within one row):
- *
- *   OCLF_QFORMAT_INT8  q int8 [N, K], one byte per weight.
- *                      group 0: per output channel, scale [N], w = q s[n];
- *                      group 32/64/128: scale [N, K/group], w = q s[n, g].
- *                      Symmetric: no zero points.
- *   OCLF_QFORMAT_INT4  q [N, K/2] bytes, two weights per byte: weight 2i
- *                      of a row is the low nibble of the row's byte i and
- *                      weight 2i + 1 the high nibble. group 32, 64 or 128,
- *                      scale [N, K/group] f16. With zero points [N,
- *                      K/group] uint8: w = (q - z) s; without: w = (q - 8) s.
- *   OCLF_QFORMAT_Q8_0  ggml's Q8_0, bit-exact with GGUF tensors: each row
- *                      is K/32 blocks of 34 bytes, an f16 d then 32 int8 q;
- *                      w = q d.
- *   OCLF_QFORMAT_Q4_0  ggml's Q4_0: each row is K/32 blocks of 18 bytes, an
- *                      f16 d then 16 bytes; weight j (j < 16) of a block is
- *                      the low nibble of byte j, weight j + 16 its high
- *                      nibble; w = (nibble - 8) d.
+ * products accumulate in fp32. The formats: OCLF_QFORMAT_INT8 (an int8 a
+ * weight, symmetric, a scale per output channel or per group of 32, 64 or
+ * 128 along K), OCLF_QFORMAT_INT4 (two weights a byte, groups of 32, 64 or
+ * 128, optional uint8 zero points, else 8), OCLF_QFORMAT_Q8_0 and
+ * OCLF_QFORMAT_Q4_0 (ggml's blocks of 32, bit-exact with GGUF tensors).
+ * Their byte layouts, nibble order and dequantization formulas w(q, s, z):
+ * docs/ops/linear_q.md#formats.
  * ggml's quantizer writes a negative d where a block's largest-magnitude
  * weight is positive, and -0.0 for an all-zero block: any sign is taken.
  * K must be a multiple of the group (32 for Q8_0 and Q4_0). Scales are
@@ -1116,20 +1104,13 @@ typedef struct oclf_kv_cache {
  * o = 0 and LSE -inf, or the sink's logit with sinks, as a row that sees no
  * key).
  *
- * Fused: the kernel of oclf_attention with its keys gathered through the
- * block table (each K/V element read once per KV-head group: all Hq / Hk
- * query heads of a group against one read). Split KV (flash-decoding): with
- * PART > 0 the keys of each sequence are cut into partitions of PART keys
- * handled by separate work-groups, each writing an fp32 partial output and
- * its LSE into a temporary of P x total_q x Hq x (head_dim + 1) floats, P
- * = ceil(max_blocks * block_size / PART), then merged by a second kernel
- * (attention_merge), which adds the sinks once; PART is doubled until that
- * temporary fits 64 MiB, and a single partition is no split. Parameters:
- * those of oclf_attention plus PART (0: no split; the default splits where
- * tokens x Hk is below 8 work-groups a compute unit: 1024 keys on a CPU,
- * 512 on a GPU).
- * Unfused, as a user writes it: the paged K and V gathered into contiguous
- * f32 temporaries, then oclf_attention's unfused path.
+ * Paths: fused, oclf_attention's kernel reading its keys through the block
+ * table, with split KV (parameter PART, keys a partition, 0: no split) for
+ * decode: the partitions' fp32 partial outputs go to a temporary of at
+ * most 64 MiB and a second kernel merges them; unfused, the paged K and V
+ * gathered into contiguous f32 temporaries, then oclf_attention's unfused
+ * path. Parameters: oclf_attention's and PART. The split, its temporary
+ * and the default: docs/ops/attention.md#paged-attention.
  *
  * Aliasing: o must not overlap q, the cache, the offsets, lengths, block
  * table, slopes, sinks or lse; lse must share no byte with any operand.
