@@ -2,7 +2,10 @@
  * oclfuse-info: the OpenCL platforms and devices with their fingerprints
  * (the key of tuning records), and for one device which tuning record, from
  * which database file, each op would use for a shape (or why it falls back
- * to the heuristic).
+ * to the heuristic). With --params, the kernel parameters of each op as
+ * data: one line per op, path and parameter, the parameters being those the
+ * device's heuristic sets and those the tuner's search space tries, at the
+ * op's test shape (the docs test checks that each op's page names them).
  */
 #include "opdesc.h"
 
@@ -14,16 +17,107 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: oclfuse-info [--platform P --device D] [--ops a,b] [--dtype f32]\n"
                "                    [--shape ROWSxCOLS] [--path auto|fused|unfused]\n"
+               "                    [--params]\n"
                "Lists devices; with --shape, explains each op's tuning lookup on the chosen\n"
-               "device (default: the first).\n");
+               "device (default: the first). --params prints each op's kernel parameters\n"
+               "instead, a line each: op, path, parameter, the heuristic's value on this\n"
+               "device at the op's test shape (- where only the tuner's space sets it).\n");
+}
+
+/* Adds the names of `p` not yet in names[0..*n). */
+static void add_names(const oclf_params *p, char names[][OCLF_PARAM_NAME_MAX], int *n, int max)
+{
+    for (unsigned i = 0; i < p->count; i++) {
+        int seen = 0;
+        for (int j = 0; j < *n && !seen; j++)
+            seen = strcmp(names[j], p->item[i].name) == 0;
+        if (!seen && *n < max)
+            snprintf(names[(*n)++], OCLF_PARAM_NAME_MAX, "%s", p->item[i].name);
+    }
+}
+
+/* --params: for each op (a preset expression under its library op, once)
+ * and path, the parameters the heuristic sets and the search space tries. */
+static int print_params(const char *platform, const char *device, const char *ops,
+                        oclf_dtype dt)
+{
+    op_env env;
+    char err[512];
+    if (op_env_open(&env, platform, device, err, sizeof err) != 0) {
+        fprintf(stderr, "oclfuse-info: %s\n", err);
+        return 1;
+    }
+    enum { MAXN = 64, MAXSPACE = 4096 };
+    oclf_params *space = malloc(MAXSPACE * sizeof *space);
+    if (!space) {
+        op_env_close(&env);
+        return 1;
+    }
+    int rc = 0;
+    const char *done[64];
+    int ndone = 0;
+    for (int i = 0; op_table[i]; i++) {
+        const op_desc *op = op_table[i];
+        const char *lib = op_lib_op(op);
+        if (!op_listed(ops, op->name) && !op_listed(ops, lib))
+            continue;
+        int seen = 0;
+        for (int j = 0; j < ndone && !seen; j++)
+            seen = strcmp(done[j], lib) == 0;
+        if (seen || ndone == 64)
+            continue;
+        done[ndone++] = lib;
+        op_shape s;
+        if (!op_parse_shape(op, op->test_shape, &s)) {
+            fprintf(stderr, "oclfuse-info: %s: bad test shape %s\n", op->name, op->test_shape);
+            rc = 1;
+            continue;
+        }
+        uint64_t dims[OP_MAX_DIMS];
+        const int nd = op_lib_shape(op, &s, dims, NULL);
+        for (oclf_path path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
+            if (path == OCLF_PATH_UNFUSED && !op->has_unfused)
+                continue;
+            oclf_tuning_decision d;
+            if (oclf_tuning_resolve(env.ctx, lib, dt, dims, (unsigned)nd, path, &d) !=
+                OCLF_SUCCESS) {
+                fprintf(stderr, "oclfuse-info: %s: %s\n", lib, oclf_last_error(env.ctx));
+                rc = 1;
+                continue;
+            }
+            char names[MAXN][OCLF_PARAM_NAME_MAX];
+            int n = 0;
+            add_names(&d.heuristic.params, names, &n, MAXN);
+            const int ns = op->space ? op->space(&env, op, &s, dt, path, space, MAXSPACE) : 0;
+            for (int k = 0; k < ns; k++)
+                add_names(&space[k], names, &n, MAXN);
+            for (int k = 0; k < n; k++) {
+                int64_t v;
+                if (oclf_params_get(&d.heuristic.params, names[k], &v))
+                    printf("%s\t%s\t%s\t%lld\n", lib, path == OCLF_PATH_FUSED ? "fused" : "unfused",
+                           names[k], (long long)v);
+                else
+                    printf("%s\t%s\t%s\t-\n", lib, path == OCLF_PATH_FUSED ? "fused" : "unfused",
+                           names[k]);
+            }
+        }
+    }
+    free(space);
+    op_env_close(&env);
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
     const char *platform = NULL, *device = NULL, *ops = NULL, *dtype = "f32", *shape = NULL,
                *path = "auto";
+    int params = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--params") == 0) {
+            params = 1;
+            continue;
+        }
         const char **dst = strcmp(a, "--platform") == 0 ? &platform
                            : strcmp(a, "--device") == 0 ? &device
                            : strcmp(a, "--ops") == 0    ? &ops
@@ -37,6 +131,14 @@ int main(int argc, char **argv)
         }
         *dst = v;
         i++;
+    }
+    if (params) {
+        oclf_dtype dt;
+        if (!op_parse_dtype(dtype, &dt)) {
+            fprintf(stderr, "oclfuse-info: unknown dtype %s\n", dtype);
+            return 2;
+        }
+        return print_params(platform, device, ops, dt);
     }
     if (op_list_devices("oclfuse-info") != 0)
         return 1;

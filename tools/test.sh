@@ -4,7 +4,8 @@
 #
 #   tools/test.sh          every suite, the sanitizer build and valgrind (CI)
 #   tools/test.sh --quick  the suites tagged `quick` (the op suites in their
-#                          quick form, api, cache, tunedb, lib-deps, readme)
+#                          quick form, api, cache, tunedb, lib-deps, readme,
+#                          docs)
 #                          in the existing build: no package installation, no
 #                          sanitizers, valgrind, oclgrind, cross-compiling or
 #                          rusticl
