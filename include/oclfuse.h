@@ -812,17 +812,8 @@ OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
  * and the epilogue where y is stored; unfused, the prologue (and for f16 /
  * bf16 a conversion of x and W to f32) as a kernel, the GEMM library's f32
  * GEMM (alpha passed to it), then one kernel per epilogue step.
- * Kernel parameters (fused): MB (rows of x per register block: 1, 2, 4, 8),
- * NB (output columns per block for NK, column vectors for KN: 1, 2, 4, 8),
- * VEC (1, 2, 4, 8, 16: along K for NK, along N for KN), WGM x WGN (register
- * blocks per work-group along M and N; WGM * WGN <= the device limit),
- * STAGE (0: operands read from global memory; 1: tiles of x and W staged
- * in local memory, KC columns of K at a time, prologue applied once per
- * element staged), KC (4..256, a multiple of VEC), MV (1: the matrix-vector
- * shape for few rows: the WGN work-items of a group split K for one block
- * of MB rows x NB columns and reduce in local memory; needs WGM 1, STAGE 0
- * and WGN a power of two; a KN call runs the tiled kernel with the same
- * parameters instead, whose lanes already read consecutive columns).
+ * Kernel parameters (fused): MB, NB, VEC, WGM, WGN, STAGE, KC, MV; their
+ * meanings, ranges and rules: docs/ops/linear.md#parameters.
  *
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles, N = 0, a row stride
  * below its width, a buffer smaller than the range described, y
