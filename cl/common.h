@@ -218,11 +218,33 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #error "OCLF_VEC must be 1, 2, 4, 8 or 16"
 #endif
 
+/* OCLF_ALIGNED 1: the host checked that every vector LDV and STV touch
+ * starts at a multiple of OCLF_VEC elements (the offset and row stride of
+ * each operand, and the kernel's own vector positions within a row), so the
+ * vectors are naturally aligned. GPU compilers split an element-aligned
+ * vector into 4- or 2-byte accesses; an aligned one is one access of up to
+ * 16 bytes per 16 bytes. 0: element alignment, any offset and stride. */
+#ifndef OCLF_ALIGNED
+#define OCLF_ALIGNED 0
+#endif
+#if OCLF_VEC > 1
+typedef OCLF_CAT(ushort, OCLF_VEC) oclf_ushortv_a;
+#endif
+
 /* LDV(p, i): OCLF_VEC elements starting at element i, widened to floatv.
  * STV(p, i, v): the inverse, rounding each element once. */
 #if OCLF_VEC == 1
 #define LDV(p, i) LD(p, i)
 #define STV(p, i, v) ST(p, i, v)
+#elif OCLF_ALIGNED && OCLF_DTYPE == 0
+#define LDV(p, i) (*(global const floatv *)((p) + (i)))
+#define STV(p, i, v) (*(global floatv *)((p) + (i)) = (v))
+#elif OCLF_ALIGNED && OCLF_DTYPE == 1
+#define LDV(p, i) WIDEN_F16(OCLF_VEC, *(global const oclf_ushortv_a *)((p) + (i)))
+#define STV(p, i, v) (*(global oclf_ushortv_a *)((p) + (i)) = NARROW_F16(OCLF_VEC, (v)))
+#elif OCLF_ALIGNED
+#define LDV(p, i) WIDEN_BF16(OCLF_VEC, *(global const oclf_ushortv_a *)((p) + (i)))
+#define STV(p, i, v) (*(global oclf_ushortv_a *)((p) + (i)) = NARROW_BF16(OCLF_VEC, (v)))
 #elif OCLF_DTYPE == 0
 #define LDV(p, i) LDFV(OCLF_VEC, (p) + (i))
 #define STV(p, i, v) STFV(OCLF_VEC, (p) + (i), (v))
@@ -262,7 +284,11 @@ static inline float oclf_stv_rounded(global stor_t *p, float v)
 static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
 {
     const OCLF_CAT(ushort, OCLF_VEC) h = OCLF_NARROWV_(v);
+#if OCLF_ALIGNED
+    *(global oclf_ushortv_a *)p = h;
+#else
     ST16V(OCLF_VEC, p, h);
+#endif
     return OCLF_WIDENV_(h);
 }
 #endif

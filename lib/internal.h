@@ -201,6 +201,10 @@ OCLF_HIDDEN void oclf_context_set_program_sink(oclf_context *ctx, oclf_program_s
  * oclf_kernel_put once enqueued (OpenCL copies arguments at enqueue, so the
  * object can be reused at once; pooling keeps clSetKernelArg races away from
  * concurrent callers and allocation out of steady-state dispatch). */
+/* A debug-level log line naming the kernel a launch runs and its
+ * program's source and options (which build of a source ran). */
+OCLF_HIDDEN void oclf_program_log_launch(const oclf_context *ctx, const oclf_program *prog,
+                                         const char *kernel);
 OCLF_HIDDEN oclf_status oclf_kernel_get(oclf_context *ctx, oclf_program *prog, const char *name,
                                         cl_kernel *out);
 OCLF_HIDDEN void oclf_kernel_put(oclf_program *prog, const char *name, cl_kernel kernel);
@@ -502,6 +506,24 @@ OCLF_HIDDEN void oclf_param_defines(char *buf, size_t len, const oclf_param_spec
 OCLF_HIDDEN void oclf_program_options(char *buf, size_t len, oclf_dtype dtype, int cdtype,
                                       const char *defines);
 #define OCLF_OPTIONS_MAX 224
+/* 1 when vec > 1 and every operand's element offset and row stride are
+ * multiples of vec: each row starts on a naturally aligned vector, and a
+ * program whose vector positions within a row are multiples of vec may be
+ * built with OCLF_ALIGNED (cl/common.h: one wide access per vector on GPUs
+ * rather than element-sized pieces). Absent operands (offset and stride 0)
+ * qualify. The buffers themselves start at CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+ * which is at least 128 bytes. */
+OCLF_HIDDEN int oclf_rows_aligned(int vec, const oclf_operand *ops, unsigned n);
+/* oclf_program_options with " -DOCLF_ALIGNED=1" added when `aligned`. */
+OCLF_HIDDEN void oclf_program_options_aligned(char *buf, size_t len, oclf_dtype dtype, int cdtype,
+                                              const char *defines, int aligned);
+/* Deep validation of the aligned build of a program (vec > 1; nothing
+ * otherwise): built (or named to a program sink), and its n kernels
+ * checked against the work-group size, as the plain build is. */
+OCLF_HIDDEN oclf_status oclf_check_aligned_variant(oclf_context *ctx, const char *source,
+                                                   oclf_dtype dtype, int cdtype,
+                                                   const char *defines, int vec,
+                                                   const char *const *kernels, int n, size_t wgs);
 
 /* Default row structure for rows of `width` elements: on a CPU a row per
  * work-item, cpu_wgs of them per group, 16-wide vectors; on a GPU a

@@ -216,6 +216,37 @@ void oclf_program_options(char *buf, size_t len, oclf_dtype dtype, int cdtype,
         snprintf(buf, len, "-DOCLF_DTYPE=%d %s", (int)dtype, defines);
 }
 
+int oclf_rows_aligned(int vec, const oclf_operand *ops, unsigned n)
+{
+    if (vec <= 1)
+        return 0;
+    for (unsigned i = 0; i < n; i++)
+        if (ops[i].offset % (size_t)vec || ops[i].stride % (size_t)vec)
+            return 0;
+    return 1;
+}
+
+void oclf_program_options_aligned(char *buf, size_t len, oclf_dtype dtype, int cdtype,
+                                  const char *defines, int aligned)
+{
+    char d[OCLF_DEFINES_MAX + 24];
+    snprintf(d, sizeof d, "%s%s", defines, aligned ? " -DOCLF_ALIGNED=1" : "");
+    oclf_program_options(buf, len, dtype, cdtype, d);
+}
+
+oclf_status oclf_check_aligned_variant(oclf_context *ctx, const char *source, oclf_dtype dtype,
+                                       int cdtype, const char *defines, int vec,
+                                       const char *const *kernels, int n, size_t wgs)
+{
+    if (vec <= 1)
+        return OCLF_SUCCESS;
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options_aligned(opts, sizeof opts, dtype, cdtype, defines, 1);
+    oclf_program *prog;
+    oclf_status st = oclf_program_get(ctx, source, opts, &prog);
+    return st ? st : oclf_check_kernel_wgs(ctx, prog, kernels, n, wgs);
+}
+
 size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
                           size_t cpu_wgs, size_t gpu_min_wgs, oclf_params *out)
 {
@@ -271,6 +302,7 @@ oclf_status oclf_enqueue(oclf_context *ctx, cl_command_queue queue, oclf_program
         return oclf_fail_cl(ctx, err, what);
     }
     atomic_fetch_add(&ctx->n_enqueued, 1);
+    oclf_program_log_launch(ctx, prog, name);
     return OCLF_SUCCESS;
 }
 
@@ -532,7 +564,9 @@ oclf_status oclf_row_validate(oclf_context *ctx, const oclf_param_spec *spec, un
     char opts[OCLF_OPTIONS_MAX];
     oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
     oclf_program *prog;
-    if ((st = oclf_program_get(ctx, source, opts, &prog)))
+    if ((st = oclf_program_get(ctx, source, opts, &prog)) ||
+        (st = oclf_check_kernel_wgs(ctx, prog, kernels, n, (size_t)cfg.wgs)))
         return st;
-    return oclf_check_kernel_wgs(ctx, prog, kernels, n, (size_t)cfg.wgs);
+    return oclf_check_aligned_variant(ctx, source, dtype, -1, cfg.defines, cfg.vec, kernels, n,
+                                      (size_t)cfg.wgs);
 }

@@ -385,6 +385,8 @@ static oclf_status build(oclf_context *ctx, const char *name, const char *genera
         }
     }
     free(text);
+    /* which build of a source a call runs (its defines) */
+    oclf_log(ctx, OCLF_LOG_DEBUG, "program %s ready, options '%s'", name, options);
     *out = prog;
     return OCLF_SUCCESS;
 }
@@ -514,6 +516,13 @@ static kernel_pool *find_pool(oclf_program *prog, const char *name)
         if (strcmp(prog->pools[i].name, name) == 0)
             return &prog->pools[i];
     return NULL;
+}
+
+void oclf_program_log_launch(const oclf_context *ctx, const oclf_program *prog,
+                             const char *kernel)
+{
+    oclf_log(ctx, OCLF_LOG_DEBUG, "launch %s of %s, options '%s'", kernel, prog->source,
+             prog->options);
 }
 
 oclf_status oclf_kernel_get(oclf_context *ctx, oclf_program *prog, const char *name,

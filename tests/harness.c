@@ -156,6 +156,47 @@ oclf_context *th_validate_context(void)
     return vctx;
 }
 
+static char build_log[1 << 14];
+
+static void keep_build(void *user, oclf_log_level level, const char *message)
+{
+    (void)user;
+    const size_t used = strlen(build_log);
+    if (level == OCLF_LOG_DEBUG && strncmp(message, "launch ", 7) == 0)
+        snprintf(build_log + used, sizeof build_log - used, "%s\n", message);
+}
+
+oclf_context *th_build_log_context(void)
+{
+    th_env *e = th_get();
+    oclf_context_options opt;
+    oclf_context_options_init(&opt);
+    opt.log = keep_build;
+    oclf_context *lctx = NULL;
+    TH_OK(oclf_context_create(e->cl, e->device, &opt, &lctx));
+    th_builds_clear();
+    return lctx;
+}
+
+const char *th_builds(void) { return build_log; }
+
+void th_builds_clear(void) { build_log[0] = '\0'; }
+
+int th_built(const char *source, const char *defines, int aligned)
+{
+    for (const char *line = build_log; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        char one[1024];
+        snprintf(one, sizeof one, "%.*s", (int)len, line);
+        if (strstr(one, source) && strstr(one, defines) &&
+            (strstr(one, "OCLF_ALIGNED=1") != NULL) == aligned)
+            return 1;
+        line += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -53,6 +53,19 @@ oclf_context *th_validate_context(void);
  * runs, the oclgrind device runs and `tools/test.sh --quick` ask for. */
 int th_quick(void);
 
+/* A context on the test device whose log keeps the launches it reports
+ * ("launch <kernel> of <source>, options '<options>'", one a line), to
+ * tell which build of a source a call ran: th_builds() is the text since
+ * the last th_builds_clear(). One such context at a time; the caller
+ * destroys it. */
+oclf_context *th_build_log_context(void);
+const char *th_builds(void);
+void th_builds_clear(void);
+/* 1 when a launch from a build of `source` whose options contain `defines`
+ * was reported since the last clear, and that was the aligned build
+ * (OCLF_ALIGNED=1) when `aligned` is 1, the plain one when 0. */
+int th_built(const char *source, const char *defines, int aligned);
+
 /* Runs a runner over `s` and returns the number of failures (for main). */
 int th_run_suite(Suite *s);
 

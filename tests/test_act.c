@@ -37,6 +37,9 @@ typedef struct act_case {
     const oclf_choice *choice;
 } act_case;
 
+/* The context run_case calls on when set (else the harness's). */
+static oclf_context *case_ctx;
+
 /* Runs one case, checks it against the reference and that nothing outside
  * the output rows was written; returns the output rows packed (rows x d). */
 static void *run_case(const act_case *c)
@@ -54,7 +57,8 @@ static void *run_case(const act_case *c)
     cl_mem mx = th_upload(x, ni * es), my = th_upload(y, no * es);
     oclf_buf bi = {mx, c->offset, c->pad ? is : 0}, bo = {my, c->offset, c->pad ? os : 0};
     cl_event ev = NULL;
-    TH_OK(oclf_act_and_mul(e->ctx, e->queue, dt, &c->act, c->rows, d, bi, bo, c->choice, 0, NULL,
+    TH_OK(oclf_act_and_mul(case_ctx ? case_ctx : e->ctx, e->queue, dt, &c->act, c->rows, d, bi,
+                           bo, c->choice, 0, NULL,
                            &ev));
     /* An event exists even for zero rows, and completes. */
     ck_assert_ptr_nonnull(ev);
@@ -208,6 +212,42 @@ START_TEST(test_special_values)
             clReleaseMemObject(mi), clReleaseMemObject(mo);
         }
     }
+}
+END_TEST
+
+/* Rows and their second halves on vector boundaries (offsets, row strides
+ * and d multiples of the vector width) run the aligned build of the kernels
+ * (OCLF_ALIGNED), any other placement, or a d that puts the second half off
+ * a boundary, the plain build; both against the reference, both paths and
+ * structures, every activation's layout (plain and interleaved). */
+START_TEST(test_aligned_build)
+{
+    const oclf_dtype dt = dtypes[_i % 3];
+    const oclf_activation act = variant(_i / 3 ? OCLF_ACT_SWIGLU_OAI : OCLF_ACT_SILU);
+    static const size_t place[][3] = {/* offset, pad, aligned */
+                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
+    for (int k = 0; k < 5; k++)
+        for (int p = 0; p < 4; p++) {
+            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
+                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+            /* k == 4: packed rows, but d = 770 puts the second half and the
+             * output rows off a boundary */
+            const size_t d = k == 4 ? 770 : 768, off = k == 4 ? 0 : place[k][0];
+            const size_t pad = k == 4 ? 0 : place[k][1];
+            const int aligned = k == 4 ? 0 : (int)place[k][2];
+            case_ctx = th_build_log_context();
+            const act_case c = {act, dt, 5, d, pad, off, &ch};
+            free(run_case(&c));
+            char defs[64];
+            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
+                     p / 2 ? 4 : 8);
+            ck_assert_msg(th_built("act.cl", defs, aligned),
+                          "%s d %zu offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
+                          oclf_dtype_name(dt), d, off, pad, p, aligned ? "aligned" : "plain", defs,
+                          th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
 }
 END_TEST
 
@@ -385,6 +425,7 @@ static Suite *act_suite(void)
 {
     Suite *s = suite_create("act");
     TCase *t = tcase_create("reference");
+    tcase_add_loop_test(t, test_aligned_build, 0, 6);
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_matrix_default, 0, NVARIANTS * 3);
     tcase_add_loop_test(t, test_structures, 0, NVARIANTS * 3);

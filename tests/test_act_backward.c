@@ -39,6 +39,9 @@ typedef struct bwd_case {
     const oclf_choice *choice;
 } bwd_case;
 
+/* The context run_case calls on when set (else the harness's). */
+static oclf_context *case_ctx;
+
 /* Runs one case: din against the reference, dout (and in, unless in place)
  * unchanged, nothing written outside din's rows. Returns din's rows packed
  * (rows x 2d). */
@@ -62,7 +65,8 @@ static void *run_case(const bwd_case *c)
     oclf_buf bi = {mx, c->offset, c->pad ? is : 0}, bg = {mg, c->offset, c->pad ? gs : 0};
     oclf_buf bo = {my, c->offset, c->pad ? is : 0};
     cl_event ev = NULL;
-    TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, dt, &c->act, c->rows, d, bi, bg, bo,
+    TH_OK(oclf_act_and_mul_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, &c->act, c->rows,
+                                    d, bi, bg, bo,
                                     c->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
@@ -366,6 +370,36 @@ START_TEST(test_oai_nan)
 }
 END_TEST
 
+/* Rows on vector boundaries (every offset and row stride a multiple of the
+ * vector width) run the aligned build of the kernels (OCLF_ALIGNED: one
+ * wide access per vector on GPUs), any other placement the plain build;
+ * both against the reference, fused and unfused, both structures. */
+START_TEST(test_aligned_build)
+{
+    const oclf_dtype dt = dtypes[_i % 3];
+    const oclf_activation act = variant(_i / 3 ? OCLF_ACT_SWIGLU_OAI : OCLF_ACT_GELU);
+    static const size_t place[][3] = {/* offset, pad, aligned */
+                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++) {
+            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
+                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+            case_ctx = th_build_log_context();
+            const bwd_case c = {act, dt, 5, 768, place[k][1], place[k][0], 0, &ch};
+            free(run_case(&c));
+            char defs[64];
+            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
+                     p / 2 ? 4 : 8);
+            ck_assert_msg(th_built("act.cl", defs, (int)place[k][2]),
+                          "%s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
+                          oclf_dtype_name(dt), place[k][0], place[k][1], p,
+                          place[k][2] ? "aligned" : "plain", defs, th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 typedef struct bad_env {
@@ -510,6 +544,7 @@ static Suite *act_backward_suite(void)
 {
     Suite *s = suite_create("act_backward");
     TCase *t = tcase_create("reference");
+    tcase_add_loop_test(t, test_aligned_build, 0, 6);
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_matrix_default, 0, NVARIANTS * 3);
     tcase_add_loop_test(t, test_in_place, 0, NVARIANTS * 3);

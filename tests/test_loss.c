@@ -48,6 +48,9 @@ static int close_to(double got, double want, double atol, double rtol)
     return fabs(got - want) <= atol + rtol * fabs(want);
 }
 
+/* The context run_case calls on when set (else the harness's). */
+static oclf_context *case_ctx;
+
 /* Runs one case and checks loss, LSE and gradient against the reference,
  * and that nothing outside the described elements was written. */
 static ce_result run_case(const ce_case *c)
@@ -90,7 +93,8 @@ static ce_result run_case(const ce_case *c)
     o.grad_output = c->upstream ? &bu : NULL;
     o.lse = c->lse ? &blse : NULL;
     cl_event ev = NULL;
-    TH_OK(oclf_cross_entropy(e->ctx, e->queue, dt, c->rows, c->cols, bx, bt, bl, &o, c->choice, 0,
+    TH_OK(oclf_cross_entropy(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols, bx, bt,
+                             bl, &o, c->choice, 0,
                              NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
@@ -440,6 +444,38 @@ START_TEST(test_finite_difference)
 }
 END_TEST
 
+/* Rows on vector boundaries (every offset and row stride a multiple of the
+ * vector width) run the aligned build of the kernels (OCLF_ALIGNED: one
+ * wide access per vector on GPUs), any other placement the plain build;
+ * both against the reference, fused and unfused, both structures. */
+START_TEST(test_aligned_build)
+{
+    const oclf_dtype dt = dtypes[_i];
+    static const size_t place[][3] = {/* offset, pad, aligned */
+                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++) {
+            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
+                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+            case_ctx = th_build_log_context();
+            const ce_case c = {.dtype = dt, .rows = 5, .cols = 768, .pad = place[k][1],
+                               .offset = place[k][0], .reduction = OCLF_REDUCTION_MEAN, .ls = 0.1f,
+                               .grad = 1, .upstream = 1, .lse = 1, .choice = &ch};
+            ce_result r = run_case(&c);
+            free_result(&r);
+            char defs[64];
+            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
+                     p / 2 ? 4 : 8);
+            ck_assert_msg(th_built("loss.cl", defs, (int)place[k][2]),
+                          "%s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
+                          oclf_dtype_name(dt), place[k][0], place[k][1], p,
+                          place[k][2] ? "aligned" : "plain", defs, th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 typedef struct bad_env {
@@ -657,6 +693,7 @@ static Suite *loss_suite(void)
 {
     Suite *s = suite_create("loss");
     TCase *t = tcase_create("cross_entropy");
+    tcase_add_loop_test(t, test_aligned_build, 0, 3);
     tcase_set_timeout(t, 600);
     tcase_add_loop_test(t, test_matrix, 0, 18);
     tcase_add_loop_test(t, test_shapes, 0, 4);

@@ -204,6 +204,37 @@ START_TEST(test_matrix_default)
 }
 END_TEST
 
+/* Rows on vector boundaries (every offset and row stride a multiple of the
+ * vector width) run the aligned build of the kernels (OCLF_ALIGNED: one
+ * wide access per vector on GPUs), any other offset or stride the plain
+ * build; both against the reference, fused and unfused, both structures. */
+START_TEST(test_aligned_build)
+{
+    const int op = _i % NOPS;
+    const oclf_dtype dt = dtypes[_i / NOPS];
+    static const size_t place[][3] = {/* offset, pad, aligned */
+                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++) {
+            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
+                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+            case_ctx = th_build_log_context();
+            const norm_case c = {op, dt, 5, 768, place[k][1], place[k][0], 1, 1, 0.0f, &ch};
+            norm_result r = run_case(&c);
+            free_result(&r);
+            char defs[64];
+            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
+                     p / 2 ? 4 : 8);
+            ck_assert_msg(th_built("norm.cl", defs, (int)place[k][2]),
+                          "%s %s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
+                          op_names[op], oclf_dtype_name(dt), place[k][0], place[k][1], p,
+                          place[k][2] ? "aligned" : "plain", defs, th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
+}
+END_TEST
+
 /* Both kernel structures and several vector widths on every device, so the
  * structure a GPU gets is right before a GPU runs it. */
 START_TEST(test_structures)
@@ -513,6 +544,7 @@ static Suite *norm_suite(void)
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_matrix_default, 0, NOPS * 3);
     tcase_add_loop_test(t, test_structures, 0, NOPS * 3);
+    tcase_add_loop_test(t, test_aligned_build, 0, NOPS * 3);
     tcase_add_loop_test(t, test_large_mean, 0, 3);
     tcase_add_test(t, test_in_place);
     suite_add_tcase(s, t);

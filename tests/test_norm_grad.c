@@ -26,6 +26,7 @@ typedef struct ng_case {
     size_t rows, cols, pad, offset;
     int weight, want_dw, want_db, dres, in_place;
     const oclf_choice *choice;
+    int weight_at_0; /* the weight at offset 0 (else 1, off any vector boundary) */
 } ng_case;
 
 typedef struct ng_result {
@@ -48,6 +49,9 @@ static int close_to(double got, double want, double atol, double rtol)
 {
     return fabs(got - want) <= atol + rtol * fabs(want);
 }
+
+/* The context run_case calls on when set (else the harness's). */
+static oclf_context *case_ctx;
 
 /* Runs one case, checks dx, dw and db against the reference and that no
  * element outside the described ones was written; returns the results. */
@@ -73,7 +77,8 @@ static ng_result run_case(const ng_case *c)
     cl_mem mdx = th_upload(dx0, n * es);
     cl_mem mdw = th_upload(g0, (c->cols + 2) * 4), mdb = th_upload(g0, (c->cols + 2) * 4);
     const size_t bs = c->pad ? stride : 0;
-    oclf_buf bx = {mx, c->offset, bs}, bdy = {mdy, c->offset, bs}, bw = {mw, 1, 0};
+    oclf_buf bx = {mx, c->offset, bs}, bdy = {mdy, c->offset, bs};
+    oclf_buf bw = {mw, c->weight_at_0 ? 0 : 1, 0};
     oclf_buf bdr = {mdr, c->offset, bs}, bdx = {mdx, c->offset, bs};
     oclf_buf bdw = {mdw, 1, 0}, bdb = {mdb, 1, 0};
     cl_mem out = mdx;
@@ -85,10 +90,10 @@ static ng_result run_case(const ng_case *c)
     const oclf_buf *pw = c->weight ? &bw : NULL;
     const oclf_buf *pdw = c->want_dw ? &bdw : NULL, *pdb = c->want_db ? &bdb : NULL;
     if (c->ln)
-        TH_OK(oclf_layer_norm_backward(e->ctx, e->queue, dt, c->rows, c->cols, bx, bdy, pw, eps,
+        TH_OK(oclf_layer_norm_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols, bx, bdy, pw, eps,
                                        bdx, pdw, pdb, c->choice, 0, NULL, NULL));
     else
-        TH_OK(oclf_rms_norm_backward(e->ctx, e->queue, dt, c->rows, c->cols, bx, bdy, pw, eps,
+        TH_OK(oclf_rms_norm_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols, bx, bdy, pw, eps,
                                      bdx, pdw, c->dres ? &bdr : NULL, c->choice, 0, NULL, NULL));
     void *got = malloc(n * es);
     float *gw = malloc((c->cols + 2) * 4), *gb = malloc((c->cols + 2) * 4);
@@ -101,7 +106,7 @@ static ng_result run_case(const ng_case *c)
     double *ww = malloc(C * sizeof *ww), *wb = malloc(C * sizeof *wb);
     oclf_ref_norm_backward(dt, c->ln, R, C, (const char *)x + c->offset * es, stride,
                            (const char *)dy + c->offset * es, stride,
-                           c->weight ? (const char *)w + es : NULL,
+                           c->weight ? (const char *)w + (c->weight_at_0 ? 0 : es) : NULL,
                            c->dres ? (const char *)dres + c->offset * es : NULL, stride, eps,
                            want, ww, wb);
     ng_result res = {malloc((R * C + 1) * sizeof(double)), malloc(C * 4), malloc(C * 4)};
@@ -353,6 +358,37 @@ START_TEST(test_finite_difference)
 }
 END_TEST
 
+/* Rows on vector boundaries (every offset and row stride a multiple of the
+ * vector width) run the aligned build of the kernels (OCLF_ALIGNED: one
+ * wide access per vector on GPUs), any other placement the plain build;
+ * both against the reference, fused and unfused, both structures. */
+START_TEST(test_aligned_build)
+{
+    const oclf_dtype dt = dtypes[_i % 3];
+    const int ln = _i / 3;
+    static const size_t place[][3] = {/* offset, pad, aligned */
+                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < 4; p++) {
+            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
+                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+            case_ctx = th_build_log_context();
+            const ng_case c = {dt, ln, 5, 768, place[k][1], place[k][0], 1, 1, ln, !ln, 0, &ch, 1};
+            ng_result r = run_case(&c);
+            free_result(&r);
+            char defs[64];
+            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
+                     p / 2 ? 4 : 8);
+            ck_assert_msg(th_built("norm_grad.cl", defs, (int)place[k][2]),
+                          "%s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
+                          oclf_dtype_name(dt), place[k][0], place[k][1], p,
+                          place[k][2] ? "aligned" : "plain", defs, th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
+}
+END_TEST
+
 /* ---- bad arguments: specific status, a sentence, buffers untouched ------ */
 
 typedef struct bad_env {
@@ -507,6 +543,7 @@ static Suite *norm_grad_suite(void)
 {
     Suite *s = suite_create("norm_grad");
     TCase *t = tcase_create("norm_backward");
+    tcase_add_loop_test(t, test_aligned_build, 0, 6);
     tcase_set_timeout(t, 600);
     tcase_add_loop_test(t, test_matrix, 0, 12);
     tcase_add_loop_test(t, test_options, 0, 6);

@@ -78,6 +78,14 @@ static oclf_status check_activation(oclf_context *ctx, const char *op, const ocl
     return OCLF_SUCCESS;
 }
 
+/* The aligned build (OCLF_ALIGNED) applies where every operand's rows start
+ * on a vector boundary and so does a row's second half (d a multiple of
+ * VEC); chunks already start on one (act_split). */
+static int act_aligned(const act_cfg *cfg, size_t d, const oclf_operand *ops, unsigned n)
+{
+    return d % (size_t)cfg->vec == 0 && oclf_rows_aligned(cfg->vec, ops, n);
+}
+
 /* Rows split into parts when there are fewer rows than the device needs
  * to keep every compute unit streaming (a decode batch of 1-16 rows):
  * LAYOUT 0 wants a few work-items per unit, LAYOUT 1 a few work-groups, each
@@ -162,8 +170,11 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
     const size_t global =
         cfg.layout == 0 ? oclf_round_up(rows * nsplit, local) : rows * nsplit * local;
 
+    /* Rows and the second half on vector boundaries: the aligned build. */
+    const oclf_operand all[] = {oi, oo};
     char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, cfg.defines,
+                                 act_aligned(&cfg, d, all, OCLF_NARGS(all)));
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;
@@ -262,8 +273,10 @@ oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue,
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporaries of %zu x %zu floats", op, rows,
                          d);
 
+    const oclf_operand all[] = {oi, og, od};
     char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, cfg.defines,
+                                 act_aligned(&cfg, d, all, OCLF_NARGS(all)));
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;

@@ -158,7 +158,8 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t tokens
 }
 
 oclf_status oclf_ce_kernels_get(oclf_context *ctx, const char *op, oclf_dtype dtype, size_t rows,
-                                size_t cols, const oclf_choice *choice, oclf_ce_kernels *out)
+                                size_t cols, const oclf_operand *logits,
+                                const oclf_choice *choice, oclf_ce_kernels *out)
 {
     oclf_status st;
     oclf_shape shape = {{rows, cols, 0, 0}};
@@ -179,7 +180,8 @@ oclf_status oclf_ce_kernels_get(oclf_context *ctx, const char *op, oclf_dtype dt
     out->local = local;
     out->global = cfg.layout == 0 ? oclf_round_up(rows, local) : rows * local;
     char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, cfg.defines,
+                                 logits && oclf_rows_aligned(cfg.vec, logits, 1));
     return oclf_program_get(ctx, "loss.cl", opts, &out->prog);
 }
 
@@ -314,7 +316,7 @@ oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_d
         (st = check_args(ctx, dtype, tokens, vocab, logits, targets, loss, &o, &ops)))
         return st;
     oclf_ce_kernels k;
-    if ((st = oclf_ce_kernels_get(ctx, op, dtype, tokens, vocab, choice, &k)))
+    if ((st = oclf_ce_kernels_get(ctx, op, dtype, tokens, vocab, &ops.x, choice, &k)))
         return st;
     if (tokens == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);

@@ -23,11 +23,14 @@ typedef struct oclf_ce_kernels {
 } oclf_ce_kernels;
 
 /* Resolves cross_entropy's path and parameters for rows x cols (`choice`
- * as a call's), checks the launch range and builds the program. `op` names
- * the caller in errors. rows 0: resolved and checked, no program (NULL). */
+ * as a call's), checks the launch range and builds the program: its aligned
+ * build (OCLF_ALIGNED) where the `logits` operand's rows start on vector
+ * boundaries (NULL: the plain build). `op` names the caller in errors.
+ * rows 0: resolved and checked, no program (NULL). */
 OCLF_HIDDEN oclf_status oclf_ce_kernels_get(oclf_context *ctx, const char *op, oclf_dtype dtype,
-                                            size_t rows, size_t cols, const oclf_choice *choice,
-                                            oclf_ce_kernels *out);
+                                            size_t rows, size_t cols,
+                                            const oclf_operand *logits,
+                                            const oclf_choice *choice, oclf_ce_kernels *out);
 
 /* Reads the caller's options (NULL: PyTorch's defaults) into *o and checks
  * the fields both calls share: reduction, smoothing, softcap, z-loss. */

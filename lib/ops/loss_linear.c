@@ -79,7 +79,9 @@ static oclf_status lce_check_programs(oclf_context *ctx, oclf_dtype dtype, const
         return OCLF_SUCCESS;
     oclf_ce_kernels k;
     const oclf_choice ce = {.path = path};
-    oclf_status st = oclf_ce_kernels_get(ctx, "linear_cross_entropy", dtype, c, v, &ce, &k);
+    const oclf_operand chunk_logits = {.stride = v}; /* as the call's temporary */
+    oclf_status st =
+        oclf_ce_kernels_get(ctx, "linear_cross_entropy", dtype, c, v, &chunk_logits, &ce, &k);
     const struct {
         oclf_dtype dt;
         oclf_shape s;
@@ -311,7 +313,9 @@ oclf_status oclf_linear_cross_entropy(oclf_context *ctx, cl_command_queue queue,
         if (oclf_params_get(&choice->params, row_params[i], &v))
             oclf_params_set(&ce_choice.params, row_params[i], v);
     }
-    if ((st = oclf_ce_kernels_get(ctx, op, dtype, chunk, vocab, &ce_choice, &k)))
+    /* the chunk's logits: a packed [chunk, vocab] temporary */
+    const oclf_operand chunk_logits = {.stride = vocab};
+    if ((st = oclf_ce_kernels_get(ctx, op, dtype, chunk, vocab, &chunk_logits, &ce_choice, &k)))
         return st;
 
     cl_mem flag = NULL, logits = NULL, dzt = NULL, xw = NULL, rows_loss = NULL;

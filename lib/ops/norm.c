@@ -153,7 +153,10 @@ static oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
         return st;
     const char *names[3];
     int n = path_kernels(op_kind(op), r->path, names);
-    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
+    if ((st = oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs)))
+        return st;
+    return oclf_check_aligned_variant(ctx, "norm.cl", dtype, -1, cfg.defines, cfg.vec, names, n,
+                                      (size_t)cfg.wgs);
 }
 
 const oclf_op_hooks oclf_norm_hooks = {oclf_norm_heuristic, oclf_norm_validate};
@@ -257,8 +260,11 @@ static oclf_status norm_run(oclf_context *ctx, cl_command_queue queue, const nor
             cfg.rows_per_group = (int)((c->rows + max_groups - 1) / max_groups);
     }
 
+    /* Rows of every operand on vector boundaries: the aligned build. */
+    const oclf_operand all[] = {o.x, o.res, o.y, o.w, o.b};
     char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, c->dtype, -1, cfg.defines);
+    oclf_program_options_aligned(opts, sizeof opts, c->dtype, -1, cfg.defines,
+                                 oclf_rows_aligned(cfg.vec, all, OCLF_NARGS(all)));
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "norm.cl", opts, &prog)))
         return st;

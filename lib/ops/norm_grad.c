@@ -189,8 +189,12 @@ static oclf_status ng_run(oclf_context *ctx, cl_command_queue queue, const ng_ca
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows of %zu exceed the launch range",
                          c->op, c->rows, c->cols);
 
+    /* Rows of the row-shaped operands on vector boundaries: the aligned
+     * build (dw and db, fp32 sums, are not read as vectors of the dtype). */
+    const oclf_operand rowwise[] = {o.x, o.dy, o.dx, o.w, o.dres};
     char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, c->dtype, -1, cfg.defines);
+    oclf_program_options_aligned(opts, sizeof opts, c->dtype, -1, cfg.defines,
+                                 oclf_rows_aligned(cfg.vec, rowwise, OCLF_NARGS(rowwise)));
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "norm_grad.cl", opts, &prog)))
         return st;
