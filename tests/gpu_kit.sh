@@ -59,7 +59,7 @@ total=$(echo "$caps" | sed -n 's/^total //p')
 # cut and the ones after it still run.
 rm -rf "$out"
 status=0
-OCLF_KIT_LEASE_SIZES=small OCLF_KIT_SUITES=api OCLF_KIT_DEADLINE=1500 OCLF_KIT_TUNE_BUDGET=5 \
+OCLF_KIT_LEASE_SIZES=small OCLF_KIT_SUITES=api OCLF_KIT_DEADLINE=1500 OCLF_KIT_TUNE_BUDGET=5 OCLF_KIT_JOB_SECONDS=120 \
   OCLF_KIT_CAPS=unpack=120,build=900,test=200,bench=200,layer=200,tune=200,tuned=2,binaries=60 \
   "$kitsh" run --profile lease --isolate "$kit" "$out" >"$kit/lease.log" 2>&1 || status=$?
 cat "$kit/lease.log"

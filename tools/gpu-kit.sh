@@ -702,7 +702,8 @@ lease_bench_jobs() {
 }
 
 # One bench run over the jobs, an op per process (a job cut by the stage's
-# cap loses only itself), each op with a program cache of its own (the
+# cap loses only itself) of at most OCLF_KIT_JOB_SECONDS (30: one slow op
+# leaves time to the next), each op with a program cache of its own (the
 # binaries stage takes the driver's binaries from there). $1: untuned, or
 # tuned (the tuning stage's records as the database).
 lease_bench_run() {
@@ -720,7 +721,8 @@ lease_bench_run() {
   while IFS='|' read -r op shapes dtypes; do
     i=$((i + 1))
     say "$name: $op $shapes $dtypes"
-    OCLF_CACHE_DIR="$dir/program-cache/$op" "$build/tools/oclfuse-bench" --ops "$op" --shapes "$shapes" \
+    OCLF_CACHE_DIR="$dir/program-cache/$op" timeout -k 2 "${OCLF_KIT_JOB_SECONDS:-30}" \
+      "$build/tools/oclfuse-bench" --ops "$op" --shapes "$shapes" \
       --dtypes "$dtypes" --paths fused,unfused,auto --min-time "${OCLF_KIT_MIN_TIME:-0.1}" --no-verify \
       --json-file "$parts/$(printf %02d $i).json" >>"$ldir/$name.txt" 2>>"$ldir/$name.err" ||
       { say "$name: $op failed (see $name.err)"; status=1; }
@@ -753,7 +755,9 @@ lease_layer() {
   for b in 1 16; do
     p=512; [ $b = 16 ] && p=32
     [ "${OCLF_KIT_LEASE_SIZES:-}" = small ] && p=16
-    OCLF_CACHE_DIR="$dir/program-cache/layer" "$build/tools/oclfuse-layer" "${sizes[@]}" \
+    # each run at most half the stage, so that batch 16 has its turn
+    OCLF_CACHE_DIR="$dir/program-cache/layer" timeout -k 2 $((${stage_cap:-45} / 2 - 1)) \
+      "$build/tools/oclfuse-layer" "${sizes[@]}" \
       --batch $b --prefill $p --decode 8 --repeat 3 --json >"$ldir/layer-b$b.json" 2>>"$ldir/layer.err" ||
       { say "oclfuse-layer --batch $b failed (see layer.err)"; status=1; }
   done
@@ -856,18 +860,24 @@ print(f"{'total':<10} {'':<22} {total:>7}")
 
 # meson's console lines ("3/15 oclfuse:unit+gpu-defaults / norm-gpu-defaults OK 12.3s"):
 # they count the tests that finished even when the stage was cut
-tests = []
+tests, planned = {}, 0
 p = os.path.join(ldir, 'test.log')
 if os.path.exists(p):
     for line in open(p, errors='replace'):
-        m = re.match(r'^\s*\d+/\d+\s+\S+ / (\S+)\s+(OK|FAIL|SKIP|TIMEOUT|ERROR|EXPECTEDFAIL|UNEXPECTEDPASS)\b', line)
+        m = re.match(r'^\s*\d+/(\d+)\s+\S+ / (\S+)\s+(OK|FAIL|SKIP|TIMEOUT|ERROR|INTERRUPT|EXPECTEDFAIL|UNEXPECTEDPASS)\b', line)
         if m:
-            tests.append(m.groups())
-if tests:
-    bad = [f'{n} {r}' for n, r in tests if r not in ('OK', 'SKIP', 'EXPECTEDFAIL')]
-    print(f"\ntests: {sum(r == 'OK' for n, r in tests)} passed, {len(bad)} failed"
-          + (', ' + str(sum(r == 'SKIP' for n, r in tests)) + ' skipped' if any(r == 'SKIP' for n, r in tests) else '')
-          + (': ' + ', '.join(bad) if bad else ''))
+            planned = int(m.group(1))
+            tests[m.group(2)] = m.group(3)
+    if planned or os.path.getsize(p):
+        bad = [f'{n} {r}' for n, r in tests.items() if r not in ('OK', 'SKIP', 'EXPECTEDFAIL', 'INTERRUPT')]
+        cut = [n for n, r in tests.items() if r == 'INTERRUPT']
+        skipped = sum(r == 'SKIP' for r in tests.values())
+        print(f"\ntests: {sum(r == 'OK' for r in tests.values())} passed, {len(bad)} failed"
+              + (f', {skipped} skipped' if skipped else '')
+              + (f"; cut by the stage's time: {', '.join(cut)}" if cut else '')
+              + (f'; {planned - len(tests)} of {planned} not run' if planned > len(tests) else '')
+              + (': ' + ', '.join(bad) if bad else '')
+              + ('' if planned else ' (none finished; see test.log)'))
 
 def shape(s):
     return 'x'.join(str(v) for v in s.values())
