@@ -1026,15 +1026,15 @@ cmd_run() {
     esac
   done
   [ ${#pos[@]} = 2 ] || die "usage: $prog run [--profile lease] DIR OUT [options]"
-  dir=$(abspath "${pos[0]}"); out=$(abspath "${pos[1]}")
+  case "$profile" in ""|lease) ;; *) die "unknown profile $profile (lease is the one there is)" ;; esac
   case "$cc_choice" in auto|system|kit) ;; *) die "--cc takes auto, system or kit" ;; esac
+  dir=$(abspath "${pos[0]}"); out=$(abspath "${pos[1]}")
   prefix="$dir/prefix" ccprefix="$dir/prefix/cc" build="$dir/build" triplet=x86_64-linux-gnu
   orig_path=$PATH orig_ld=${LD_LIBRARY_PATH:-} orig_python=$(command -v python3 || true)
-  case "$profile" in
-    "") ;;
-    lease) cmd_lease; return ;;
-    *) die "unknown profile $profile (lease is the one there is)" ;;
-  esac
+  if [ "$profile" = lease ]; then
+    cmd_lease
+    return
+  fi
   [ "$stages" = all ] && stages=unpack,build,info,test,tune,bench
   local st
   IFS=, read -r -a st <<<"$stages"
@@ -1162,7 +1162,17 @@ if os.path.exists(os.path.join(run, 'machine.txt')):
     for line in open(os.path.join(run, 'machine.txt')):
         k, _, v = line.rstrip('\n').partition('=')
         facts[k] = v
+summary = open(os.path.join(run, 'summary.txt')).read()
+# Without the archive (OUT's loose files alone) the summary's own lines
+# give the machine and the date.
+for k in ('cpu', 'gpu', 'cuda'):
+    m = re.search(rf'^{k}: (.*)$', summary, re.M)
+    if k not in facts and m:
+        facts[k] = m.group(1)
 started = open(os.path.join(run, 'started')).read().strip() if os.path.exists(os.path.join(run, 'started')) else ''
+if not started:
+    m = re.search(r'^run: (\d{4}-\d\d-\d\d [0-9:]+ UTC)', summary, re.M)
+    started = m.group(1) if m else ''
 date = started[:10] if re.match(r'\d{4}-\d\d-\d\d', started) else 'undated'
 # The device: the GPU's name as nvidia-smi (or rocm-smi) gives it, else the
 # OpenCL device of the tuning records.
@@ -1238,7 +1248,7 @@ out.append('')
 out.append('## The run\'s summary')
 out.append('')
 out.append('```')
-out.append(open(os.path.join(run, 'summary.txt')).read().rstrip())
+out.append(summary.rstrip())
 out.append('```')
 open(base + '.md', 'w').write('\n'.join(out) + '\n')
 print(f'gpu-kit: {base}.md written ({len(gpu_rows)} bench rows)', file=sys.stderr)
