@@ -253,8 +253,6 @@ stage_unpack() {
   kit_lists >"$stamp"
 }
 
-# The vendor libraries: ICD files naming each found driver by its path, and
-# the machine's own ICD files for any other driver.
 # Where vendor libraries are looked for, and the machine's ICD folder
 # (OCLF_KIT_LIB_ROOTS and OCLF_KIT_SYSTEM_ICDS change them: the rehearsal
 # of a machine without a driver).
@@ -267,16 +265,29 @@ lib_roots() {
 }
 system_icds=${OCLF_KIT_SYSTEM_ICDS:-/etc/OpenCL/vendors}
 
+# The driver's libraries under the roots, one path a line, into
+# DIR/libraries.txt: one walk (at most 30 s) serves the ICD files and the
+# probe of a run. Python's and Node's package trees, which hold no driver and may
+# hold a hundred thousand files, are not entered.
+find_libraries() {
+  lib_roots | timeout 30 xargs -r -I{} find {} -maxdepth 6 \
+    \( -name site-packages -o -name dist-packages -o -name node_modules -o -name 'python3*' \) -prune -o \
+    \( -name 'libnvidia-*.so*' -o -name 'libamdocl64.so' -o -name 'libigdrcl.so' -o -name 'libOpenCL.so*' \
+       -o -name 'libcuda.so*' -o -name 'libamdhip64.so*' -o -name 'libze_loader.so*' -o -name 'libigdgmm.so*' \) \
+    \( -type f -o -type l \) -print 2>/dev/null | sort -u >"$dir/libraries.txt" || true
+}
+
+# The vendor libraries: ICD files naming each found driver by its path, and
+# the machine's own ICD files for any other driver.
 write_icds() {
   local vendors="$dir/vendors"
   rm -rf "$vendors" && mkdir -p "$vendors"
   local found=() f name
   vendor_dirs=""
+  find_libraries
   while IFS= read -r f; do
     found+=("$f")
-  done < <(lib_roots | xargs -r -I{} find {} -maxdepth 6 \
-             \( -name libnvidia-opencl.so.1 -o -name libamdocl64.so -o -name libigdrcl.so \) \
-             \( -type f -o -type l \) 2>/dev/null | sort -u)
+  done < <(grep -E '/(libnvidia-opencl\.so\.1|libamdocl64\.so|libigdrcl\.so)$' "$dir/libraries.txt" || true)
   local seen=" "
   for f in "${found[@]}"; do
     local real; real=$(readlink -f "$f")
@@ -595,10 +606,8 @@ lease_probe() {
     grep -A2 '"cuda"' /usr/local/cuda/version.json 2>/dev/null || true
     echo
     echo "== OpenCL and driver libraries"
-    lib_roots | xargs -r -I{} find {} -maxdepth 6 \
-      \( -name 'libnvidia-opencl.so*' -o -name 'libamdocl64.so' -o -name 'libigdrcl.so' \
-         -o -name 'libOpenCL.so*' -o -name 'libcuda.so*' -o -name 'libnvidia-ptxjitcompiler.so*' \
-         -o -name 'libamdhip64.so*' -o -name 'libze_loader.so*' \) 2>/dev/null | sort
+    grep -E '/(libnvidia-opencl|libnvidia-ptxjitcompiler|libamdocl64|libigdrcl|libOpenCL|libcuda|libamdhip64|libze_loader)\.so' \
+      "$dir/libraries.txt"
     if [ -d /usr/local/nvidia ]; then
       echo "/usr/local/nvidia:"
       find /usr/local/nvidia -maxdepth 3 -name '*.so*' 2>/dev/null | sed 's|.*/||' | sort | tr '\n' ' '
@@ -620,11 +629,10 @@ lease_probe() {
   [ -z "$cuda" ] && machine sh -c 'command -v nvcc' >/dev/null &&
     cuda=$(machine nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/CUDA \1 (nvcc)/p')
   fact cuda "${cuda:-none found}"
-  libs=$(lib_roots | xargs -r -I{} find {} -maxdepth 6 \
-    \( -name libnvidia-opencl.so.1 -o -name libamdocl64.so -o -name libigdrcl.so \) 2>/dev/null | sort -u | tr '\n' ' ')
+  libs=$(grep -E '/(libnvidia-opencl\.so\.1|libamdocl64\.so|libigdrcl\.so)$' "$dir/libraries.txt" | tr '\n' ' ')
   fact opencl_libraries "${libs:-none}"
-  drv=$(lib_roots | xargs -r -I{} find {} -maxdepth 6 \
-    \( -name 'libcuda.so*' -o -name 'libnvidia-*.so*' -o -name 'libamdhip64.so*' -o -name 'libigdgmm.so*' \) 2>/dev/null |
+  # (not the CUDA toolkit's link-time stubs of libcuda)
+  drv=$(grep -E '/(libcuda|libnvidia-[^/]*|libamdhip64|libigdgmm)\.so' "$dir/libraries.txt" | grep -v '/stubs/' |
     sed 's|.*/||; s|\.so.*||' | sort -u | tr '\n' ' ')
   fact driver_libraries "${drv:-none}"
   fact icds "$(cd "$dir/vendors" 2>/dev/null && ls ./*.icd 2>/dev/null | sed 's|^\./||' | tr '\n' ' ')"
