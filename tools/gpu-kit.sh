@@ -76,6 +76,10 @@ run options:
   --cc auto|system|kit   C compiler: the machine's when it works (auto), or the kit's gcc
   --isolate          PATH holds only the prefix and a few base commands (rehearsal: a
                      machine without the packages, whatever this one has installed)
+
+import options:
+  --notes DIR        where a lease's bench JSON and dated note go (default docs/notes)
+  --cpu BENCH_JSON   the CPU's bench rows for the note (default build/bench.json)
 EOF
 }
 
