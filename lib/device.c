@@ -187,12 +187,29 @@ void oclf_device_fingerprint(const oclf_device_info *info, char *buf, size_t len
              oclf_device_type_name(info->type));
 }
 
+/* The OpenCL C version every program is built as: the one the kernels are
+ * written for and cross-compiled with (tests/gpu_compile.py passes the same
+ * to clang and to Intel's compiler), never a driver's own default. A device
+ * older than that gets its own version, on which the build reports what it
+ * lacks. */
+#define OCLF_CL_STD_MAJOR 1
+#define OCLF_CL_STD_MINOR 2
+
 void oclf_device_quirk_options(const oclf_device_info *info, char *buf, size_t len)
 {
+    const bool older = info->opencl_c_major < OCLF_CL_STD_MAJOR ||
+                       (info->opencl_c_major == OCLF_CL_STD_MAJOR &&
+                        info->opencl_c_minor < OCLF_CL_STD_MINOR);
+    char std[32] = "";
+    /* OpenCL C 1.0 has no -cl-std value: such a device builds with none. */
+    if (!older)
+        snprintf(std, sizeof std, " -cl-std=CL%d.%d", OCLF_CL_STD_MAJOR, OCLF_CL_STD_MINOR);
+    else if (info->opencl_c_major == 1 && info->opencl_c_minor == 1)
+        snprintf(std, sizeof std, " -cl-std=CL1.1");
     /* Quirks reach the kernels as named defines. OCLF_LOCAL_IS_GLOBAL tells
      * a kernel that "local" memory is ordinary cached memory (CPUs), where
      * staging a row buys nothing over re-reading it. */
-    snprintf(buf, len, "%s%s%s%s", info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
+    snprintf(buf, len, "%s%s%s%s%s", std, info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
              info->subgroups ? " -DOCLF_HAS_SUBGROUPS=1" : "",
              info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "",
              info->float16 ? " -DOCLF_HAS_FLOAT16=1" : "");

@@ -1,7 +1,8 @@
 /*
  * Internal interfaces of liboclfuse. The layers, bottom up:
  *
- *   error.c      statuses, the per-thread last error, parameter sets
+ *   error.c      statuses, the per-thread last error
+ *   params.c     parameter sets (a choice's parameters by name)
  *   device.c     device facts, fingerprint, quirk defines (the only file that
  *                knows vendors)
  *   log.c        the context's log callback

@@ -84,8 +84,13 @@ IGC_PACKAGES = ["intel-opencl-icd", "libigc1", "libigdfcl1", "libigdgmm12", "lib
 OCLOC = None
 
 
+# The OpenCL C version the library builds every program as (lib/device.c,
+# OCLF_CL_STD_*): each back end here compiles as that version too.
+CL_STD = "-cl-std=CL1.2"
+
+
 def clang(args, src, out):
-    cmd = [CLANG, "-x", "cl", "-cl-std=CL1.2", "-Xclang", "-finclude-default-header",
+    cmd = [CLANG, "-x", "cl", CL_STD, "-Xclang", "-finclude-default-header",
            "-Wno-everything"] + args + ["-o", out, src]
     p = subprocess.run(cmd, capture_output=True, text=True)
     return p.returncode, p.stderr
@@ -222,7 +227,7 @@ def igc_build(src, options, device, tmp, base):
     ocloc, env = OCLOC
     out = base + "-" + device
     cmd = [ocloc, "compile", "-file", src, "-device", device, "--format", "zebin",
-           "-exclude_ir", "-options", options, "-out_dir", tmp, "-output",
+           "-exclude_ir", "-options", f"{CL_STD} {options}", "-out_dir", tmp, "-output",
            os.path.basename(out), "-output_no_suffix"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     log = p.stdout + p.stderr

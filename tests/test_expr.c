@@ -87,8 +87,16 @@ static const xcase cases[] = {
 
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
+/* 1: every operand packed at offset 0 (rows on vector boundaries where
+ * cols is a multiple of the vector width); 0: x and out strided and offset
+ * off every boundary. */
+static int packed_layout;
+/* The context check_case compiles on when set (else the harness's). */
+static oclf_context *case_ctx;
+
 /* Device buffers of one run: x, y strided and offset, b, s packed, out
- * strided; host copies of the stored values. */
+ * strided (all packed under packed_layout); host copies of the stored
+ * values. */
 typedef struct bufs {
     size_t rows, cols, xs, ys, os, xo, yo, oo;
     void *hx, *hy, *hb, *hs;
@@ -103,6 +111,8 @@ static void bufs_make(bufs *u, size_t rows, size_t cols, oclf_dtype dx, oclf_dty
     u->xs = cols + 3, u->xo = 2;
     u->ys = cols, u->yo = 0;
     u->os = cols + 1, u->oo = 1;
+    if (packed_layout)
+        u->xs = u->os = cols, u->xo = u->oo = 0;
     size_t nx = u->xo + u->xs * (rows ? rows : 1), ny = u->ys * (rows ? rows : 1) + 1;
     u->hx = th_random(dx, nx, -2, 2);
     u->hy = th_random(dy, ny, -2, 2);
@@ -145,7 +155,7 @@ static void check_case(const xcase *c, oclf_dtype dx, oclf_dtype dy, oclf_dtype 
     in[Y].dtype = in[S].dtype = dy;
     oclf_expr_decl out = {"out", OCLF_EXPR_MATRIX, dout};
     oclf_expr *e = NULL;
-    TH_OK(oclf_expr_compile(env->ctx, c->src, in, NIN, &out, 1, &e));
+    TH_OK(oclf_expr_compile(case_ctx ? case_ctx : env->ctx, c->src, in, NIN, &out, 1, &e));
     bufs u;
     bufs_make(&u, rows, cols, dx, dy, dout);
     const float k = 0.75f;
@@ -212,6 +222,32 @@ START_TEST(test_shapes)
     /* The defaults from 64 rows (a CPU's work-items take 4 rows each): 70
      * rows end in a partial block. */
     check_case(c, OCLF_F32, OCLF_F16, OCLF_F32, 70, 37, NULL);
+}
+END_TEST
+
+
+/* Operands on vector boundaries (every matrix's offset and row stride, the
+ * row vector's offset, a multiple of the vector width) run the aligned
+ * build of the fused kernel (OCLF_ALIGNED: one wide access per vector on
+ * GPUs), strided and offset ones the plain build; both against the
+ * reference, with 16-bit and f32 operands mixed. */
+START_TEST(test_aligned_build)
+{
+    const oclf_dtype dx = dtypes[_i], dy = dtypes[(_i + 1) % 3];
+    const oclf_choice fused = th_choice(OCLF_PATH_FUSED);
+    for (int packed = 0; packed < 2; packed++)
+        for (size_t c = 0; c < NCASES; c += 5) {
+            packed_layout = packed;
+            case_ctx = th_build_log_context();
+            check_case(&cases[c], dx, dy, dx, 5, 96, &fused);
+            ck_assert_msg(th_built("launch expr_fused ", "-DOCLF_VEC=", packed),
+                          "%s (%s,%s) packed %d: no %s launch of the fused kernel:\n%s",
+                          cases[c].src, oclf_dtype_name(dx), oclf_dtype_name(dy), packed,
+                          packed ? "aligned" : "plain", th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+            packed_layout = 0;
+        }
 }
 END_TEST
 
@@ -1151,6 +1187,7 @@ static Suite *expr_suite(void)
     TCase *t = tcase_create("kernels");
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_cases, 0, (int)NCASES * 3);
+    tcase_add_loop_test(t, test_aligned_build, 0, 3);
     tcase_add_test(t, test_shapes);
     tcase_add_test(t, test_special_values);
     tcase_add_test(t, test_philox_kat);

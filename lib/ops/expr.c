@@ -174,16 +174,39 @@ oclf_status oclf_expr_form_id(const char *source, const oclf_expr_decl *inputs, 
     return st;
 }
 
-/* One program per (expression, VEC): the work-group size is only the
- * launch's, so tuning it compiles nothing. OCLF_LANE_MUL64 picks the
- * vector Philox in 64-bit lanes (the device fact lane_mul64). */
-static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec,
+/* One program per (expression, VEC, aligned): the work-group size is only
+ * the launch's, so tuning it compiles nothing. OCLF_LANE_MUL64 picks the
+ * vector Philox in 64-bit lanes (the device fact lane_mul64); OCLF_ALIGNED
+ * the naturally aligned vector accesses (expr_aligned). */
+static oclf_status expr_program(oclf_context *ctx, const oclf_expr *e, int vec, int aligned,
                                 oclf_program **prog)
 {
-    char opts[48];
-    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d%s", vec,
-             ctx->info.lane_mul64 ? " -DOCLF_LANE_MUL64=1" : "");
+    char opts[64];
+    snprintf(opts, sizeof opts, "-DOCLF_VEC=%d%s%s", vec,
+             ctx->info.lane_mul64 ? " -DOCLF_LANE_MUL64=1" : "",
+             aligned ? " -DOCLF_ALIGNED=1" : "");
     return oclf_program_get_generated(ctx, e->key, e->source, opts, prog);
+}
+
+/* The fused kernel's vectors start at columns that are multiples of vec:
+ * they are naturally aligned where every matrix operand's offset and row
+ * stride, and every row-vector input's offset, are multiples of vec too
+ * (column vectors, scalars and bit matrices are read otherwise). */
+static int expr_aligned(const oclf_expr *e, int vec, const oclf_operand *in,
+                        const oclf_operand *out)
+{
+    if (vec <= 1)
+        return 0;
+    for (unsigned i = 0; i < e->n_inputs; i++) {
+        const oclf_expr_kind k = e->inputs[i].kind;
+        if ((k == OCLF_EXPR_MATRIX || k == OCLF_EXPR_ROW) &&
+            !oclf_rows_aligned(vec, &in[i], 1))
+            return 0;
+    }
+    for (unsigned j = 0; j < e->n_outputs; j++)
+        if (e->outputs[j].kind == OCLF_EXPR_MATRIX && !oclf_rows_aligned(vec, &out[j], 1))
+            return 0;
+    return 1;
 }
 
 oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_expr_decl *inputs,
@@ -241,7 +264,10 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     /* Build now, so the first run launches at once (a program sink only
      * lists it). */
     oclf_program *prog;
-    oclf_status st = expr_program(ctx, e, e->vec, &prog);
+    oclf_status st = expr_program(ctx, e, e->vec, 0, &prog);
+    /* the cross-compile suite's list names the aligned build too */
+    if (st == OCLF_SUCCESS && ctx->program_sink && e->vec > 1)
+        st = expr_program(ctx, e, e->vec, 1, &prog);
     if (st != OCLF_SUCCESS && !ctx->program_sink) {
         expr_free(e);
         return st;
@@ -458,7 +484,8 @@ oclf_status oclf_expr_run(const oclf_expr *e, cl_command_queue queue, size_t row
     static const char *const fused_kernel[] = {"expr_fused"};
     /* WGS is only the launch's here, so a default above the built kernel's
      * limit is lowered to fit with no rebuild; a named one must fit. */
-    if ((st = expr_program(ctx, e, vec, &prog)) ||
+    if ((st = expr_program(ctx, e, vec, path == OCLF_PATH_FUSED && expr_aligned(e, vec, in, out),
+                           &prog)) ||
         (st = oclf_fit_kernel_wgs(ctx, prog, fused_kernel, 1, &wgs, wgs_default)))
         return st;
     if (rows == 0)
