@@ -518,9 +518,10 @@ OCLF_HIDDEN int oclf_rows_aligned(int vec, const oclf_operand *ops, unsigned n);
 /* oclf_program_options with " -DOCLF_ALIGNED=1" added when `aligned`. */
 OCLF_HIDDEN void oclf_program_options_aligned(char *buf, size_t len, oclf_dtype dtype, int cdtype,
                                               const char *defines, int aligned);
-/* Deep validation of the aligned build of a program (vec > 1; nothing
- * otherwise): built (or named to a program sink), and its n kernels
- * checked against the work-group size, as the plain build is. */
+/* Deep validation of the aligned build of a program, while a program sink
+ * is set (the cross-compile suite's list) and vec > 1: named to the sink
+ * and its n kernels checked as the plain build's are. Otherwise nothing: a
+ * call compiles the aligned build only where its operands take it. */
 OCLF_HIDDEN oclf_status oclf_check_aligned_variant(oclf_context *ctx, const char *source,
                                                    oclf_dtype dtype, int cdtype,
                                                    const char *defines, int vec,
