@@ -5,6 +5,8 @@ the gate that holds every GPU default to it.
 usage: gpu_report.py GPU_VARIANTS CL_DIR OUT_DIR   the report of every GPU
                                                     default (tests/gpu_compile.py
                                                     with no space points)
+       gpu_report.py --families OUT_DIR/gpu-report.json
+                                                    a table per op family
        gpu_report.py --self-test                    the gate and the readers
                                                     on made-up code
 
@@ -12,9 +14,9 @@ tests/gpu_compile.py calls analyse() on the machine code it builds for the
 GPU defaults (every program with OCLF_GPU_REPORT_FULL=1): NVIDIA SASS
 (nvdisasm of ptxas's cubin, sm_90 and sm_80), AMD assembly (gfx942,
 gfx90a, gfx1100) and Intel's (ocloc disasm of IGC's zebin, pvc and dg2).
-Per kernel it finds the innermost loops (a backward branch whose span
-holds no other), takes the one with the most global bytes per iteration
-as the memory loop and the one with the most FMA (or matrix) instructions
+Per kernel it finds the loops (a backward branch and the span from its
+target; a loop's own body leaves out the loops nested in it), takes the
+one with the most global bytes loaded per iteration as the memory loop and the one with the most FMA (or matrix) instructions
 as the compute loop, and reads from the hot one (the memory loop of a
 memory-bound kernel, the compute loop of an arithmetic-bound one): global
 loads and stores by width, local-memory instructions per FMA, FMA share
@@ -259,23 +261,30 @@ def read_igc(text):
 # ---------------------------------------------------------------------------
 # Loops and the facts of one kernel.
 
-def innermost_loops(code):
-    """[(start, end)] index spans [target, branch] of the backward branches
-    whose span contains no other backward branch's span; a branch to
-    itself (the trailing `BRA self` of SASS) is no loop."""
+def loop_spans(code):
+    """[(start, end)] index spans [target, branch] of the backward
+    branches; a branch to itself (the trailing `BRA self` of SASS) is no
+    loop."""
     where = {}
     for i, ins in enumerate(code):
         for lab in ins["labels"]:
             where[lab] = i
-    spans = []
-    for i, ins in enumerate(code):
-        t = ins.get("branch")
-        if t in where and where[t] < i:
-            spans.append((where[t], i))
-    spans = sorted(set(spans))
-    inner = [s for s in spans
-             if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans)]
-    return inner
+    return sorted({(where[ins["branch"]], i) for i, ins in enumerate(code)
+                   if ins.get("branch") in where and where[ins["branch"]] < i})
+
+
+def own_bodies(code):
+    """[(span, [instruction])]: each loop's own body, its span less the
+    spans of the loops nested in it (a GEMM's k loop holds its tile-copy
+    loops and, after them, the unrolled FMAs: those are the k loop's)."""
+    spans = loop_spans(code)
+    out = []
+    for s in spans:
+        inner = [o for o in spans if o != s and s[0] <= o[0] and o[1] <= s[1]]
+        body = [code[i] for i in range(s[0], s[1] + 1)
+                if not any(o[0] <= i <= o[1] for o in inner)]
+        out.append((s, body))
+    return out
 
 
 def runs(accesses):
@@ -304,8 +313,9 @@ def runs(accesses):
     return out
 
 
-def loop_facts(code, span):
-    body = code[span[0]:span[1] + 1] if span else code
+def loop_facts(code, span, body=None):
+    if body is None:
+        body = code[span[0]:span[1] + 1] if span else code
     g = [dict(i) for i in body if i["kind"] in ("gload", "gstore")]  # runs are per region
     r = runs(g)
     for a, length in zip(g, r):
@@ -332,12 +342,13 @@ def required_width(run):
 
 
 def kernel_facts(code):
-    """The loops of one kernel: the memory loop (most global bytes loaded
-    per iteration, then stored: the loads are what must be in flight), the
-    compute loop (most FMA + matrix instructions); ties go
+    """The loops of one kernel, each its own body (own_bodies): the memory
+    loop (most global bytes loaded per iteration, then stored: the loads
+    are what must be in flight), the compute loop (most FMA + matrix instructions); ties go
     to the earlier loop. A kernel without loops is its own loop."""
-    loops = innermost_loops(code)
-    facts = [loop_facts(code, s) for s in loops] or [loop_facts(code, None)]
+    bodies = own_bodies(code)
+    loops = [s for s, _ in bodies]
+    facts = [loop_facts(code, s, b) for s, b in bodies] or [loop_facts(code, None)]
     spans = list(loops) or [None]
     mem = max(range(len(facts)), key=lambda k: (facts[k]["load_bytes"], facts[k]["store_bytes"],
                                                 -k))
@@ -668,6 +679,50 @@ def table(rows, out=sys.stdout):
               file=out)
 
 
+def family_of(source):
+    name = os.path.basename(source)
+    return "expr (generated)" if name.startswith("expr-") else name[:-3]
+
+
+def families(rows, targets=("ptxas-sm_90", "amdgcn-gfx942", "igc-pvc")):
+    """A markdown table per op family (source file) and target: memory-
+    bound kernels (how many have only 16-byte hot-loop accesses, the
+    hot-loop widths seen, occupancy range, predicted HBM fraction median)
+    and arithmetic-bound ones (local per FMA, FMA share, predicted FP32)."""
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if xs else None
+
+    out = ["| family | target | memory-bound kernels: only 16 B / all | hot-loop widths (B) "
+           "| occupancy | predicted HBM (median, range) | arithmetic-bound: local/FMA, FMA "
+           "share, predicted FP32 |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    fams = sorted({family_of(r["source"]) for r in rows})
+    for fam in fams:
+        for t in targets:
+            mine = [r for r in rows if family_of(r["source"]) == fam and r["target"] == t]
+            if not mine:
+                continue
+            mem = [r for r in mine if r["bound"] == "memory"]
+            ari = [r for r in mine if r["bound"] != "memory"]
+            wide = sum(1 for r in mem if r["wide_fraction"] == 1.0)
+            ws = sorted({int(w) for r in mem for w in list(r["loads"]) + list(r["stores"])})
+            occ = [r["occupancy"] for r in mine]
+            pred = [r["predicted"] for r in mem]
+            a = "-"
+            if ari:
+                lpf = [r["local_per_fma"] for r in ari if r["local_per_fma"] is not None]
+                a = (f"{len(ari)} kernels: {med(lpf) if lpf else '-'} local/FMA, "
+                     f"{med([r['fma_fraction'] for r in ari]):.0%} FMA, "
+                     f"{med([r['predicted'] for r in ari]):.0%} "
+                     f"({min(r['predicted'] for r in ari):.0%}-"
+                     f"{max(r['predicted'] for r in ari):.0%})")
+            out.append(f"| {fam} | {t} | {wide} / {len(mem)} | {', '.join(map(str, ws)) or '-'} "
+                       f"| {min(occ):.0%}-{max(occ):.0%} | "
+                       + (f"{med(pred):.0%} ({min(pred):.0%}-{max(pred):.0%})" if pred else "-")
+                       + f" | {a} |")
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------
 # Self-test: the readers and the gate on made-up code.
 
@@ -720,7 +775,7 @@ def self_test():
 
     k = read_sass(SASS_SAMPLE)["k"]
     f = kernel_facts(k)
-    check("sass: one innermost loop (the trailing BRA to itself is none)", f["loops"] == 1)
+    check("sass: one loop (the trailing BRA to itself is none)", f["loops"] == 1)
     check("sass: four 4-byte loads", f["mem"]["widths"]["load"] == {4: 4})
     check("sass: the four loads make one 16-byte run",
           [a["run"] for a in f["mem"]["global_accesses"]] == [16] * 4)
@@ -728,6 +783,27 @@ def self_test():
     check("sass: the 16-byte store after the loop is a kernel store, its address read",
           [(a["width"], a["base"], a["offset"]) for a in f["kernel_stores"]]
           == [(16, "R6.64", 16)])
+    # A GEMM's k loop: a tile-copy loop nested in it, then the FMAs. The
+    # FMAs are the k loop's own; the copy loop is the memory loop.
+    nest = read_sass("""
+.text.k:
+.L_x_1:
+        /*0000*/                   LDG.E.128 R8, desc[UR12][R4.64] ;
+.L_x_2:
+        /*0010*/                   LDG.E R9, desc[UR12][R2.64] ;
+        /*0020*/                   STS [R11], R9 ;
+        /*0030*/              @!P1 BRA `(.L_x_2) ;
+        /*0040*/                   LDS R12, [R13] ;
+        /*0050*/                   FFMA R3, R12, R9, R3 ;
+        /*0060*/                   FFMA R5, R12, R9, R5 ;
+        /*0070*/              @!P0 BRA `(.L_x_1) ;
+""")["k"]
+    fn = kernel_facts(nest)
+    check("nested: the k loop's own body has the 2 FMAs and 1 local load, not the copy's",
+          fn["loops"] == 2 and fn["comp"]["fma"] == 2 and fn["comp"]["local"] == 1
+          and fn["comp"]["instructions"] == 5)
+    check("nested: the memory loop is the k loop (16 bytes loaded, over the copy's 4)",
+          fn["mem"]["load_bytes"] == 16)
     a = read_amd(AMD_SAMPLE)["k"]
     fa = kernel_facts(a)
     check("amd: one loop, a 16-byte load", fa["loops"] == 1 and
@@ -792,6 +868,10 @@ def self_test():
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "--self-test":
         return self_test()
+    if len(sys.argv) == 3 and sys.argv[1] == "--families":
+        with open(sys.argv[2]) as f:
+            print(families(json.load(f)["rows"]))
+        return 0
     if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
