@@ -287,6 +287,15 @@ def own_bodies(code):
     return out
 
 
+# A static profile: each loop runs this many times per run of the loop
+# around it, so a loop's instructions weigh TRIPS ** depth.
+TRIPS = 8
+
+
+def depth(span, spans):
+    return sum(1 for o in spans if o != span and o[0] <= span[0] and span[1] <= o[1])
+
+
 def runs(accesses):
     """Per access (index into accesses), the length in bytes of the run of
     contiguous bytes it belongs to: accesses of one kind from one base
@@ -342,16 +351,18 @@ def required_width(run):
 
 
 def kernel_facts(code):
-    """The loops of one kernel, each its own body (own_bodies): the memory
-    loop (most global bytes loaded per iteration, then stored: the loads
-    are what must be in flight), the compute loop (most FMA + matrix instructions); ties go
-    to the earlier loop. A kernel without loops is its own loop."""
+    """The loops of one kernel, each its own body (own_bodies), weighed by
+    the static profile (TRIPS ** depth): the memory loop (most weighted
+    global bytes loaded, then stored: the loads are what must be in
+    flight), the compute loop (most weighted FMA + matrix instructions);
+    ties go to the earlier loop. A kernel without loops is its own loop."""
     bodies = own_bodies(code)
     loops = [s for s, _ in bodies]
     facts = [loop_facts(code, s, b) for s, b in bodies] or [loop_facts(code, None)]
     spans = list(loops) or [None]
-    mem = max(range(len(facts)), key=lambda k: (facts[k]["load_bytes"], facts[k]["store_bytes"],
-                                                -k))
+    weight = [TRIPS ** depth(sp, loops) for sp in loops] or [1]
+    mem = max(range(len(facts)), key=lambda k: (facts[k]["load_bytes"] * weight[k],
+                                                facts[k]["store_bytes"] * weight[k], -k))
     if not facts[mem]["global_accesses"] and loops:
         # No loop touches global memory (a work-item's element is read in
         # straight code; its loops are arithmetic helpers): the whole
@@ -359,8 +370,8 @@ def kernel_facts(code):
         facts.append(loop_facts(code, None))
         spans.append(None)
         mem = len(facts) - 1
-    comp = max(range(len(facts)), key=lambda k: (facts[k]["fma"] + facts[k]["matrix"],
-                                                 facts[k]["local"], -k))
+    comp = max(range(len(weight)), key=lambda k: ((facts[k]["fma"] + facts[k]["matrix"])
+                                                 * weight[k], facts[k]["local"], -k))
     whole = loop_facts(code, None)
     stores = [a for a in whole["global_accesses"] if a["kind"] == "gstore"]
     return dict(loops=len(loops), mem=facts[mem], comp=facts[comp], mem_span=spans[mem],
@@ -802,8 +813,27 @@ def self_test():
     check("nested: the k loop's own body has the 2 FMAs and 1 local load, not the copy's",
           fn["loops"] == 2 and fn["comp"]["fma"] == 2 and fn["comp"]["local"] == 1
           and fn["comp"]["instructions"] == 5)
-    check("nested: the memory loop is the k loop (16 bytes loaded, over the copy's 4)",
-          fn["mem"]["load_bytes"] == 16)
+    check("nested: the memory loop is the copy loop (4 bytes x 8 trips over the k loop's 16)",
+          fn["mem"]["load_bytes"] == 4)
+    # A score loop nested in a row loop: 2 FMAs an iteration inside beat 3
+    # outside, as the inner loop runs 8 times for each outer iteration.
+    score = read_sass("""
+.text.k:
+.L_x_1:
+        /*0000*/                   FFMA R3, R12, R9, R3 ;
+        /*0010*/                   FFMA R4, R12, R9, R4 ;
+        /*0020*/                   FFMA R5, R12, R9, R5 ;
+.L_x_2:
+        /*0030*/                   LDS R12, [R13] ;
+        /*0040*/                   LDS R14, [R13+0x4] ;
+        /*0050*/                   FFMA R3, R12, R14, R3 ;
+        /*0060*/                   FFMA R6, R12, R14, R6 ;
+        /*0070*/              @!P1 BRA `(.L_x_2) ;
+        /*0080*/              @!P0 BRA `(.L_x_1) ;
+""")["k"]
+    fs = kernel_facts(score)
+    check("nested: the inner score loop is the compute loop (2 local loads per 2 FMAs)",
+          fs["comp"]["fma"] == 2 and fs["comp"]["local"] == 2)
     a = read_amd(AMD_SAMPLE)["k"]
     fa = kernel_facts(a)
     check("amd: one loop, a 16-byte load", fa["loops"] == 1 and
