@@ -529,7 +529,7 @@ def select(variants):
     return chosen
 
 
-def report_and_gate(reports, out_dir, cl_dir, chosen):
+def report_and_gate(reports, out_dir, cl_dir):
     """Writes the GPU report (OUT_DIR/gpu-report.{tsv,json,txt}), prints
     its summary and runs the gate against tests/gpu_gate_known.tsv: the
     errors of the new misses."""
@@ -653,7 +653,7 @@ def main():
     for r in spills:
         errors.append(f"{r[0]} {r[1]} [{r[2]}]: kernel {r[3]} spills ({r[6]}); the search "
                       f"space must not offer it")
-    errors += report_and_gate(reports, out_dir, cl_dir, chosen)
+    errors += report_and_gate(reports, out_dir, cl_dir)
     targets = [t[0] for t in TARGETS] + ([GFX942[0]] if CLC19 else []) + \
         [f"ptxas-{a}" for a in PTXAS_ARCHS if PTXAS] + \
         [f"igc-{d}" for d in IGC_DEVICES if OCLOC and (not os.environ.get(

@@ -15,10 +15,12 @@ GPU defaults (every program with OCLF_GPU_REPORT_FULL=1): NVIDIA SASS
 (nvdisasm of ptxas's cubin, sm_90 and sm_80), AMD assembly (gfx942,
 gfx90a, gfx1100) and Intel's (ocloc disasm of IGC's zebin, pvc and dg2).
 Per kernel it finds the loops (a backward branch and the span from its
-target; a loop's own body leaves out the loops nested in it), takes the
-one with the most global bytes loaded per iteration as the memory loop and the one with the most FMA (or matrix) instructions
-as the compute loop, and reads from the hot one (the memory loop of a
-memory-bound kernel, the compute loop of an arithmetic-bound one): global
+target; a loop's own body leaves out the loops nested in it), weighs them
+as if each ran 8 times per iteration of the loop around it, takes the one
+with the most weighted global bytes loaded as the memory loop and the one
+with the most weighted FMA (or matrix) instructions as the compute loop,
+and reads from the hot one (the memory loop of a memory-bound kernel, the
+compute loop of an arithmetic-bound one): global
 loads and stores by width, local-memory instructions per FMA, FMA share
 of the loop's instructions. Occupancy comes from registers, local memory
 and work-group size; the model (docs/gpu-model.md) turns both into a
