@@ -41,11 +41,13 @@ gfx1100 and, through ocloc disasm, pvc and dg2: registers, local memory,
 spills, occupancy, the hot loop's global accesses by width, local-memory
 instructions per FMA, the FMA share of the loop, and the model's
 predicted fraction of HBM bandwidth or FP32 peak; written to
-OUT_DIR/gpu-report.{tsv,json,txt}. Its gate fails the suite on a miss
+OUT_DIR/gpu-report.{tsv,json,txt}. Its gate (every miss and why in
+OUT_DIR/gpu-gate.tsv) fails the suite on a miss
 that tests/gpu_gate_known.tsv does not list, and names the listed ones
 that no longer miss; OCLF_GPU_GATE_WRITE=1 writes the list from the run
 instead (to remove what was fixed; a new miss is fixed, not listed).
-OCLF_GPU_REPORT=0 leaves the report and the gate out.
+OCLF_GPU_GATE_KNOWN=PATH reads (and writes) another list; OCLF_GPU_REPORT=0
+leaves the report and the gate out.
 nvdisasm, where not on PATH, comes from NVIDIA's wheel (pip download, into
 OUT_DIR/../nvdisasm), libclc-19 from its Debian package (OUT_DIR/../clc19).
 
@@ -552,8 +554,8 @@ def report_and_gate(reports, out_dir, cl_dir):
         print(f"  {target}: {len(mine)} kernels, {len(mem)} memory-bound: {len(wide)} with only "
               f"16-byte hot-loop accesses; predicted HBM fraction median "
               f"{pred[len(pred) // 2] if pred else 0:.0%}")
-    known_path = os.path.join(os.path.dirname(os.path.abspath(cl_dir)), "tests",
-                              "gpu_gate_known.tsv")
+    known_path = os.environ.get("OCLF_GPU_GATE_KNOWN") or os.path.join(
+        os.path.dirname(os.path.abspath(cl_dir)), "tests", "gpu_gate_known.tsv")
     known = gpu_report.read_known(known_path)
     complete = not any(os.environ.get(v) for v in ("OCLF_GPU_COMPILE_QUICK",
                                                    "OCLF_GPU_COMPILE_MATCH"))
@@ -563,8 +565,18 @@ def report_and_gate(reports, out_dir, cl_dir):
         gpu_report.write_known(known_path, set(new) | set(still))
         print(f"gpu-gate: wrote {len(new) + len(still)} misses to {known_path}")
         return []
+    with open(os.path.join(out_dir, "gpu-gate.tsv"), "w") as f:
+        f.write("source\toptions\tkernel\ttarget\treason\tdetail\tlisted\n")
+        for key, detail in sorted({**still, **new}.items()):
+            f.write("\t".join(key) + f"\t{detail}\t{'known' if key in still else 'new'}\n")
+    by = {}
+    for key in still:
+        by[(key[3], key[4])] = by.get((key[3], key[4]), 0) + 1
     print(f"gpu-gate: {len(still)} known misses, {len(new)} new, {len(fixed)} listed that no "
-          f"longer miss{'' if complete else ' (partial run)'}")
+          f"longer miss{'' if complete else ' (partial run)'}; every miss and why: "
+          f"{os.path.join(out_dir, 'gpu-gate.tsv')}")
+    for (target, reason), n in sorted(by.items()):
+        print(f"  known: {target} {reason}: {n}")
     for key in fixed[:40]:
         print(f"  no longer misses (remove from {os.path.basename(known_path)}): "
               f"{' | '.join(key)}")
