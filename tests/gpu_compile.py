@@ -81,6 +81,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import gpu_report  # noqa: E402  (beside this file)
 
 CLANG = shutil.which("clang-15")
