@@ -681,7 +681,11 @@ def table(rows, out=sys.stdout):
     print(f"{'kernel':<28} {'target':<15} {'regs':>4} {'local':>6} {'occupancy':<22} "
           f"{'hot-loop loads':<18} {'stores':<14} {'16B':>5} {'lds/fma':>7} {'fma%':>5} "
           f"{'predicted':>14}", file=out)
+    program = None
     for r in rows:
+        if (r["source"], r["options"]) != program:
+            program = (r["source"], r["options"])
+            print(f"\n{r['source']} {r['options'].replace('-DOCLF_', '').strip()}", file=out)
         prog = r["kernel"]
         print(f"{prog[:28]:<28} {r['target'][:15]:<15} {r['regs']:>4} {r['local_mem']:>6} "
               f"{r['occupancy_text'][:22]:<22} {widths_text(r['loads'])[:18]:<18} "
