@@ -511,7 +511,9 @@ def predict(target, bound, f, lanes_resident, groups_per_port, lanes):
                                  store_efficiency=round(eff, 3))
     c = f["comp"]
     hide = min(1.0, groups_per_port / d["hide"])
-    issue = d["issue"] if d["issue"] is not None else d["ports"] * 16 / max(lanes, 1)
+    # Intel: an Xe-core's EUs together issue as many lanes a cycle as it
+    # has FP32 lanes (16 EUs x 8 on dg2, 8 x 16 on pvc).
+    issue = d["issue"] if d["issue"] is not None else d["fma_lanes"] / max(lanes, 1)
     t_issue = c["instructions"] / issue
     t_local = lanes * c["local_bytes"] / d["lds_bpc"]
     t = max(t_issue, t_local, 1e-9)
