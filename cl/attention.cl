@@ -319,9 +319,16 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
             ATTN_DIM_LOOP
             for (uint c = 0; c < ATTN_NV; c++)
                 dv += QV(c) * LDV_F(lk + kk * OCLF_DP, c * OCLF_VEC);
-            const float x = kk < nb ? attn_score(scale * VSUM(dv), j0 + kk, i + shift, left,
-                                                 right, cap, slope)
-                                    : -INFINITY;
+#if OCLF_PAGED
+            /* a key whose block lies past the cache was staged as zeros and
+             * is masked, as the unstaged loop leaves it out */
+            const int seen = kk < nb && ltok[kk] >= 0;
+#else
+            const int seen = kk < nb;
+#endif
+            const float x = seen ? attn_score(scale * VSUM(dv), j0 + kk, i + shift, left, right,
+                                              cap, slope)
+                                 : -INFINITY;
 #else
             const long tok = kk < nb ? attn_key_token(j0 + kk, ks, bt, btrow, bs, nblk) : -1;
             ktok[kk] = tok;

@@ -518,14 +518,13 @@ OCLF_HIDDEN int oclf_rows_aligned(int vec, const oclf_operand *ops, unsigned n);
 /* oclf_program_options with " -DOCLF_ALIGNED=1" added when `aligned`. */
 OCLF_HIDDEN void oclf_program_options_aligned(char *buf, size_t len, oclf_dtype dtype, int cdtype,
                                               const char *defines, int aligned);
-/* Deep validation of the aligned build of a program, while a program sink
- * is set (the cross-compile suite's list) and vec > 1: named to the sink
- * and its n kernels checked as the plain build's are. Otherwise nothing: a
- * call compiles the aligned build only where its operands take it. */
-OCLF_HIDDEN oclf_status oclf_check_aligned_variant(oclf_context *ctx, const char *source,
-                                                   oclf_dtype dtype, int cdtype,
-                                                   const char *defines, int vec,
-                                                   const char *const *kernels, int n, size_t wgs);
+/* For deep validation, before the plain build: while a program sink is set
+ * (the cross-compile suite's list) and vec > 1, names the aligned build of
+ * the program to it. Otherwise nothing: a call compiles the aligned build
+ * only where its operands take it, and it shares the plain build's limits. */
+OCLF_HIDDEN void oclf_list_aligned_variant(oclf_context *ctx, const char *source,
+                                           oclf_dtype dtype, int cdtype, const char *defines,
+                                           int vec);
 
 /* Default row structure for rows of `width` elements: on a CPU a row per
  * work-item, cpu_wgs of them per group, 16-wide vectors; on a GPU a

@@ -234,21 +234,19 @@ void oclf_program_options_aligned(char *buf, size_t len, oclf_dtype dtype, int c
     oclf_program_options(buf, len, dtype, cdtype, d);
 }
 
-oclf_status oclf_check_aligned_variant(oclf_context *ctx, const char *source, oclf_dtype dtype,
-                                       int cdtype, const char *defines, int vec,
-                                       const char *const *kernels, int n, size_t wgs)
+void oclf_list_aligned_variant(oclf_context *ctx, const char *source, oclf_dtype dtype,
+                               int cdtype, const char *defines, int vec)
 {
     /* Only the cross-compile suite's list asks for it: a call checks the
      * plain build's limits, which the aligned one (the same kernels with
      * wider accesses) shares, and compiles the aligned build only where its
-     * operands take it. */
+     * operands take it. With a sink the program is named, not built. */
     if (vec <= 1 || !ctx->program_sink)
-        return OCLF_SUCCESS;
+        return;
     char opts[OCLF_OPTIONS_MAX];
     oclf_program_options_aligned(opts, sizeof opts, dtype, cdtype, defines, 1);
     oclf_program *prog;
-    oclf_status st = oclf_program_get(ctx, source, opts, &prog);
-    return st ? st : oclf_check_kernel_wgs(ctx, prog, kernels, n, wgs);
+    (void)oclf_program_get(ctx, source, opts, &prog);
 }
 
 size_t oclf_row_heuristic(const oclf_context *ctx, oclf_dtype dtype, uint64_t width,
@@ -565,12 +563,11 @@ oclf_status oclf_row_validate(oclf_context *ctx, const oclf_param_spec *spec, un
         memcpy(out, &cfg, sizeof cfg);
     if (st != OCLF_SUCCESS || !deep)
         return st;
+    oclf_list_aligned_variant(ctx, source, dtype, -1, cfg.defines, cfg.vec);
     char opts[OCLF_OPTIONS_MAX];
     oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
     oclf_program *prog;
-    if ((st = oclf_program_get(ctx, source, opts, &prog)) ||
-        (st = oclf_check_kernel_wgs(ctx, prog, kernels, n, (size_t)cfg.wgs)))
+    if ((st = oclf_program_get(ctx, source, opts, &prog)))
         return st;
-    return oclf_check_aligned_variant(ctx, source, dtype, -1, cfg.defines, cfg.vec, kernels, n,
-                                      (size_t)cfg.wgs);
+    return oclf_check_kernel_wgs(ctx, prog, kernels, n, (size_t)cfg.wgs);
 }

@@ -15,8 +15,9 @@ back ends:
     LLVM intrinsic) is one the vendor's compiler would not find either: a
     plain `inline` helper without a body under C99 rules is the usual
     cause; then at -O3 to NVIDIA PTX (sm_80) and AMD assembly (gfx90a,
-    gfx1100), which must build; PTX must declare no external function, and
-    AMD's register report gives each kernel's VGPRs and spills;
+    gfx1100; gfx942 through clang-19 with libclc-19, where clang-19 is
+    installed), which must build; PTX must declare no external function,
+    and AMD's register report gives each kernel's VGPRs and spills;
   - NVIDIA's assembler, ptxas -v, on that PTX for sm_80 and sm_90 (PTX for
     sm_80 runs on sm_90, as the driver would compile it there): registers,
     spill bytes and shared memory per kernel;
@@ -32,6 +33,23 @@ stores or loads, IGC spills. The search spaces must not offer such a point
 (a spilled kernel moves its registers through memory, which defeats the
 point of fusing). AMD SGPR spills, which land in VGPR lanes, are only
 reported. Per-kernel figures go to OUT_DIR/report.tsv.
+
+The GPU report (tests/gpu_report.py, docs/gpu-model.md): the machine code
+of every GPU default (of every program with OCLF_GPU_REPORT_FULL=1) is
+read for sm_90 and sm_80 (nvdisasm of ptxas's cubin), gfx942, gfx90a,
+gfx1100 and, through ocloc disasm, pvc and dg2: registers, local memory,
+spills, occupancy, the hot loop's global accesses by width, local-memory
+instructions per FMA, the FMA share of the loop, and the model's
+predicted fraction of HBM bandwidth or FP32 peak; written to
+OUT_DIR/gpu-report.{tsv,json,txt}. Its gate (every miss and why in
+OUT_DIR/gpu-gate.tsv) fails the suite on a miss
+that tests/gpu_gate_known.tsv does not list, and names the listed ones
+that no longer miss; OCLF_GPU_GATE_WRITE=1 writes the list from the run
+instead (to remove what was fixed; a new miss is fixed, not listed).
+OCLF_GPU_GATE_KNOWN=PATH reads (and writes) another list; OCLF_GPU_REPORT=0
+leaves the report and the gate out.
+nvdisasm, where not on PATH, comes from NVIDIA's wheel (pip download, into
+OUT_DIR/../nvdisasm), libclc-19 from its Debian package (OUT_DIR/../clc19).
 
 IGC is not a package this machine installs: its Debian packages are
 downloaded (apt-get download) and unpacked under OUT_DIR/../igc, so its
@@ -62,6 +80,10 @@ import tempfile
 import time
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import gpu_report  # noqa: E402  (beside this file)
+
 CLANG = shutil.which("clang-15")
 CLC = "/usr/lib/clc"
 TARGETS = [
@@ -73,6 +95,12 @@ TARGETS = [
     ("amdgcn-gfx1100", ["-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-nogpulib"],
      "amdgcn--amdhsa.bc", True),
 ]
+# gfx942 (MI300) needs a newer back end than clang-15 has (its closest
+# CDNA3 target is gfx940): clang-19, with libclc-19's builtins unpacked
+# beside the build (libclc-19 and libclc-15 cannot be installed together).
+CLANG19 = shutil.which("clang-19")
+GFX942 = ("amdgcn-gfx942", ["-target", "amdgcn-amd-amdhsa", "-mcpu=gfx942", "-nogpulib"],
+          "amdgcn--amdhsa.bc", True)
 DECLARE = re.compile(r"^declare .*@([A-Za-z0-9_.$]+)\(", re.M)
 PTXAS = shutil.which("ptxas")
 PTXAS_ARCHS = ["sm_80", "sm_90"]
@@ -82,6 +110,10 @@ IGC_PACKAGES = ["intel-opencl-icd", "libigc1", "libigdfcl1", "libigdgmm12", "lib
                 "libllvm14", "libllvmspirvlib14", "libclang-cpp14"]
 # Set by main() when ocloc runs: (path, environment).
 OCLOC = None
+# Set by main(): nvdisasm (PATH or the wheel unpacked beside the build) and
+# libclc-19's folder, or None where they could not be had.
+NVDISASM = None
+CLC19 = None
 
 
 # The OpenCL C version the library builds every program as (lib/device.c,
@@ -89,8 +121,8 @@ OCLOC = None
 CL_STD = "-cl-std=CL1.2"
 
 
-def clang(args, src, out):
-    cmd = [CLANG, "-x", "cl", CL_STD, "-Xclang", "-finclude-default-header",
+def clang(args, src, out, compiler=None):
+    cmd = [compiler or CLANG, "-x", "cl", CL_STD, "-Xclang", "-finclude-default-header",
            "-Wno-everything"] + args + ["-o", out, src]
     p = subprocess.run(cmd, capture_output=True, text=True)
     return p.returncode, p.stderr
@@ -169,9 +201,65 @@ def igc_setup(root):
         open(done, "w").close()
     if not os.access(ocloc, os.X_OK):
         return None, f"{ocloc} is missing from the unpacked packages"
+    # ocloc disasm loads IGA by its unversioned name
+    iga = os.path.join(libs[0], "libiga64.so")
+    if not os.path.exists(iga) and os.path.exists(iga + ".1"):
+        os.symlink("libiga64.so.1", iga)
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = ":".join(libs + [p for p in [env.get("LD_LIBRARY_PATH")] if p])
     return ocloc, env
+
+
+def nvdisasm_setup(root):
+    """nvdisasm: on PATH, else from NVIDIA's wheel (pip download, unpacked
+    under root once): (path, None) or (None, why)."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found, None
+    done = os.path.join(root, ".unpacked")
+    if not os.path.exists(done):
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                            root, "nvidia-cuda-nvdisasm"], capture_output=True, text=True)
+        wheels = [w for w in os.listdir(root) if w.endswith(".whl")]
+        if p.returncode != 0 or not wheels:
+            return None, "pip download nvidia-cuda-nvdisasm failed: " + \
+                ((p.stderr.strip().splitlines() or ["?"])[-1])
+        import zipfile
+        with zipfile.ZipFile(os.path.join(root, wheels[0])) as z:
+            z.extractall(root)
+        open(done, "w").close()
+    for d, _, files in os.walk(root):
+        if "nvdisasm" in files:
+            path = os.path.join(d, "nvdisasm")
+            os.chmod(path, 0o755)
+            return path, None
+    return None, "the nvdisasm wheel holds no nvdisasm"
+
+
+def clc19_setup(root):
+    """libclc-19's builtins (apt-get download, unpacked under root once):
+    (folder, None) or (None, why)."""
+    clc = os.path.join(root, "usr", "lib", "clc")
+    done = os.path.join(root, ".unpacked")
+    if not os.path.exists(done):
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        with tempfile.TemporaryDirectory() as debs:
+            p = subprocess.run(["apt-get", "download", "libclc-19"], cwd=debs,
+                               capture_output=True, text=True)
+            debs_got = [d for d in os.listdir(debs) if d.endswith(".deb")]
+            if p.returncode != 0 or not debs_got:
+                return None, "apt-get download libclc-19 failed"
+            p = subprocess.run(["dpkg-deb", "-x", os.path.join(debs, debs_got[0]), root],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                return None, f"dpkg-deb -x failed: {p.stderr.strip()}"
+        open(done, "w").close()
+    if not os.path.exists(os.path.join(clc, GFX942[2])):
+        return None, f"{clc} has no {GFX942[2]}"
+    return clc, None
 
 
 def elf_section(data, wanted):
@@ -190,9 +278,9 @@ def elf_section(data, wanted):
 
 
 def zeinfo_stats(text):
-    """{kernel: [grf registers, simd width, scratch bytes, private bytes]}
-    from a zebin's .ze_info (YAML: kernels, each with its execution_env and
-    per_thread_memory_buffers)."""
+    """{kernel: [grf registers, simd width, scratch bytes, private bytes,
+    local (SLM) bytes]} from a zebin's .ze_info (YAML: kernels, each with
+    its execution_env and per_thread_memory_buffers)."""
     stats, name, buf, in_kernels = {}, None, None, False
     for line in text.splitlines():
         if re.match(r"^\S", line):  # a top-level key (kernels_misc_info repeats the names)
@@ -202,9 +290,11 @@ def zeinfo_stats(text):
             continue
         if m := re.match(r"^  - name:\s+(\S+)", line):
             name = m.group(1)
-            stats[name] = [0, 0, 0, 0]
+            stats[name] = [0, 0, 0, 0, 0]
         elif name is None:
             continue
+        elif m := re.match(r"^\s+slm_size:\s+(\d+)", line):
+            stats[name][4] = int(m.group(1))
         elif m := re.match(r"^\s+grf_count:\s+(\d+)", line):
             stats[name][0] = int(m.group(1))
         elif m := re.match(r"^\s+simd_size:\s+(\d+)", line):
@@ -221,9 +311,28 @@ IGC_SPILL = re.compile(r"kernel (\w+)\s+compiled SIMD(\d+) allocated (\d+) regs 
                        r"spilled around (\d+)")
 
 
-def igc_build(src, options, device, tmp, base):
+def igc_disasm(zebin_path, device, tmp):
+    """{kernel: assembly text} from ocloc disasm of a zebin ({} where IGA
+    is not there)."""
+    ocloc, env = OCLOC
+    out = zebin_path + ".dis"
+    # (the dump folder must exist, and be named with its trailing slash)
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([ocloc, "disasm", "-file", zebin_path, "-device", device, "-dump", out + "/"],
+                   capture_output=True, text=True, env=env)
+    asm = {}
+    if os.path.isdir(out):
+        for name in os.listdir(out):
+            if m := re.match(r"^\.text\.(\w+)\.asm$", name):
+                with open(os.path.join(out, name), errors="replace") as f:
+                    asm[m.group(1)] = f.read()
+        shutil.rmtree(out, ignore_errors=True)
+    return asm
+
+
+def igc_build(src, options, device, tmp, base, disasm=False):
     """ocloc on one source for one device: (error or None, {kernel: [regs,
-    simd, spills, scratch, private]})."""
+    simd, spills, scratch, private, slm]}, {kernel: assembly} where disasm)."""
     ocloc, env = OCLOC
     out = base + "-" + device
     cmd = [ocloc, "compile", "-file", src, "-device", device, "--format", "zebin",
@@ -236,19 +345,21 @@ def igc_build(src, options, device, tmp, base):
             zebin = f.read()
     except OSError:
         zebin = None
+    asm = igc_disasm(out, device, tmp) if disasm and zebin and p.returncode == 0 else {}
     for leftover in (out, out + ".spv"):
         if os.path.exists(leftover):
             os.remove(leftover)
     if p.returncode != 0 or not zebin:
-        return log.strip()[-2000:] or f"ocloc exited {p.returncode}", {}
+        return log.strip()[-2000:] or f"ocloc exited {p.returncode}", {}, {}
     info = elf_section(zebin, ".ze_info")
     if info is None:
-        return "ocloc wrote no .ze_info section", {}
-    stats = {k: [v[0], v[1], 0, v[2], v[3]] for k, v in zeinfo_stats(info.decode()).items()}
+        return "ocloc wrote no .ze_info section", {}, {}
+    stats = {k: [v[0], v[1], 0, v[2], v[3], v[4]]
+             for k, v in zeinfo_stats(info.decode()).items()}
     for kernel, simd, regs, spilled in IGC_SPILL.findall(log):
-        row = stats.setdefault(kernel, [int(regs), int(simd), 0, 0, 0])
+        row = stats.setdefault(kernel, [int(regs), int(simd), 0, 0, 0, 0])
         row[2] = int(spilled)
-    return None, stats
+    return None, stats, asm
 
 
 def ptxas_stats(log):
@@ -283,20 +394,44 @@ COLUMNS = ["source", "options", "target", "kernel", "regs", "simd", "spills", "s
            "scratch", "private", "shared"]
 
 
+def amd_lds(asm):
+    """{kernel: LDS bytes per work-group} from clang's register report."""
+    lds, name = {}, None
+    for line in asm.splitlines():
+        if m := re.match(r"^([A-Za-z_][A-Za-z0-9_]*):\s+; @", line):
+            name = m.group(1)
+        elif name and (m := re.match(r"; LDSByteSize: (\d+)", line)):
+            lds[name] = int(m.group(1))
+    return lds
+
+
 def compile_variant(job):
-    idx, source, options, text, tmp = job
+    idx, source, options, text, tmp, report = job
     src = os.path.join(tmp, f"v{idx}.cl")
     with open(src, "w") as f:
         f.write(text)
     defs = options.split()
-    errors, rows = [], []
+    errors, rows, reports = [], [], []
 
     def row(target, kernel, regs=0, simd=0, spills=0, sgpr=0, scratch=0, private=0, shared=0):
         rows.append((source, options, target, kernel, regs, simd, spills, sgpr, scratch, private,
                      shared))
 
-    for ti, (name, flags, bc, stats) in enumerate(TARGETS):
-        link = ["-Xclang", "-mlink-builtin-bitcode", "-Xclang", os.path.join(CLC, bc)]
+    def analyse(target, code_by_kernel, stats):
+        for kernel, code in sorted(code_by_kernel.items()):
+            if kernel in stats:
+                try:
+                    reports.append(gpu_report.analyse(source, options, target, kernel, code,
+                                                      stats[kernel]))
+                except Exception as e:  # a reader's bug must not hide the compile result
+                    errors.append(f"{source} {options} [{target}]: gpu report of {kernel} "
+                                  f"failed: {e!r}")
+
+    targets = list(TARGETS) + ([GFX942] if CLC19 else [])
+    for ti, (name, flags, bc, stats) in enumerate(targets):
+        compiler = CLANG19 if name == GFX942[0] else CLANG
+        clc = CLC19 if name == GFX942[0] else CLC
+        link = ["-Xclang", "-mlink-builtin-bitcode", "-Xclang", os.path.join(clc, bc)]
         if ti == 0:
             # What is left undefined at -O0 is the same IR for every target.
             ll = os.path.join(tmp, f"v{idx}-{name}.ll")
@@ -312,15 +447,21 @@ def compile_variant(job):
             if undefined:
                 errors.append(f"{source} {options} [-O0]: undefined {', '.join(undefined)}")
         asm = os.path.join(tmp, f"v{idx}-{name}.s")
-        rc, err = clang(flags + link + defs + ["-O3", "-S"], src, asm)
+        rc, err = clang(flags + link + defs + ["-O3", "-S"], src, asm, compiler)
         if rc != 0:
             errors.append(f"{source} {options} [{name} -O3]: build failed\n{err.strip()[:2000]}")
             continue
         with open(asm) as f:
             code = f.read()
         if stats:
-            for kernel, (vgprs, vspill, sspill, scratch) in sorted(amd_stats(code).items()):
+            amd = amd_stats(code)
+            for kernel, (vgprs, vspill, sspill, scratch) in sorted(amd.items()):
                 row(name, kernel, regs=vgprs, spills=vspill, sgpr=sspill, scratch=scratch)
+            if report:
+                lds = amd_lds(code)
+                analyse(name, gpu_report.read_amd(code),
+                        {k: dict(regs=v[0], spills=v[1], scratch=v[3], lds=lds.get(k, 0))
+                         for k, v in amd.items()})
             os.remove(asm)
             continue
         externs = re.findall(r"^\s*\.extern\s+\.func\s+(?:\([^)]*\)\s*)?(\w+)", code, re.M)
@@ -330,27 +471,50 @@ def compile_variant(job):
             cubin = os.path.join(tmp, f"v{idx}-{arch}.cubin")
             p = subprocess.run([PTXAS, "-v", f"-arch={arch}", asm, "-o", cubin],
                                capture_output=True, text=True)
+            sass = None
+            if report and NVDISASM and p.returncode == 0 and os.path.exists(cubin):
+                d = subprocess.run([NVDISASM, "-c", cubin], capture_output=True, text=True)
+                sass = d.stdout if d.returncode == 0 else None
+                if sass is None:
+                    errors.append(f"{source} {options} [nvdisasm {arch}]: failed\n"
+                                  f"{d.stderr.strip()[:2000]}")
             if os.path.exists(cubin):
                 os.remove(cubin)
             if p.returncode != 0:
                 errors.append(f"{source} {options} [ptxas {arch}]: failed\n"
                               f"{(p.stdout + p.stderr).strip()[:2000]}")
                 continue
-            for kernel, (regs, spill, stack, shared) in sorted(ptxas_stats(p.stderr + p.stdout)
-                                                               .items()):
+            nv = ptxas_stats(p.stderr + p.stdout)
+            for kernel, (regs, spill, stack, shared) in sorted(nv.items()):
                 row(f"ptxas-{arch}", kernel, regs=regs, spills=spill, scratch=stack,
                     shared=shared)
+            if sass is not None:
+                analyse(f"ptxas-{arch}", gpu_report.read_sass(sass),
+                        {k: dict(regs=v[0], spills=v[1], scratch=v[2], shared=v[3])
+                         for k, v in nv.items()})
         os.remove(asm)
-    for device in IGC_DEVICES if OCLOC else []:
-        err, stats = igc_build(src, options, device, tmp, os.path.join(tmp, f"v{idx}"))
+    devices = [d for d in IGC_DEVICES if not os.environ.get("OCLF_GPU_REPORT_ONLY") or
+               f"igc-{d}" in gpu_report.REPORT_TARGETS]
+    for device in devices if OCLOC else []:
+        target = f"igc-{device}"
+        want = report and target in gpu_report.REPORT_TARGETS
+        err, stats, asm = igc_build(src, options, device, tmp, os.path.join(tmp, f"v{idx}"),
+                                    disasm=want)
         if err:
             errors.append(f"{source} {options} [igc {device}]: build failed\n{err}")
             continue
-        for kernel, (regs, simd, spills, scratch, private) in sorted(stats.items()):
-            row(f"igc-{device}", kernel, regs=regs, simd=simd, spills=spills, scratch=scratch,
+        for kernel, (regs, simd, spills, scratch, private, _) in sorted(stats.items()):
+            row(target, kernel, regs=regs, simd=simd, spills=spills, scratch=scratch,
                 private=private)
+        if want:
+            if not asm:
+                errors.append(f"{source} {options} [igc {device}]: ocloc disasm gave no "
+                              f"assembly")
+            analyse(target, {k: gpu_report.read_igc(v) for k, v in asm.items()},
+                    {k: dict(regs=v[0], simd=v[1], spills=v[2], scratch=v[3], grf=v[0],
+                             slm=v[5]) for k, v in stats.items()})
     os.remove(src)
-    return errors, rows
+    return errors, rows, reports
 
 
 def select(variants):
@@ -373,8 +537,64 @@ def select(variants):
     return chosen
 
 
+def report_and_gate(reports, out_dir, cl_dir):
+    """Writes the GPU report (OUT_DIR/gpu-report.{tsv,json,txt}), prints
+    its summary and runs the gate against tests/gpu_gate_known.tsv: the
+    errors of the new misses."""
+    if not reports:
+        return []
+    for r in reports:
+        r["source"] = os.path.basename(r["source"])
+    tsv = gpu_report.write(reports, out_dir)
+    with open(os.path.join(out_dir, "gpu-report.txt"), "w") as f:
+        gpu_report.table(reports, f)
+    print(f"gpu-report: {len(reports)} kernel rows on "
+          f"{len({r['target'] for r in reports})} targets: {tsv} (and .json, .txt)")
+    for target in gpu_report.REPORT_TARGETS:
+        mine = [r for r in reports if r["target"] == target]
+        mem = [r for r in mine if r["bound"] == "memory"]
+        if not mine:
+            continue
+        wide = [r for r in mem if r["wide_fraction"] == 1.0]
+        pred = sorted(r["predicted"] for r in mem)
+        print(f"  {target}: {len(mine)} kernels, {len(mem)} memory-bound: {len(wide)} with only "
+              f"16-byte hot-loop accesses; predicted HBM fraction median "
+              f"{pred[len(pred) // 2] if pred else 0:.0%}")
+    known_path = os.environ.get("OCLF_GPU_GATE_KNOWN") or os.path.join(
+        os.path.dirname(os.path.abspath(cl_dir)), "tests", "gpu_gate_known.tsv")
+    known = gpu_report.read_known(known_path)
+    complete = not any(os.environ.get(v) for v in ("OCLF_GPU_COMPILE_QUICK",
+                                                   "OCLF_GPU_COMPILE_MATCH"))
+    # A partial run says fixed only of the programs it reported on.
+    new, still, fixed = gpu_report.gate(reports, known, complete=complete)
+    if os.environ.get("OCLF_GPU_GATE_WRITE") == "1":
+        gpu_report.write_known(known_path, set(new) | set(still))
+        print(f"gpu-gate: wrote {len(new) + len(still)} misses to {known_path}")
+        return []
+    with open(os.path.join(out_dir, "gpu-gate.tsv"), "w") as f:
+        f.write("source\toptions\tkernel\ttarget\treason\tdetail\tlisted\n")
+        for key, detail in sorted({**still, **new}.items()):
+            f.write("\t".join(key) + f"\t{detail}\t{'known' if key in still else 'new'}\n")
+    by = {}
+    for key in still:
+        by[(key[3], key[4])] = by.get((key[3], key[4]), 0) + 1
+    print(f"gpu-gate: {len(still)} known misses, {len(new)} new, {len(fixed)} listed that no "
+          f"longer miss{'' if complete else ' (partial run)'}; every miss and why: "
+          f"{os.path.join(out_dir, 'gpu-gate.tsv')}")
+    for (target, reason), n in sorted(by.items()):
+        print(f"  known: {target} {reason}: {n}")
+    for key in fixed[:40]:
+        print(f"  no longer misses (remove from {os.path.basename(known_path)}): "
+              f"{' | '.join(key)}")
+    errors = []
+    for key, detail in sorted(new.items()):
+        errors.append(f"gpu-gate: new miss: {key[0]} {key[1]} [{key[3]}] kernel {key[2]}: "
+                      f"{key[4]}: {detail}")
+    return errors
+
+
 def main():
-    global OCLOC
+    global OCLOC, NVDISASM, CLC19
     if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
@@ -409,6 +629,17 @@ def main():
         OCLOC = (ocloc, why)
     else:
         skipped.append(f"IGC could not be fetched ({why}): the Intel step is skipped")
+    report_all = os.environ.get("OCLF_GPU_REPORT_FULL") == "1"
+    report_none = os.environ.get("OCLF_GPU_REPORT") == "0"
+    NVDISASM, why = nvdisasm_setup(os.path.join(os.path.dirname(out_dir), "nvdisasm"))
+    if not NVDISASM and PTXAS:
+        skipped.append(f"nvdisasm could not be had ({why}): no NVIDIA rows in the GPU report")
+    if CLANG19:
+        CLC19, why = clc19_setup(os.path.join(os.path.dirname(out_dir), "clc19"))
+        if not CLC19:
+            skipped.append(f"libclc-19 could not be had ({why}): gfx942 is skipped")
+    else:
+        skipped.append("clang-19 is not installed (tools/setup.sh): gfx942 is skipped")
     for line in skipped:
         print(f"gpu-compile: {line}")
     with open(os.path.join(cl_dir, "common.h")) as f:
@@ -421,11 +652,14 @@ def main():
             if source not in bodies:
                 bodies[source] = expand(cl_dir, source, 0)
             text = f'#line 1 "common.h"\n{common}\n#line 1 "{source}"\n{bodies[source]}'
-            jobs.append((i, source, options, text, tmp))
+            jobs.append((i, source, options, text, tmp,
+                         not report_none and (report_all or chosen[i][2] == "default")))
+        reports = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            for errs, rs in pool.map(compile_variant, jobs):
+            for errs, rs, rep in pool.map(compile_variant, jobs):
                 errors += errs
                 rows += rs
+                reports += rep
     report = os.path.join(out_dir, "report.tsv")
     with open(report, "w") as f:
         f.write("\t".join(COLUMNS) + "\n")
@@ -437,8 +671,11 @@ def main():
     for r in spills:
         errors.append(f"{r[0]} {r[1]} [{r[2]}]: kernel {r[3]} spills ({r[6]}); the search "
                       f"space must not offer it")
-    targets = [t[0] for t in TARGETS] + [f"ptxas-{a}" for a in PTXAS_ARCHS if PTXAS] + \
-        [f"igc-{d}" for d in IGC_DEVICES if OCLOC]
+    errors += report_and_gate(reports, out_dir, cl_dir)
+    targets = [t[0] for t in TARGETS] + ([GFX942[0]] if CLC19 else []) + \
+        [f"ptxas-{a}" for a in PTXAS_ARCHS if PTXAS] + \
+        [f"igc-{d}" for d in IGC_DEVICES if OCLOC and (not os.environ.get(
+            "OCLF_GPU_REPORT_ONLY") or f"igc-{d}" in gpu_report.REPORT_TARGETS)]
     ndefault = sum(1 for v in chosen if v[2] == "default")
     print(f"gpu-compile: {len(chosen)} of {len(variants)} programs ({ndefault} GPU defaults, "
           f"{len(chosen) - ndefault} space points"

@@ -234,13 +234,15 @@ END_TEST
 START_TEST(test_aligned_build)
 {
     const oclf_dtype dx = dtypes[_i], dy = dtypes[(_i + 1) % 3];
-    const oclf_choice fused = th_choice(OCLF_PATH_FUSED);
+    /* VEC named: a device class whose default is 1 has no vectors to align */
+    oclf_choice fused = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&fused.params, "VEC", 8);
     for (int packed = 0; packed < 2; packed++)
         for (size_t c = 0; c < NCASES; c += 5) {
             packed_layout = packed;
             case_ctx = th_build_log_context();
             check_case(&cases[c], dx, dy, dx, 5, 96, &fused);
-            ck_assert_msg(th_built("launch expr_fused ", "-DOCLF_VEC=", packed),
+            ck_assert_msg(th_built("launch expr_fused ", "-DOCLF_VEC=8", packed),
                           "%s (%s,%s) packed %d: no %s launch of the fused kernel:\n%s",
                           cases[c].src, oclf_dtype_name(dx), oclf_dtype_name(dy), packed,
                           packed ? "aligned" : "plain", th_builds());

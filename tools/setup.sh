@@ -9,6 +9,9 @@ packages=(
   libclblast-dev libjansson-dev check libsubunit-dev
   oclgrind liboclgrind-dev g++ valgrind clang libclang-rt-dev
   clang-15 libclc-15
+  # gfx942 (MI300) in the GPU report: clang-19's AMDGPU back end. libclc-19
+  # conflicts with libclc-15, so tests/gpu_compile.py unpacks it itself.
+  clang-19
   openmpi-bin libopenmpi-dev
   python3-pyopencl python3-numpy python3-pytest python3-matplotlib
   # pip install . (docs/python.md; the pip test suite)

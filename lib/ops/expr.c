@@ -264,10 +264,11 @@ oclf_status oclf_expr_compile(oclf_context *ctx, const char *source, const oclf_
     /* Build now, so the first run launches at once (a program sink only
      * lists it). */
     oclf_program *prog;
+    /* the cross-compile suite's list names the aligned build too (a sink
+     * lists programs and answers that none was built) */
+    if (ctx->program_sink && e->vec > 1)
+        (void)expr_program(ctx, e, e->vec, 1, &prog);
     oclf_status st = expr_program(ctx, e, e->vec, 0, &prog);
-    /* the cross-compile suite's list names the aligned build too */
-    if (st == OCLF_SUCCESS && ctx->program_sink && e->vec > 1)
-        st = expr_program(ctx, e, e->vec, 1, &prog);
     if (st != OCLF_SUCCESS && !ctx->program_sink) {
         expr_free(e);
         return st;

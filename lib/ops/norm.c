@@ -146,6 +146,7 @@ static oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
     /* CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a kernel's register
      * or local-memory use can lower its own limit, which only the built
      * kernel reports. */
+    oclf_list_aligned_variant(ctx, "norm.cl", dtype, -1, cfg.defines, cfg.vec);
     char opts[OCLF_OPTIONS_MAX];
     oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
     oclf_program *prog;
@@ -153,10 +154,7 @@ static oclf_status oclf_norm_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
         return st;
     const char *names[3];
     int n = path_kernels(op_kind(op), r->path, names);
-    if ((st = oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs)))
-        return st;
-    return oclf_check_aligned_variant(ctx, "norm.cl", dtype, -1, cfg.defines, cfg.vec, names, n,
-                                      (size_t)cfg.wgs);
+    return oclf_check_kernel_wgs(ctx, prog, names, n, (size_t)cfg.wgs);
 }
 
 const oclf_op_hooks oclf_norm_hooks = {oclf_norm_heuristic, oclf_norm_validate};

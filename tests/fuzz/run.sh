@@ -18,9 +18,9 @@ cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefin
         -I"$src/include" -I"$gen/include" -I"$src/lib" -DCL_TARGET_OPENCL_VERSION=120 -std=c11
         -D_POSIX_C_SOURCE=200809L)
 clang "${cflags[@]}" "$src/tests/fuzz/fuzz_cache.c" "$src/lib/cache_format.c" -o "$out/fuzz_cache"
-# The tuning-database parser stands on the op list and the error code alone.
+# The tuning-database parser stands on the op list, parameter sets and the error code alone.
 clang "${cflags[@]}" "$src/tests/fuzz/fuzz_tunedb.c" "$src/lib/tunedb_parse.c" \
-  "$src/lib/oplist.c" "$src/lib/error.c" -o "$out/fuzz_tunedb" -lOpenCL -ljansson -lpthread
+  "$src/lib/oplist.c" "$src/lib/params.c" "$src/lib/error.c" -o "$out/fuzz_tunedb" -lOpenCL -ljansson -lpthread
 # The expression parser and code generator stand alone.
 clang "${cflags[@]}" "$src/tests/fuzz/fuzz_expr.c" "$src"/lib/expr/*.c "$src/lib/error.c" \
   -o "$out/fuzz_expr" -lOpenCL -lpthread -lm
