@@ -370,10 +370,10 @@ START_TEST(test_oai_nan)
 }
 END_TEST
 
-/* Rows on vector boundaries (every offset and row stride a multiple of the
- * vector width) run the aligned build of the kernels (OCLF_ALIGNED: one
- * wide access per vector on GPUs), any other placement the plain build;
- * both against the reference, fused and unfused, both structures. */
+/* The backward kernels have no aligned build (cl/act.cl: one spilled on
+ * Intel's Data Center Max): rows on vector boundaries run the plain build
+ * as every other placement does, against the reference, fused and
+ * unfused, both structures. */
 START_TEST(test_aligned_build)
 {
     const oclf_dtype dt = dtypes[_i % 3];
@@ -390,10 +390,10 @@ START_TEST(test_aligned_build)
             char defs[64];
             snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
                      p / 2 ? 4 : 8);
-            ck_assert_msg(th_built("act.cl", defs, (int)place[k][2]),
+            ck_assert_msg(th_built("act.cl", defs, 0),
                           "%s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
                           oclf_dtype_name(dt), place[k][0], place[k][1], p,
-                          place[k][2] ? "aligned" : "plain", defs, th_builds());
+                          "plain", defs, th_builds());
             oclf_context_destroy(case_ctx);
             case_ctx = NULL;
         }
