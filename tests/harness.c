@@ -197,6 +197,23 @@ int th_built(const char *source, const char *defines, int aligned)
     return 0;
 }
 
+const th_place th_places[TH_PLACES] = {{0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
+
+oclf_choice th_struct_choice(int s)
+{
+    return th_row_choice(s % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED, s / 2, 64, s / 2 ? 4 : 8, 0,
+                         1);
+}
+
+void th_expect_build(const char *source, int s, int aligned, const char *what)
+{
+    char defs[64];
+    snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", s / 2,
+             s / 2 ? 4 : 8);
+    ck_assert_msg(th_built(source, defs, aligned), "%s, structure %d: no %s build of %s with '%s':\n%s",
+                  what, s, aligned ? "aligned" : "plain", source, defs, th_builds());
+}
+
 int th_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

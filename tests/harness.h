@@ -66,6 +66,23 @@ void th_builds_clear(void);
  * (OCLF_ALIGNED=1) when `aligned` is 1, the plain one when 0. */
 int th_built(const char *source, const char *defines, int aligned);
 
+/* The aligned-build tests' cases: placements of the operands' rows (an
+ * offset and a pad past the row's width; whether the rows then start on
+ * vector boundaries at VEC 4 and 8) and row structures (fused or unfused;
+ * LAYOUT 0 at VEC 8 or LAYOUT 1 at VEC 4; WGS 64). */
+typedef struct th_place {
+    size_t offset, pad;
+    int aligned;
+} th_place;
+#define TH_PLACES 4
+#define TH_STRUCTS 4
+extern const th_place th_places[TH_PLACES];
+oclf_choice th_struct_choice(int s);
+/* Asserts that a launch from `source` built with structure s ran the
+ * aligned build (aligned 1) or the plain one (0) since the last clear;
+ * `what` names the case in the message. */
+void th_expect_build(const char *source, int s, int aligned, const char *what);
+
 /* Runs a runner over `s` and returns the number of failures (for main). */
 int th_run_suite(Suite *s);
 

@@ -224,27 +224,20 @@ START_TEST(test_aligned_build)
 {
     const oclf_dtype dt = dtypes[_i % 3];
     const oclf_activation act = variant(_i / 3 ? OCLF_ACT_SWIGLU_OAI : OCLF_ACT_SILU);
-    static const size_t place[][3] = {/* offset, pad, aligned */
-                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
-    for (int k = 0; k < 5; k++)
-        for (int p = 0; p < 4; p++) {
-            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
-                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
-            /* k == 4: packed rows, but d = 770 puts the second half and the
-             * output rows off a boundary */
-            const size_t d = k == 4 ? 770 : 768, off = k == 4 ? 0 : place[k][0];
-            const size_t pad = k == 4 ? 0 : place[k][1];
-            const int aligned = k == 4 ? 0 : (int)place[k][2];
+    for (int k = 0; k <= TH_PLACES; k++)
+        for (int p = 0; p < TH_STRUCTS; p++) {
+            const oclf_choice ch = th_struct_choice(p);
+            /* k == TH_PLACES: packed rows, but d = 770 puts the second half
+             * and the output rows off a boundary */
+            const th_place odd = {0, 0, 0}, *pl = k < TH_PLACES ? &th_places[k] : &odd;
+            const size_t d = k < TH_PLACES ? 768 : 770;
             case_ctx = th_build_log_context();
-            const act_case c = {act, dt, 5, d, pad, off, &ch};
+            const act_case c = {act, dt, 5, d, pl->pad, pl->offset, &ch};
             free(run_case(&c));
-            char defs[64];
-            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
-                     p / 2 ? 4 : 8);
-            ck_assert_msg(th_built("act.cl", defs, aligned),
-                          "%s d %zu offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
-                          oclf_dtype_name(dt), d, off, pad, p, aligned ? "aligned" : "plain", defs,
-                          th_builds());
+            char what[96];
+            snprintf(what, sizeof what, "%s d %zu offset %zu pad %zu", oclf_dtype_name(dt), d,
+                     pl->offset, pl->pad);
+            th_expect_build("act.cl", p, pl->aligned, what);
             oclf_context_destroy(case_ctx);
             case_ctx = NULL;
         }

@@ -378,22 +378,16 @@ START_TEST(test_aligned_build)
 {
     const oclf_dtype dt = dtypes[_i % 3];
     const oclf_activation act = variant(_i / 3 ? OCLF_ACT_SWIGLU_OAI : OCLF_ACT_GELU);
-    static const size_t place[][3] = {/* offset, pad, aligned */
-                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
-    for (int k = 0; k < 4; k++)
-        for (int p = 0; p < 4; p++) {
-            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
-                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+    for (int k = 0; k < TH_PLACES; k++)
+        for (int p = 0; p < TH_STRUCTS; p++) {
+            const oclf_choice ch = th_struct_choice(p);
             case_ctx = th_build_log_context();
-            const bwd_case c = {act, dt, 5, 768, place[k][1], place[k][0], 0, &ch};
+            const bwd_case c = {act, dt, 5, 768, th_places[k].pad, th_places[k].offset, 0, &ch};
             free(run_case(&c));
-            char defs[64];
-            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
-                     p / 2 ? 4 : 8);
-            ck_assert_msg(th_built("act.cl", defs, 0),
-                          "%s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
-                          oclf_dtype_name(dt), place[k][0], place[k][1], p,
-                          "plain", defs, th_builds());
+            char what[96];
+            snprintf(what, sizeof what, "%s offset %zu pad %zu", oclf_dtype_name(dt),
+                     th_places[k].offset, th_places[k].pad);
+            th_expect_build("act.cl", p, 0, what);
             oclf_context_destroy(case_ctx);
             case_ctx = NULL;
         }

@@ -366,23 +366,18 @@ START_TEST(test_aligned_build)
 {
     const oclf_dtype dt = dtypes[_i % 3];
     const int ln = _i / 3;
-    static const size_t place[][3] = {/* offset, pad, aligned */
-                                      {0, 0, 1}, {16, 16, 1}, {1, 0, 0}, {0, 3, 0}};
-    for (int k = 0; k < 4; k++)
-        for (int p = 0; p < 4; p++) {
-            const oclf_choice ch = th_row_choice(p % 2 ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED,
-                                                 p / 2, 64, p / 2 ? 4 : 8, 0, 1);
+    for (int k = 0; k < TH_PLACES; k++)
+        for (int p = 0; p < TH_STRUCTS; p++) {
+            const oclf_choice ch = th_struct_choice(p);
             case_ctx = th_build_log_context();
-            const ng_case c = {dt, ln, 5, 768, place[k][1], place[k][0], 1, 1, ln, !ln, 0, &ch, 1};
+            const ng_case c = {dt,   ln, 5, 768, th_places[k].pad, th_places[k].offset,
+                               1,    1,  ln, !ln, 0, &ch, 1};
             ng_result r = run_case(&c);
             free_result(&r);
-            char defs[64];
-            snprintf(defs, sizeof defs, "-DOCLF_LAYOUT=%d -DOCLF_WGS=64 -DOCLF_VEC=%d", p / 2,
-                     p / 2 ? 4 : 8);
-            ck_assert_msg(th_built("norm_grad.cl", defs, (int)place[k][2]),
-                          "%s offset %zu pad %zu structure %d: no %s build with '%s':\n%s",
-                          oclf_dtype_name(dt), place[k][0], place[k][1], p,
-                          place[k][2] ? "aligned" : "plain", defs, th_builds());
+            char what[96];
+            snprintf(what, sizeof what, "%s offset %zu pad %zu", oclf_dtype_name(dt),
+                     th_places[k].offset, th_places[k].pad);
+            th_expect_build("norm_grad.cl", p, th_places[k].aligned, what);
             oclf_context_destroy(case_ctx);
             case_ctx = NULL;
         }
