@@ -311,7 +311,7 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
     } while (0)
 /* The up term's clamp gradient: 1 inside [-limit, limit], 0 outside, NaN
  * for a NaN up (inside no bound: its gradient is NaN, as its output is). */
-#define OAI_UP_PASS(T, u) ((u) > p1 || (u) < -p1 ? (T)(0.0f) : (u) == (u) ? (T)(1.0f) : (T)(NAN))
+#define OAI_UP_PASS(T, u) ((u) > p1 || (u) < -p1 ? (T)(0.0f) : (u) == (u) ? (T)(1.0f) : (T)NAN)
 
 /* Two vectors of VEC gate and up gradients as the interleaved pairs
  * (dg0, du0, dg1, du1, ...): the low VEC elements, then the high. */
