@@ -201,6 +201,9 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
                             local float *stage, local long *ltok)
 {
     local float *lk = stage, *lv = stage + OCLF_BK * OCLF_DP;
+#if OCLF_STAGE && OCLF_PAGED
+    local float lmask[OCLF_BK]; /* 0, or -inf for a key not read */
+#endif
     const uint lid = get_local_id(0);
     const ulong gid0 = get_group_id(0);
     const uint p = (uint)(gid0 % nparts);
@@ -281,8 +284,11 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
         barrier(CLK_LOCAL_MEM_FENCE);
 #if OCLF_STAGE
 #if OCLF_PAGED
-        for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS)
+        for (uint kk = lid; kk < OCLF_BK; kk += OCLF_WGS) {
             ltok[kk] = kk < nb ? attn_key_token(j0 + kk, ks, bt, btrow, bs, nblk) : -1;
+            /* keys past the block or in a block past the cache are masked */
+            lmask[kk] = ltok[kk] >= 0 ? 0.0f : -INFINITY;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
         for (uint x = lid; x < OCLF_BK * OCLF_DP; x += OCLF_WGS) {
@@ -321,14 +327,17 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
                 dv += QV(c) * LDV_F(lk + kk * OCLF_DP, c * OCLF_VEC);
 #if OCLF_PAGED
             /* a key whose block lies past the cache was staged as zeros and
-             * is masked, as the unstaged loop leaves it out */
-            const int seen = kk < nb && ltok[kk] >= 0;
+             * is masked (lmask), as the unstaged loop leaves it out; an add
+             * rather than a select kept a bf16 point of the search space from
+             * spilling on Xe integrated */
+            const float x = attn_score(scale * VSUM(dv), j0 + kk, i + shift, left, right, cap,
+                                       slope) +
+                            lmask[kk];
 #else
-            const int seen = kk < nb;
+            const float x = kk < nb ? attn_score(scale * VSUM(dv), j0 + kk, i + shift, left,
+                                                 right, cap, slope)
+                                    : -INFINITY;
 #endif
-            const float x = seen ? attn_score(scale * VSUM(dv), j0 + kk, i + shift, left, right,
-                                              cap, slope)
-                                 : -INFINITY;
 #else
             const long tok = kk < nb ? attn_key_token(j0 + kk, ks, bt, btrow, bs, nblk) : -1;
             ktok[kk] = tok;
