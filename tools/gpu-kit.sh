@@ -553,8 +553,8 @@ PY
 # with each stage's 3 s to stop after its cap and the publishing between
 # stages the whole stays under 540 s (lease_deadline cuts later caps short
 # when earlier stages ran long).
-lease_stages=(unpack probe build test bench layer tune tuned binaries)
-lease_caps=(unpack=20 probe=15 build=95 test=80 bench=110 layer=45 tune=70 tuned=55 binaries=10)
+lease_stages=(unpack probe build matrix test bench layer tune tuned binaries)
+lease_caps=(unpack=20 probe=15 build=95 matrix=15 test=80 bench=95 layer=45 tune=70 tuned=55 binaries=10)
 lease_deadline=${OCLF_KIT_DEADLINE:-525}
 
 # The cap of stage $1: its default, scaled by OCLF_KIT_CAP_SCALE (percent),
@@ -683,6 +683,14 @@ lease_build() {
     echo
     "$build/tools/oclfuse-info" --shape 4096x4096 2>&1 || true
   } >>"$ldir/probe.txt"
+}
+
+# The matrix-unit and sub-group instructions (cl/mma.h) in each form the
+# device builds, checked lane by lane against a host product: first, so
+# that a short lease still answers whether the instructions and their
+# emulation agree.
+lease_matrix() {
+  "$build/tools/oclfuse-mma-probe" --cl "$src/cl" >"$ldir/matrix.txt" 2>&1
 }
 
 # The suites' own limit ends them 5 s before the stage's cap, so that the
@@ -932,6 +940,12 @@ for b in ('1', '16'):
         line += f"; decode median {ms:.3f} ms a step, {frac * 100:.0f}% of the copy roofline"
     print(line)
 
+p = os.path.join(ldir, 'matrix.txt')
+if os.path.exists(p):
+    print('\nmatrix units (oclfuse-mma-probe):')
+    for line in open(p, errors='replace').read().splitlines()[:40]:
+        print('  ' + line)
+
 t = load('tuning.json')
 if t:
     recs = t.get('records', [])
@@ -1002,7 +1016,7 @@ cmd_lease() {
   esac
   lease_stage build || { cat "$out/summary.txt" >&2; die "the build failed (build.log in $out/lease.tar.gz)"; }
   local failed=()
-  for s in test bench layer tune tuned binaries; do
+  for s in matrix test bench layer tune tuned binaries; do
     if [ "$s" = tune ]; then lease_stage "$s" INT || failed+=("$s")
     else lease_stage "$s" || failed+=("$s"); fi
   done

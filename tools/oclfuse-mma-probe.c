@@ -1,0 +1,370 @@
+/*
+ * oclfuse-mma-probe: runs the matrix-unit and sub-group wrappers of
+ * cl/mma.h on one OpenCL device, in each form the device can build, and
+ * checks every lane's result against a host product in double precision.
+ *
+ * Inputs come in two kinds: "exact", small multiples of 1/64 whose
+ * products and partial sums are exact in f32, so every form must give the
+ * reference's bits (a wrong fragment layout cannot hide); and "random",
+ * values of both signs over [-2, 2], where the forms may differ from the
+ * reference by their accumulation order (the bound printed beside).
+ *
+ *   oclfuse-mma-probe [--cl DIR] [--form emulated|native|all] [--cpu]
+ *
+ * The native form (inline PTX) is built where the device reports compute
+ * capability 8.0 or newer through cl_nv_device_attribute_query, or where
+ * --form native asks for it. Exit status 0 when every form built was
+ * checked and matched, 1 when one did not, 2 on a usage or OpenCL error.
+ */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <CL/cl_ext.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef OCLF_PROBE_CL_DIR
+#define OCLF_PROBE_CL_DIR "cl"
+#endif
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+#endif
+
+static const char probe_kernel[] =
+    "__kernel void mma_probe(__global const ushort *A, __global const ushort *B,\n"
+    "                        __global const float *C, __global float *D,\n"
+    "                        __global float *shfl_out)\n"
+    "{\n"
+    "    __local uint scratch[OCLF_MMA_SCRATCH_WORDS];\n"
+    "    __local float sscratch[32];\n"
+    "    const uint lane = get_local_id(0) & 31u;\n"
+    "    const uint g = lane >> 2, t = lane & 3u;\n"
+    "    uint a[4], b[2];\n"
+    "    float c[4], d[4];\n"
+    "    for (int i = 0; i < 4; i++) {\n"
+    "        const uint row = g + 8u * (uint)(i & 1), col = 2u * t + 8u * (uint)(i >> 1);\n"
+    "        a[i] = (uint)A[row * 16 + col] | ((uint)A[row * 16 + col + 1] << 16);\n"
+    "        c[i] = C[(g + 8u * (uint)(i >> 1)) * 8 + 2u * t + (uint)(i & 1)];\n"
+    "    }\n"
+    "    for (int j = 0; j < 2; j++) {\n"
+    "        const uint k = 2u * t + 8u * (uint)j;\n"
+    "        b[j] = (uint)B[k * 8 + g] | ((uint)B[(k + 1) * 8 + g] << 16);\n"
+    "    }\n"
+    "#if PROBE_BF16\n"
+    "    oclf_mma_m16n8k16_bf16(d, a, b, c, lane, scratch);\n"
+    "#else\n"
+    "    oclf_mma_m16n8k16_f16(d, a, b, c, lane, scratch);\n"
+    "#endif\n"
+    "    for (int i = 0; i < 4; i++)\n"
+    "        D[(g + 8u * (uint)(i >> 1)) * 8 + 2u * t + (uint)(i & 1)] = d[i];\n"
+    "    float v = (float)(lane + 1);\n"
+    "    for (uint m = 16; m > 0; m >>= 1)\n"
+    "        v += oclf_shfl_xor32(v, m, lane, sscratch);\n"
+    "    shfl_out[lane] = v;\n"
+    "    shfl_out[32 + lane] = oclf_shfl_xor32((float)lane, 5u, lane, sscratch);\n"
+    "}\n";
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* f32 -> f16 bits, round to nearest even; the inputs here are normal and
+ * within f16's range (or zero). */
+static uint16_t to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const int e = (int)((x >> 23) & 0xff) - 127 + 15;
+    if (e <= 0)
+        return sign;
+    const uint32_t m = x & 0x7fffffu, rem = m & 0x1fffu;
+    uint32_t h = ((uint32_t)e << 10) | (m >> 13);
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static float from_f16(uint16_t h)
+{
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const float v = e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static uint32_t rng_state = 12345u;
+static uint32_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+typedef struct {
+    cl_context ctx;
+    cl_command_queue q;
+    cl_device_id dev;
+} probe_dev;
+
+/* Builds the probe with OCLF_MMA=form; returns NULL and prints the log on
+ * failure. */
+static cl_program build(probe_dev *p, const char *mma_src, int form, int bf, int gnu_asm)
+{
+    const char *srcs[2] = {mma_src, probe_kernel};
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(p->ctx, 2, srcs, NULL, &err);
+    if (err != CL_SUCCESS)
+        return NULL;
+    char opts[96];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DOCLF_MMA=%d -DPROBE_BF16=%d -DOCLF_ASM_GNU=%d",
+             form, bf, gnu_asm);
+    err = clBuildProgram(prog, 1, &p->dev, opts, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        size_t n = 0;
+        clGetProgramBuildInfo(prog, p->dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+        char *log = malloc(n + 1);
+        if (log) {
+            clGetProgramBuildInfo(prog, p->dev, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+            log[n] = '\0';
+            printf("  build of form %d (OCLF_ASM_GNU=%d) failed (%d):\n%.3000s\n", form, gnu_asm,
+                   err, log);
+            free(log);
+        }
+        clReleaseProgram(prog);
+        return NULL;
+    }
+    return prog;
+}
+
+/* One product of kind `exact` in f16 (bf 0) or bf16 (bf 1) through `prog`;
+ * prints a line and returns the number of failed checks. */
+static int run_case(probe_dev *p, cl_program prog, const char *form_name, int bf, int exact)
+{
+    uint16_t A[256], B[128];
+    float C[128], D[128], S[64];
+    double ref[128], bound[128];
+    float av[256], bv[128];
+    for (int i = 0; i < 256; i++) {
+        float v = exact ? (float)((int)(rng() % 257) - 128) / 64.0f
+                        : ((float)(rng() % 2000001u) / 1000000.0f - 1.0f) * 2.0f;
+        A[i] = bf ? to_bf16(v) : to_f16(v);
+        av[i] = bf ? from_bf16(A[i]) : from_f16(A[i]);
+    }
+    for (int i = 0; i < 128; i++) {
+        float v = exact ? (float)((int)(rng() % 257) - 128) / 64.0f
+                        : ((float)(rng() % 2000001u) / 1000000.0f - 1.0f) * 2.0f;
+        B[i] = bf ? to_bf16(v) : to_f16(v);
+        bv[i] = bf ? from_bf16(B[i]) : from_f16(B[i]);
+        C[i] = exact ? (float)((int)(rng() % 65) - 32) : (float)(rng() % 1000u) / 250.0f - 2.0f;
+    }
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = C[m * 8 + n], mag = fabs(C[m * 8 + n]);
+            for (int k = 0; k < 16; k++) {
+                s += (double)av[m * 16 + k] * bv[k * 8 + n];
+                mag += fabs((double)av[m * 16 + k] * bv[k * 8 + n]);
+            }
+            ref[m * 8 + n] = s;
+            bound[m * 8 + n] = 17 * 0x1p-24 * mag; /* 17 roundings in f32 */
+        }
+    cl_int err;
+    cl_mem mA = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof A, A, &err);
+    cl_mem mB = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof B, B, &err);
+    cl_mem mC = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof C, C, &err);
+    cl_mem mD = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sizeof D, NULL, &err);
+    cl_mem mS = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sizeof S, NULL, &err);
+    cl_kernel k = clCreateKernel(prog, "mma_probe", &err);
+    int failed = 0;
+    if (!mA || !mB || !mC || !mD || !mS || !k) {
+        printf("  %s: could not set up the buffers or kernel\n", form_name);
+        failed = 1;
+        goto out;
+    }
+    clSetKernelArg(k, 0, sizeof mA, &mA);
+    clSetKernelArg(k, 1, sizeof mB, &mB);
+    clSetKernelArg(k, 2, sizeof mC, &mC);
+    clSetKernelArg(k, 3, sizeof mD, &mD);
+    clSetKernelArg(k, 4, sizeof mS, &mS);
+    size_t gws = 32, lws = 32;
+    err = clEnqueueNDRangeKernel(p->q, k, 1, NULL, &gws, &lws, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(p->q, mD, CL_TRUE, 0, sizeof D, D, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(p->q, mS, CL_TRUE, 0, sizeof S, S, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        printf("  %s: launch or read failed (%d)\n", form_name, err);
+        failed = 1;
+        goto out;
+    }
+    int bad = 0, first = -1;
+    double worst = 0.0;
+    for (int i = 0; i < 128; i++) {
+        const double e = fabs(D[i] - ref[i]);
+        const int ok = exact ? (D[i] == (float)ref[i]) : (e <= bound[i]);
+        if (!ok && first < 0)
+            first = i;
+        bad += !ok;
+        if (bound[i] > 0 && e / bound[i] > worst)
+            worst = e / bound[i];
+    }
+    printf("  %-9s %-4s m16n8k16 %-6s %3d/128 %s", form_name, bf ? "bf16" : "f16",
+           exact ? "exact" : "random", 128 - bad, exact ? "bit-equal" : "within the bound");
+    if (!exact)
+        printf(" (worst error %.3f of the bound)", worst);
+    if (first >= 0)
+        printf("; first miss D[%d][%d] = %.9g, expected %.9g", first / 8, first % 8, D[first],
+               ref[first]);
+    printf("\n");
+    failed += bad > 0;
+    int sbad = 0;
+    for (int l = 0; l < 32; l++)
+        sbad += S[l] != 528.0f || S[32 + l] != (float)(l ^ 5);
+    if (bf && exact) { /* the shuffle is the same for every case: print it once */
+        printf("  %-9s shfl xor (butterfly sum, lane ^ 5): %d/32 lanes right\n", form_name, 32 - sbad);
+    }
+    failed += sbad > 0;
+out:
+    if (k)
+        clReleaseKernel(k);
+    cl_mem ms[5] = {mA, mB, mC, mD, mS};
+    for (int i = 0; i < 5; i++)
+        if (ms[i])
+            clReleaseMemObject(ms[i]);
+    return failed;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cl_dir = getenv("OCLF_SOURCE_CL_DIR");
+    const char *form_arg = "all";
+    cl_device_type want = CL_DEVICE_TYPE_GPU;
+    if (!cl_dir)
+        cl_dir = OCLF_PROBE_CL_DIR;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--cl") == 0 && i + 1 < argc)
+            cl_dir = argv[++i];
+        else if (strcmp(argv[i], "--form") == 0 && i + 1 < argc)
+            form_arg = argv[++i];
+        else if (strcmp(argv[i], "--cpu") == 0)
+            want = CL_DEVICE_TYPE_CPU;
+        else {
+            fprintf(stderr, "usage: %s [--cl DIR] [--form emulated|native|all] [--cpu]\n", argv[0]);
+            return 2;
+        }
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mma.h", cl_dir);
+    char *mma_src = read_file(path);
+    if (!mma_src) {
+        fprintf(stderr, "oclfuse-mma-probe: cannot read %s\n", path);
+        return 2;
+    }
+    /* the first device of the wanted type on any platform, else any device */
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    probe_dev p = {0};
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS)
+        np = 0;
+    for (int pass = 0; pass < 2 && !p.dev; pass++)
+        for (cl_uint i = 0; i < np && !p.dev; i++) {
+            cl_uint nd = 0;
+            clGetDeviceIDs(plats[i], pass ? CL_DEVICE_TYPE_ALL : want, 1, &p.dev, &nd);
+            if (nd == 0)
+                p.dev = NULL;
+        }
+    if (!p.dev) {
+        fprintf(stderr, "oclfuse-mma-probe: no OpenCL device\n");
+        free(mma_src);
+        return 2;
+    }
+    char name[256] = "", ext[8192] = "";
+    clGetDeviceInfo(p.dev, CL_DEVICE_NAME, sizeof name, name, NULL);
+    clGetDeviceInfo(p.dev, CL_DEVICE_EXTENSIONS, sizeof ext, ext, NULL);
+    cl_uint ccmaj = 0, ccmin = 0;
+    if (strstr(ext, "cl_nv_device_attribute_query")) {
+        clGetDeviceInfo(p.dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof ccmaj, &ccmaj, NULL);
+        clGetDeviceInfo(p.dev, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof ccmin, &ccmin, NULL);
+    }
+    printf("device: %s", name);
+    if (ccmaj)
+        printf(", compute capability %u.%u", ccmaj, ccmin);
+    printf("\n");
+    cl_int err;
+    p.ctx = clCreateContext(NULL, 1, &p.dev, NULL, NULL, &err);
+    p.q = p.ctx ? clCreateCommandQueue(p.ctx, p.dev, 0, &err) : NULL;
+    if (!p.q) {
+        fprintf(stderr, "oclfuse-mma-probe: no context or queue (%d)\n", err);
+        free(mma_src);
+        return 2;
+    }
+    const int do_emul = strcmp(form_arg, "native") != 0;
+    const int do_native = strcmp(form_arg, "native") == 0 || (strcmp(form_arg, "all") == 0 && ccmaj >= 8);
+    int failed = 0, built = 0;
+    for (int form = 0; form < 2; form++) {
+        if ((form == 0 && !do_emul) || (form == 1 && !do_native))
+            continue;
+        const char *form_name = form ? "native" : "emulated";
+        int ok = 1;
+        for (int bf = 0; bf < 2; bf++) {
+            /* the native form in both spellings of inline assembly */
+            cl_program prog = build(&p, mma_src, form, bf, 1);
+            if (!prog && form == 1) {
+                prog = build(&p, mma_src, form, bf, 0);
+                if (prog)
+                    printf("  native: built with asm (OCLF_ASM_GNU=0), not __asm__\n");
+            }
+            if (!prog) {
+                failed++;
+                ok = 0;
+                continue;
+            }
+            for (int exact = 1; exact >= 0; exact--)
+                failed += run_case(&p, prog, form_name, bf, exact);
+            clReleaseProgram(prog);
+        }
+        built += ok;
+    }
+    if (!do_native)
+        printf("  native: not built (no compute capability 8.0 or newer reported)\n");
+    printf("%s: %d form(s) built, %d check(s) failed\n", failed ? "FAIL" : "ok", built, failed);
+    clReleaseCommandQueue(p.q);
+    clReleaseContext(p.ctx);
+    free(mma_src);
+    return failed ? 1 : 0;
+}
