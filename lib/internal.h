@@ -112,6 +112,9 @@ typedef struct oclf_device_info {
      * them in hardware (clang for a CPU with F16C), so f16 stores need not
      * go through vstore_halfN_rte (cl/common.h, OCLF_HAS_FLOAT16). */
     bool float16;
+    /* f32 division and sqrt can be built correctly rounded
+     * (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT); every program then is */
+    bool div_rounded;
     /* Vector lanes multiply 32 x 32 -> 64 bits in one SIMD instruction per
      * several lanes (CPUs: x86 vpmuludq, Arm umull), so generated kernels
      * keep Philox words in 64-bit lanes; a GPU computes the high half with
