@@ -77,6 +77,36 @@ START_TEST(test_context_create_errors)
 END_TEST
 
 /* A queue from another cl_context is rejected. */
+/* Every program is built with correctly rounded f32 division where the
+ * device offers it, and without the option where it does not (a build
+ * option the device does not support may be refused). */
+START_TEST(test_division_option)
+{
+    th_env *e = th_get();
+    cl_device_fp_config fpc = 0;
+    ck_assert_int_eq(clGetDeviceInfo(e->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fpc, &fpc, NULL),
+                     CL_SUCCESS);
+    const int offered = (fpc & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+    oclf_context *ctx = th_build_log_context();
+    float host[64];
+    for (int i = 0; i < 64; i++)
+        host[i] = (float)(i + 1);
+    cl_mem m = th_upload(host, sizeof host);
+    oclf_buf b = {m, 0, 0};
+    th_builds_clear();
+    cl_event ev = NULL;
+    TH_OK(oclf_rms_norm(ctx, e->queue, OCLF_F32, 1, 64, b, b, NULL, 1e-6f, NULL, 0, NULL, &ev));
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+    ck_assert_msg(strstr(th_builds(), "launch") != NULL, "no launch logged:\n%s", th_builds());
+    ck_assert_msg((strstr(th_builds(), "-cl-fp32-correctly-rounded-divide-sqrt") != NULL) == offered,
+                  "device %s correctly rounded division; launches:\n%s",
+                  offered ? "offers" : "does not offer", th_builds());
+    clReleaseMemObject(m);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_foreign_queue)
 {
     th_env *e = th_get();
@@ -578,6 +608,7 @@ int main(void)
     tcase_add_test(t, test_context_options_size);
     tcase_add_test(t, test_l2_options_size);
     tcase_add_test(t, test_error_prefix);
+    tcase_add_test(t, test_division_option);
     suite_add_tcase(s, t);
     return th_run_suite(s);
 }
