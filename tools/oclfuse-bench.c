@@ -617,6 +617,8 @@ int main(int argc, char **argv)
                 if (r.s[cp] && r.p[cp].med < 1e6 && !(op->blocks && op->blocks(inst)))
                     r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
                 print_row(op, inst, &shape, text, dt, &r, copy, llc, jf, !json, &first);
+                if (jf)
+                    fflush(jf); /* a run cut short keeps the rows it finished */
                 op_copy_destroy(pair.copy);
                 op->destroy(inst);
             }
