@@ -145,6 +145,23 @@ static char *shape_list(const op_desc *op, const char *spec)
     return out;
 }
 
+/* After a candidate left the device unusable: the job was abandoned; the
+ * device is opened again for the jobs after it. 0 when it could be. */
+static int reopen_device(tuner *t, const char *what, int quiet)
+{
+    fprintf(stderr, "%soclfuse-tune: %s: a candidate left the device unusable; the job is "
+            "abandoned (the journal names the candidate) and the device opened again\n",
+            t->tty && !quiet ? "\n" : "", what);
+    op_env_close(&t->env);
+    t->env_lost = 0;
+    char err[512];
+    if (op_env_open_opts(&t->env, t->platform, t->device, &t->opts, err, sizeof err) != 0) {
+        fprintf(stderr, "oclfuse-tune: cannot open the device again: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL, *platform = NULL,
@@ -199,6 +216,11 @@ int main(int argc, char **argv)
     oclf_context_options_init(&opts);
     opts.no_tuning_db = 1; /* every candidate, the default included, as the heuristic has it */
     char err[512];
+    t.platform = platform;
+    t.device = device;
+    t.opts = opts;
+    const char *lose = getenv("OCLF_TUNE_LOSE_DEVICE");
+    t.lose_at = lose ? atoi(lose) : 0;
     if (op_env_open_opts(&t.env, platform, device, &opts, err, sizeof err) != 0) {
         fprintf(stderr, "oclfuse-tune: %s\n", err);
         return 1;
@@ -286,6 +308,10 @@ int main(int argc, char **argv)
         snprintf(scratch.shape, sizeof scratch.shape, "%s", jobs[i].text);
         run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, &scratch, c, 1);
         t.jobs_done++;
+        if (t.env_lost && reopen_device(&t, jobs[i].text, quiet) != 0) {
+            rc = 1;
+            break;
+        }
         /* log(unfused / fused) of the defaults: below 0 where the unfused
          * path looked faster; ops without one (or a failed default) last. */
         lean[i] = scratch.default_ns > 0 && scratch.unfused_default_ns > 0
@@ -315,6 +341,10 @@ int main(int argc, char **argv)
         snprintf(r->shape, sizeof r->shape, "%s", jobs[i].text);
         run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, r, c, 0);
         t.jobs_done++;
+        if (t.env_lost && reopen_device(&t, jobs[i].text, quiet) != 0) {
+            rc = 1;
+            break;
+        }
         if (!r->have)
             continue;
         /* Merged per job, so an interrupted run keeps what it finished. */
