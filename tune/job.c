@@ -187,8 +187,8 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r,
              * skips it), it ends the job; the run opens the device again. */
             const cl_int fin = lose ? CL_OUT_OF_RESOURCES : clFinish(t->env.queue);
             char lost[640];
-            snprintf(lost, sizeof lost, "left the device unusable (clFinish: %d)%s%s", fin,
-                     *msg ? ": " : "", msg);
+            snprintf(lost, sizeof lost, "left the device unusable, or found it so (clFinish: %d)%s%s",
+                     fin, *msg ? ": " : "", msg);
             t->env_lost = fin != CL_SUCCESS;
             journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0,
                         t->env_lost ? lost : msg);
@@ -317,6 +317,20 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
         }
         const double warm_start = tuner_now();
         warm(&t->env, op, small, batch, nb, t->threads);
+        if (small && clFinish(t->env.queue) != CL_SUCCESS) {
+            /* A point of the batch faulted while it ran ahead (on a GPU the
+             * context is then lost), and which one cannot be told: each
+             * fresh point of the batch is journaled as failed, the job ends. */
+            t->env_lost = 1;
+            for (int b = 0; b < nb; b++)
+                if (!json_object_get(t->j.done, batch[b]->key)) {
+                    batch[b]->state = -1;
+                    journal_add(&t->j, batch[b]->key, batch[b]->ch.path, &batch[b]->ch.params, 0,
+                                0, "left the device unusable: in a batch that faulted while it "
+                                   "ran ahead of timing");
+                }
+            break;
+        }
         int fresh = 0; /* a batch all from the journal compiled nothing new */
         for (int b = 0; b < nb; b++)
             fresh |= !json_object_get(t->j.done, batch[b]->key);
