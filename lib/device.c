@@ -171,7 +171,7 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         }
         free(ext);
     }
-    o->split_tail_miscompile = platform_is(o, "pocl");
+    o->split_tail_miscompile = !platform_is(o, "oclgrind");
     o->float16 = platform_is(o, "pocl") && (o->type & CL_DEVICE_TYPE_CPU);
     /* Not on a device that also calls itself a GPU (oclgrind, a simulator):
      * its uninitialized-value checker crashed on the swizzles of that form. */

@@ -31,7 +31,10 @@ typedef struct oclf_device_info {
      * a global barrier (the fused item-structure qk_norm_rope with LAYOUT
      * 1, VEC >= 4 and R/2 not a multiple of VEC: wrong heads and stores
      * outside the buffer, while a simulator runs the same kernel right and
-     * race-free). Ops keep that combination off such a device. */
+     * race-free). Ops keep that combination off such a device. Seen on
+     * POCL 3.1 (wrong heads) and on NVIDIA's driver 580 (a fault that ends
+     * the context) alike; every device but the simulator (oclgrind) is
+     * taken to have it, since the two compilers tried both fail. */
     /* (The head norm of both qk_norm_rope paths likewise with LAYOUT 1,
      * VEC >= 2 and a head_dim VEC does not divide.) */
     bool split_tail_miscompile;
