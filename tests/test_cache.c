@@ -51,8 +51,8 @@ static int child(const char *cache_dir)
     oclf_buf bx = {x, 0, 0}, by = {y, 0, 0};
     int rc = 0;
     for (int rep = 0; rep < 2 && rc == 0; rep++) {
-        oclf_status st = oclf_rms_norm(ctx, q, OCLF_F32, R, C, bx, by, NULL, 0.0f, NULL, 0, NULL,
-                                       NULL);
+        oclf_status st =
+            oclf_rms_norm(ctx, q, OCLF_F32, R, C, bx, NULL, by, 0.0f, NULL, 0, NULL, NULL);
         if (st != OCLF_SUCCESS) {
             fprintf(stderr, "child: %s\n", oclf_last_error(ctx));
             rc = 5;

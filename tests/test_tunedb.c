@@ -146,7 +146,7 @@ static void run_rms(oclf_context *ctx, size_t rows, size_t cols)
     float *x = th_random(OCLF_F32, rows * cols, -1, 1);
     cl_mem mx = th_upload(x, rows * cols * 4), my = th_alloc(rows * cols * 4);
     oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
-    oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f, NULL,
+    oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, NULL, by, 1e-6f, NULL,
                                    0, NULL, NULL);
     ck_assert_msg(st == OCLF_SUCCESS, "rms_norm: %s", oclf_last_error(ctx));
     float *y = malloc(rows * cols * 4);
@@ -506,7 +506,7 @@ START_TEST(params_valid_is_the_ops_rule)
                                                    OCLF_PATH_FUSED, &ch.params);
         char why[512];
         snprintf(why, sizeof why, "%s", oclf_last_error(ctx));
-        oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f,
+        oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, NULL, by, 1e-6f,
                                        &ch, 0, NULL, NULL);
         ck_assert_msg(valid == (sets[i].why == NULL), "set %zu: valid %d (%s)", i, valid, why);
         ck_assert_msg(valid == (st == OCLF_SUCCESS), "set %zu: call %s: %s", i,

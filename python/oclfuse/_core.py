@@ -45,7 +45,7 @@ def check(status, ctx_ptr=None):
 
 
 def version():
-    """The loaded library's version string, "0.1.0"."""
+    """The loaded library's version string, "0.9.0"."""
     return lib.oclf_version_string().decode()
 
 
