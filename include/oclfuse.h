@@ -31,8 +31,9 @@
  *  - Structs that may grow begin with `size_t size`: oclf_context_options,
  *    oclf_activation, oclf_rope, oclf_l2_topk_options,
  *    oclf_linear_epilogue, oclf_qweight, oclf_attention_options,
- *    oclf_kv_cache, oclf_cross_entropy_options and
- *    oclf_linear_cross_entropy_info. Later versions add fields without
+ *    oclf_kv_cache, oclf_cross_entropy_options, and the reports
+ *    oclf_context_stats and oclf_linear_cross_entropy_info (written up to
+ *    the size the caller gives). Later versions add fields without
  *    breaking callers: set it with the struct's _init function or _INIT
  *    macro (a zeroed struct, size 0, means the first layout with every
  *    field zero, which for option structs is every default). A
@@ -210,6 +211,10 @@ OCLF_API const char *oclf_context_fingerprint(const oclf_context *ctx);
 
 /* Counters for diagnostics and tests. */
 typedef struct oclf_context_stats {
+    /* sizeof(oclf_context_stats) as the caller was compiled (the _INIT
+     * macro sets it; 0: the first layout): the call writes the counters
+     * that fit. */
+    size_t size;
     uint64_t programs_compiled;  /* clBuildProgram from source */
     uint64_t programs_from_disk; /* programs built from a cached binary */
     uint64_t program_hits;       /* served from the in-memory cache */
@@ -219,6 +224,10 @@ typedef struct oclf_context_stats {
     uint64_t tuning_cache_hits;  /* dispatches answered by the lookup cache */
     uint64_t tuning_db_errors;   /* database files rejected (damaged, unknown format) */
 } oclf_context_stats;
+#define OCLF_CONTEXT_STATS_INIT {.size = sizeof(oclf_context_stats)}
+/* OCLF_INVALID_ARGUMENT for a NULL argument or a size that is no layout's
+ * (below a size_t, or not a multiple of the struct's alignment); nothing
+ * is written then. */
 OCLF_API oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *out);
 
 /* ------------------------------------------------------------------------ */

@@ -70,7 +70,7 @@ START_TEST(test_context_create_errors)
     ck_assert_int_eq(oclf_context_create(e->cl, e->device, NULL, NULL), OCLF_INVALID_ARGUMENT);
     oclf_context_destroy(NULL); /* accepted */
 
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     ck_assert_int_eq(oclf_context_get_stats(NULL, &s), OCLF_INVALID_ARGUMENT);
     ck_assert_int_eq(oclf_context_get_stats(e->ctx, &s), OCLF_SUCCESS);
     ck_assert(strchr(oclf_context_fingerprint(e->ctx), '|') != NULL);
@@ -170,7 +170,7 @@ START_TEST(test_kernel_dir)
     ck_assert_int_eq(
         oclf_rms_norm(ctx, e->queue, OCLF_F32, 2, 16, bm, NULL, by, 0, NULL, 0, NULL, NULL),
         OCLF_SUCCESS);
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     oclf_context_get_stats(ctx, &s);
     ck_assert_uint_ge(s.programs_compiled, 1);
     oclf_context_destroy(ctx);
@@ -444,6 +444,23 @@ START_TEST(test_struct_sizes)
     const float sentinel[4] = {-7, -7, -7, -7};
     float got[4];
 
+    /* the context's counters: a report, written up to the caller's size */
+    oclf_context_stats st;
+    memset(&st, 0xab, sizeof st);
+    st.size = 3;
+    ck_assert_int_eq(oclf_context_get_stats(e->ctx, &st), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "oclf_context_get_stats: out->size 3"));
+    ck_assert_uint_eq(st.programs_compiled, 0xababababababababull);
+    st.size = offsetof(oclf_context_stats, tuning_db_errors); /* an older layout */
+    TH_OK(oclf_context_get_stats(e->ctx, &st));
+    ck_assert_uint_ne(st.kernels_enqueued, 0xababababababababull);
+    ck_assert_uint_eq(st.tuning_db_errors, 0xababababababababull);
+    NEWER_LAYOUT(oclf_context_stats, bigst);
+    bigst.newer_field = 5;
+    TH_OK(oclf_context_get_stats(e->ctx, &bigst.o));
+    ck_assert_uint_eq(bigst.newer_field, 5);
+    ck_assert_uint_eq(bigst.o.kernels_enqueued, st.kernels_enqueued);
+
     /* act_and_mul: one row of d = 2, silu(x) * y */
     const float hin[4] = {1, 2, 3, 4};
     cl_mem min = th_upload(hin, sizeof hin), mout = th_upload(sentinel, sizeof sentinel);
@@ -647,7 +664,7 @@ START_TEST(test_error_prefix)
     cl_mem m = th_alloc(64 * 4);
     const oclf_buf b = {m, 0, 0}, nul = {NULL, 0, 0};
     oclf_context *out;
-    oclf_context_stats stats;
+    oclf_context_stats stats = OCLF_CONTEXT_STATS_INIT;
     oclf_params p;
     memset(&p, 0, sizeof p);
     char text[64];

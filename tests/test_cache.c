@@ -67,7 +67,7 @@ static int child(const char *cache_dir)
                 rc = 6; /* a wrong kernel from a bad cache would show here */
         }
     }
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     oclf_context_get_stats(ctx, &s);
     printf("%d %llu %llu %llu %llu\n", rc, (unsigned long long)s.programs_compiled,
            (unsigned long long)s.programs_from_disk, (unsigned long long)s.program_hits,

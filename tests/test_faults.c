@@ -98,7 +98,7 @@ static void run_op(oclf_context *ctx, oclf_dtype dt)
 
 static oclf_context_stats stats(oclf_context *ctx)
 {
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     ck_assert_int_eq(oclf_context_get_stats(ctx, &s), OCLF_SUCCESS);
     return s;
 }

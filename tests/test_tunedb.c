@@ -448,7 +448,7 @@ START_TEST(l2_exact_resolves_once)
     oclf_l2_topk_options opt;
     oclf_l2_topk_options_init(&opt);
     opt.precision = OCLF_L2_EXACT;
-    oclf_context_stats st0, st1;
+    oclf_context_stats st0 = OCLF_CONTEXT_STATS_INIT, st1 = OCLF_CONTEXT_STATS_INIT;
     ck_assert_int_eq(oclf_context_get_stats(ctx, &st0), OCLF_SUCCESS);
     oclf_status st = oclf_l2_topk(ctx, e->queue, OCLF_F32, nq, n, d, k, bq, bx, bd, bi, &opt,
                                   NULL, 0, NULL, NULL);
@@ -552,7 +552,7 @@ START_TEST(bad_files)
         logbuf log = {"", 0};
         oclf_context *ctx = make_ctx(db, &log);
         run_rms(ctx, 4, 64);
-        oclf_context_stats s;
+        oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
         oclf_context_get_stats(ctx, &s);
         ck_assert_int_eq(s.tuning_db_errors, 1);
         ck_assert_int_eq(log.warnings, 1);
@@ -577,7 +577,7 @@ START_TEST(lookup_cache)
     oclf_context *ctx = make_ctx(db, NULL);
     for (int i = 0; i < 5; i++)
         run_rms(ctx, 8, 64);
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     oclf_context_get_stats(ctx, &s);
     /* One search (and JSON parse) for the first call, hash hits after. */
     ck_assert_int_eq(s.tuning_lookups, 1);

@@ -76,7 +76,7 @@ class oclf_context_options(ctypes.Structure):
 
 
 class oclf_context_stats(ctypes.Structure):
-    _fields_ = [(name, c_uint64) for name in (
+    _fields_ = [("size", c_size_t)] + [(name, c_uint64) for name in (
         "programs_compiled", "programs_from_disk", "program_hits", "disk_cache_rejected",
         "kernels_enqueued", "tuning_lookups", "tuning_cache_hits", "tuning_db_errors")]
 

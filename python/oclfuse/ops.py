@@ -505,12 +505,13 @@ def attention_paged(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
     return (out, lse) if return_lse else out
 
 
-def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, *, ctx=None, queue=None,
-                   wait_for=None):
+def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, *, path=None, params=None, ctx=None,
+                   queue=None, wait_for=None):
     """Writes new K and V heads ([tokens, Hk, D], views fine) into a paged
     cache ([num_blocks, block_size, Hk, D] each): token t goes to slot
     slot_mapping[t] (int64; block s // block_size, position s % block_size;
-    s < 0 skips the token). Returns (k_cache, v_cache)."""
+    s < 0 skips the token). params: the copy's LAYOUT, WGS and VEC. Returns
+    (k_cache, v_cache)."""
     call = _start([k, v, k_cache, v_cache, slot_mapping], ctx, queue, wait_for)
     same_dtype(k_cache.dtype, k=k, v=v)
     cache = _kv_cache(call, k_cache, v_cache, write=True)
@@ -518,7 +519,7 @@ def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, *, ctx=None, queue=None
     hv_, _ = _heads(call, v, "v", write=False)
     slot_mapping, dsm = _index(call, slot_mapping, "slot_mapping", np.int64)
     call.run(_fn("oclf_kv_cache_write"), oclf_dtype(k_cache.dtype), shape[0], hk_, hv_, buf(dsm),
-             ctypes.byref(cache), None)
+             ctypes.byref(cache), make_choice(path, params))
     return k_cache, v_cache
 
 
@@ -718,8 +719,8 @@ def linear_q(x, q, scale=None, *, format, n=None, group=0, zero=None, bias=None,
     return out
 
 
-def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, ctx=None, queue=None,
-                    wait_for=None):
+def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, path=None, params=None,
+                    ctx=None, queue=None, wait_for=None):
     """Rewrites a GGUF weight (q uint8 [N, K/32 * 34] for format "q8_0", [N,
     K/32 * 18] for "q4_0") on the device into the separate arrays linear_q
     also takes, the same values bit for bit: "q8_0" into "int8" group 32 (q
@@ -752,7 +753,8 @@ def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, ctx=Non
     dst.group, dst.scale_dtype = 32, C.F16
     dst.q = buf(call.dev(outs[0], write=True, init=False))
     dst.scale = buf(call.dev(outs[1], write=True, init=False))
-    call.run(_fn("oclf_qweight_convert"), n, k, ctypes.byref(src), ctypes.byref(dst), None)
+    call.run(_fn("oclf_qweight_convert"), n, k, ctypes.byref(src), ctypes.byref(dst),
+             make_choice(path, params))
     return tuple(outs)
 
 

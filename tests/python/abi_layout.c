@@ -38,6 +38,7 @@ int main(void)
     F(oclf_context_options, log_user);
 
     S(oclf_context_stats);
+    F(oclf_context_stats, size);
     F(oclf_context_stats, programs_compiled);
     F(oclf_context_stats, programs_from_disk);
     F(oclf_context_stats, program_hits);
