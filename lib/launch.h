@@ -51,6 +51,12 @@ OCLF_HIDDEN oclf_status oclf_check_call(const oclf_context *ctx, const char *op,
                                         cl_event *event);
 OCLF_HIDDEN oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue,
                                          cl_uint num_events, const cl_event *wait_list);
+/* A choice as dispatch checks it (a known path, at most OCLF_MAX_PARAMS
+ * parameters; NULL: the default), for a call of one kernel and no
+ * parameters that dispatches nothing: every path runs that kernel and
+ * parameter names it does not use are ignored, as every op ignores them. */
+OCLF_HIDDEN oclf_status oclf_check_choice(const oclf_context *ctx, const char *op,
+                                          const oclf_choice *choice);
 
 /* Deep validation: CL_DEVICE_MAX_WORK_GROUP_SIZE is an upper bound; a
  * kernel's register or local-memory use can lower its own limit, which only
@@ -229,14 +235,15 @@ OCLF_HIDDEN oclf_status oclf_check_heads(const oclf_context *ctx, const char *wh
                                          oclf_operand *out, oclf_blocks *blocks,
                                          size_t *head_stride);
 
-/* A paged KV cache (oclf_kv_cache) checked: handles, sizes, head_dim
- * 1..256, both buffers large enough for num_blocks x block_size x heads x
+/* A paged KV cache (oclf_kv_cache) read into *out (its size checked as
+ * every sized struct's; the caller goes on with *out) and checked:
+ * handles, sizes, head_dim 1..256, both buffers large enough for num_blocks x block_size x heads x
  * head_dim elements of `elem` bytes, K and V disjoint. *k and *v: the two
  * ranges (a token stride of heads x head_dim). `what` names the caller:
  * "attention_paged: cache". */
 OCLF_HIDDEN oclf_status oclf_check_kv_cache(const oclf_context *ctx, const char *what,
                                             const oclf_kv_cache *cache, size_t elem,
-                                            oclf_operand *k, oclf_operand *v);
+                                            oclf_operand *k, oclf_operand *v, oclf_kv_cache *out);
 
 /* Zero rows: nothing to do, but the caller's event must still exist. */
 OCLF_HIDDEN oclf_status oclf_enqueue_marker(oclf_context *ctx, cl_command_queue queue,

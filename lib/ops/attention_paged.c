@@ -17,9 +17,11 @@ static oclf_status check_paged_args(oclf_context *ctx, oclf_dtype dtype, size_t 
     c->paged = 1;
     oclf_status st;
     oclf_operand ck, cv;
+    oclf_kv_cache kv;
     if ((st = oclf_check_kv_cache(ctx, "attention_paged: cache", cache, oclf_dtype_size(dtype),
-                                  &ck, &cv)))
+                                  &ck, &cv, &kv)))
         return st;
+    cache = &kv;
     if (maxb == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention_paged: max_blocks is 0");
     size_t reach;
@@ -184,8 +186,8 @@ done:;
 
 oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                  size_t batch, size_t total_q, size_t max_seqlen_q,
-                                 oclf_buf cu_seqlens_q, oclf_buf seq_lens, oclf_buf block_tables,
-                                 size_t max_blocks, oclf_heads q, const oclf_kv_cache *cache,
+                                 size_t max_blocks, oclf_buf cu_seqlens_q, oclf_buf seq_lens,
+                                 oclf_buf block_tables, oclf_heads q, const oclf_kv_cache *cache,
                                  oclf_heads o, const oclf_attention_options *options,
                                  const oclf_choice *choice, cl_uint num_events,
                                  const cl_event *wait_list, cl_event *event)

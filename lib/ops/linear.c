@@ -335,15 +335,13 @@ const oclf_op_hooks oclf_linear_hooks = {oclf_linear_heuristic, oclf_linear_vali
 
 void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue)
 {
-    if (!epilogue)
-        return;
-    memset(epilogue, 0, sizeof *epilogue);
-    epilogue->alpha = 1.0f;
-    epilogue->beta = 1.0f;
+    if (epilogue)
+        *epilogue = (oclf_linear_epilogue)OCLF_LINEAR_EPILOGUE_INIT;
 }
 
-/* `qw` NULL: W is `w` in the call's dtype (oclf_linear); else the
- * quantized weight of oclf_linear_q (`w` and `layout` unused). */
+/* quant 0: W is `w` in the call's dtype (oclf_linear); 1: the quantized
+ * weight of oclf_linear_q, already checked into c (`w` and `layout`
+ * unused). The epilogue is read (its size checked) before anything else. */
 oclf_status oclf_lin_check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, size_t n, size_t k,
                                 oclf_buf x, oclf_linear_act prologue, oclf_buf w,
                                 oclf_weight_layout layout, int quant, oclf_buf y,
@@ -359,8 +357,15 @@ oclf_status oclf_lin_check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, s
     }
     oclf_linear_epilogue plain;
     oclf_linear_epilogue_init(&plain);
-    if (!epi)
-        epi = &plain;
+    if (epi) {
+        char what[32];
+        snprintf(what, sizeof what, "%s: epilogue", op);
+        oclf_status st = oclf_options_read(ctx, what, epi, sizeof plain, &plain, sizeof plain,
+                                           _Alignof(oclf_linear_epilogue));
+        if (st != OCLF_SUCCESS)
+            return st;
+    }
+    epi = &plain;
     if ((unsigned)prologue >= OCLF_LINEAR_ACT_COUNT_)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown prologue activation %d", op,
                          (int)prologue);
@@ -723,10 +728,10 @@ oclf_status oclf_lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op, 
 }
 
 oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
-                        size_t n, size_t k, oclf_buf x, oclf_linear_act prologue, oclf_buf w,
-                        oclf_weight_layout layout, oclf_buf y, const oclf_linear_epilogue *epilogue,
-                        const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
-                        cl_event *event)
+                        size_t n, size_t k, oclf_buf x, oclf_buf w, oclf_buf y,
+                        oclf_weight_layout layout, oclf_linear_act prologue,
+                        const oclf_linear_epilogue *epilogue, const oclf_choice *choice,
+                        cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     oclf_status st;
     lin_call c;

@@ -9,6 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
+void oclf_qweight_init(oclf_qweight *w)
+{
+    if (w)
+        *w = (oclf_qweight)OCLF_QWEIGHT_INIT;
+}
+
 /* Bytes of one row of a quantized W of k weights. */
 static size_t qrow_bytes(int fmt, size_t k)
 {
@@ -22,15 +28,30 @@ static size_t qrow_bytes(int fmt, size_t k)
 
 /* The weight of oclf_linear_q against the header's rules, into c->w,
  * c->qscale, c->qzero and c->q. */
-static oclf_status check_qweight(oclf_context *ctx, const char *op, const char *what,
-                                 const oclf_qweight *w, size_t n, size_t k, lin_call *c)
+/* The caller's weight description read into *out, its size checked as
+ * every sized struct's. */
+static oclf_status read_qweight(oclf_context *ctx, const char *op, const char *what,
+                                const oclf_qweight *w, oclf_qweight *out)
 {
+    if (!w)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s is NULL", op, what);
+    char name[64];
+    snprintf(name, sizeof name, "%s: %s", op, what);
+    return oclf_options_read(ctx, name, w, sizeof *out, out, sizeof *out, _Alignof(oclf_qweight));
+}
+
+static oclf_status check_qweight(oclf_context *ctx, const char *op, const char *what,
+                                 const oclf_qweight *src, size_t n, size_t k, lin_call *c)
+{
+    oclf_qweight copy;
+    oclf_status st = read_qweight(ctx, op, what, src, &copy);
+    if (st != OCLF_SUCCESS)
+        return st;
+    const oclf_qweight *w = &copy;
     char nq[64], ns[64], nz[64];
     snprintf(nq, sizeof nq, "%s: %s.q", op, what);
     snprintf(ns, sizeof ns, "%s: %s.scale", op, what);
     snprintf(nz, sizeof nz, "%s: %s.zero", op, what);
-    if (!w)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s is NULL", op, what);
     const int fmt = (int)w->format;
     if (fmt < OCLF_QFORMAT_INT8 || fmt >= OCLF_QFORMAT_COUNT_)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown weight format %d", op, fmt);
@@ -53,7 +74,6 @@ static oclf_status check_qweight(oclf_context *ctx, const char *op, const char *
     if (w->zero && fmt != OCLF_QFORMAT_INT4)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: %s is symmetric and takes no zero points", op, names[fmt]);
-    oclf_status st;
     if ((st = oclf_check_2d(ctx, nq, w->q, n, qrow_bytes(fmt, k), 1, &c->w)))
         return st;
     if (gguf) {
@@ -91,8 +111,8 @@ static oclf_status check_qweight(oclf_context *ctx, const char *op, const char *
 }
 
 oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
-                          size_t n, size_t k, oclf_buf x, oclf_linear_act prologue,
-                          const oclf_qweight *w, oclf_buf y, const oclf_linear_epilogue *epilogue,
+                          size_t n, size_t k, oclf_buf x, const oclf_qweight *w, oclf_buf y,
+                          oclf_linear_act prologue, const oclf_linear_epilogue *epilogue,
                           const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
                           cl_event *event)
 {
@@ -111,15 +131,22 @@ oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oclf_dtype 
 }
 
 oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size_t n, size_t k,
-                                 const oclf_qweight *src, const oclf_qweight *dst,
-                                 cl_uint num_events, const cl_event *wait_list, cl_event *event)
+                                 const oclf_qweight *src_in, const oclf_qweight *dst_in,
+                                 const oclf_choice *choice, cl_uint num_events,
+                                 const cl_event *wait_list, cl_event *event)
 {
     const char *op = "qweight_convert";
     oclf_status st;
-    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, OCLF_F32, event)))
+    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, OCLF_F32, event)) ||
+        (st = oclf_check_choice(ctx, op, choice)))
         return st;
-    if (!src || !dst)
+    if (!src_in || !dst_in)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: src or dst is NULL", op);
+    oclf_qweight src_copy, dst_copy;
+    if ((st = read_qweight(ctx, op, "src", src_in, &src_copy)) ||
+        (st = read_qweight(ctx, op, "dst", dst_in, &dst_copy)))
+        return st;
+    const oclf_qweight *src = &src_copy, *dst = &dst_copy;
     if (src->format != OCLF_QFORMAT_Q8_0 && src->format != OCLF_QFORMAT_Q4_0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: src must be Q8_0 or Q4_0 (format %d)", op, (int)src->format);

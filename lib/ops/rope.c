@@ -158,18 +158,34 @@ static oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
 
 const oclf_op_hooks oclf_rope_hooks = {oclf_rope_heuristic, oclf_rope_validate};
 
+void oclf_rope_init(oclf_rope *rope)
+{
+    if (rope)
+        *rope = (oclf_rope)OCLF_ROPE_INIT;
+}
+
 /* The checked rope description. */
 typedef struct rope_operands {
+    oclf_rope rope; /* the caller's, as read */
     oclf_operand pos, cache;
     size_t psize; /* bytes per position */
 } rope_operands;
 
+/* Reads the caller's rope into o->rope (its size checked as every sized
+ * struct's) and checks it; the caller goes on with o->rope. */
 static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
-                              const oclf_rope *rope, rope_operands *o)
+                              const oclf_rope *src, rope_operands *o)
 {
     oclf_status st;
-    if (!rope)
+    if (!src)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: rope is NULL", op);
+    memset(o, 0, sizeof *o);
+    char what[64];
+    snprintf(what, sizeof what, "%s: rope", op);
+    if ((st = oclf_options_read(ctx, what, src, sizeof o->rope, &o->rope, sizeof o->rope,
+                                _Alignof(oclf_rope))))
+        return st;
+    const oclf_rope *rope = &o->rope;
     if (oclf_dtype_size(rope->cache_dtype) == 0)
         return oclf_fail(ctx, OCLF_UNSUPPORTED,
                          "%s: unsupported cache dtype %d (expected f32, f16 or bf16)", op,
@@ -193,9 +209,7 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
                          rope->rot_dim, rope->head_dim);
     if (rope->max_pos == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: max_pos is 0", op);
-    memset(o, 0, sizeof *o);
     o->psize = rope->pos_type == OCLF_INT64 ? 8 : 4;
-    char what[64];
     snprintf(what, sizeof what, "%s: positions", op);
     if ((st = oclf_check_vector(ctx, what, rope->positions, tokens, o->psize, &o->pos)))
         return st;
@@ -342,6 +356,7 @@ static oclf_status rotary_run(oclf_context *ctx, oclf_op op_id, cl_command_queue
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
         (st = check_rope(ctx, op, tokens, rope, &ro)))
         return st;
+    rope = &ro.rope;
     const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
     oclf_operand oq, ok;
     memset(&ok, 0, sizeof ok);
@@ -422,6 +437,7 @@ static oclf_status check_qk(oclf_context *ctx, const char *op, oclf_dtype dtype,
     oclf_status st;
     if ((st = check_rope(ctx, op, tokens, rope, &o->ro)))
         return st;
+    rope = &o->ro.rope;
     if (!(eps >= 0.0f) || !isfinite(eps))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
     if (nq == 0)
@@ -458,8 +474,10 @@ oclf_status oclf_rope_check_cache(oclf_context *ctx, const char *op, oclf_dtype 
     oclf_status st;
     char what[64];
     snprintf(what, sizeof what, "%s: cache", op);
-    if ((st = oclf_check_kv_cache(ctx, what, cache, oclf_dtype_size(dtype), &c->k, &c->v)))
+    if ((st = oclf_check_kv_cache(ctx, what, cache, oclf_dtype_size(dtype), &c->k, &c->v,
+                                  &c->cache)))
         return st;
+    cache = &c->cache;
     snprintf(what, sizeof what, "%s: slot_mapping", op);
     if ((st = oclf_check_vector(ctx, what, slot_mapping, tokens, sizeof(int64_t), &c->slots)))
         return st;
@@ -612,8 +630,8 @@ static oclf_status run_qk(oclf_context *ctx, const char *op, cl_command_queue qu
 }
 
 oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                              size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
-                              size_t nk, size_t nv, const oclf_buf *q_weight,
+                              size_t tokens, size_t nq, size_t nk, size_t nv,
+                              const oclf_rope *rope, oclf_buf qkv, const oclf_buf *q_weight,
                               const oclf_buf *k_weight, float eps, const oclf_choice *choice,
                               cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
@@ -624,17 +642,17 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
         (st = check_qk(ctx, op, dtype, tokens, rope, qkv, nq, nk, nv, q_weight, k_weight, eps,
                        &o)))
         return st;
-    return run_qk(ctx, op, queue, dtype, tokens, rope, nq, nk, q_weight, k_weight, eps, &o, NULL,
-                  choice, num_events, wait_list, event);
+    return run_qk(ctx, op, queue, dtype, tokens, &o.ro.rope, nq, nk, q_weight, k_weight, eps, &o,
+                  NULL, choice, num_events, wait_list, event);
 }
 
 oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                    size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
-                                    size_t nk, size_t nv, const oclf_buf *q_weight,
-                                    const oclf_buf *k_weight, float eps, oclf_buf slot_mapping,
-                                    const oclf_kv_cache *cache, const oclf_choice *choice,
-                                    cl_uint num_events, const cl_event *wait_list,
-                                    cl_event *event)
+                                    size_t tokens, size_t nq, size_t nk, size_t nv,
+                                    const oclf_rope *rope, oclf_buf qkv,
+                                    const oclf_buf *q_weight, const oclf_buf *k_weight,
+                                    oclf_buf slot_mapping, const oclf_kv_cache *cache, float eps,
+                                    const oclf_choice *choice, cl_uint num_events,
+                                    const cl_event *wait_list, cl_event *event)
 {
     const char *op = "qk_norm_rope_cache";
     oclf_status st;
@@ -645,6 +663,8 @@ oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue, o
                        &o)) ||
         (st = oclf_rope_check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
         return st;
+    rope = &o.ro.rope;
+    cache = &c.cache;
     if (nk != cache->heads || nv != cache->heads)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: nk (%zu) and nv (%zu) must both be the cache's %zu heads", op, nk,

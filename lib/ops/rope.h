@@ -23,6 +23,7 @@ typedef struct rope_launch {
 /* A checked paged-cache write: the cache's K and V ranges, the slots, and
  * the number of slots (num_blocks x block_size). */
 typedef struct cache_operands {
+    oclf_kv_cache cache; /* the caller's, as read */
     oclf_operand k, v, slots;
     cl_mem kmem, vmem;
     cl_ulong ko, vo, so, nslots;

@@ -4,10 +4,16 @@
 
 #include <stdio.h>
 
+void oclf_kv_cache_init(oclf_kv_cache *cache)
+{
+    if (cache)
+        *cache = (oclf_kv_cache)OCLF_KV_CACHE_INIT;
+}
+
 oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                 size_t tokens, oclf_heads k, oclf_heads v, oclf_buf slot_mapping,
-                                const oclf_kv_cache *cache, cl_uint num_events,
-                                const cl_event *wait_list, cl_event *event)
+                                const oclf_kv_cache *cache, const oclf_choice *choice,
+                                cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *op = "kv_cache_write";
     oclf_status st;
@@ -15,6 +21,7 @@ oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue, oclf_
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
         (st = oclf_rope_check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
         return st;
+    cache = &c.cache;
     const size_t hd = cache->head_dim, el = oclf_dtype_size(dtype);
     const oclf_heads *sets[2] = {&k, &v};
     oclf_operand ops[2];
@@ -37,12 +44,13 @@ oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue, oclf_
     }
 
     /* No parameters of its own: the copy runs in the row structure
-     * qk_norm_rope would take for these heads, from the same program. */
+     * qk_norm_rope would take for these heads (its records, or the choice's
+     * LAYOUT, WGS and VEC), from the same program. */
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
     if ((st = oclf_rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, cache->heads, hd,
-                                hd - hd % 2, dtype, 0, NULL, &r, &prog, &l)) ||
+                                hd - hd % 2, dtype, 0, choice, &r, &prog, &l)) ||
         (st = oclf_rope_validate_slots(ctx, op, queue, tokens, &c, num_events, wait_list)))
         return st;
     if (tokens == 0)
