@@ -265,6 +265,17 @@ static inline floatv oclf_widen_bf16_words(oclf_words_a w)
 {
     return OCLF_CAT(as_float, OCLF_VEC)(OCLF_WORD_LANES(w << 16, w & 0xffff0000u));
 }
+/* The inverse, rounding as NARROW_BF16: even lanes into the low halves, odd
+ * lanes into the high halves, never through 16-bit lanes (for the same
+ * reason). */
+static inline oclf_words_a oclf_narrow_bf16_words(floatv f)
+{
+    const OCLF_CAT(uint, OCLF_VEC) u = OCLF_CAT(as_uint, OCLF_VEC)(f);
+    const OCLF_CAT(int, OCLF_VEC) nan = f != f;
+    const OCLF_CAT(uint, OCLF_VEC) r =
+        select(u + 0x7fffu + ((u >> 16) & 1u), u | 0x00400000u, nan) >> 16;
+    return r.even | (r.odd << 16);
+}
 #endif
 
 /* LDV(p, i): OCLF_VEC elements starting at element i, widened to floatv.
@@ -280,7 +291,7 @@ static inline floatv oclf_widen_bf16_words(oclf_words_a w)
 #define STV(p, i, v) OCLF_ST16A((p) + (i), NARROW_F16(OCLF_VEC, (v)))
 #elif OCLF_ALIGNED
 #define LDV(p, i) oclf_widen_bf16_words(*(global const oclf_words_a *)((p) + (i)))
-#define STV(p, i, v) OCLF_ST16A((p) + (i), NARROW_BF16(OCLF_VEC, (v)))
+#define STV(p, i, v) (*(global oclf_words_a *)((p) + (i)) = oclf_narrow_bf16_words(v))
 #elif OCLF_DTYPE == 0
 #define LDV(p, i) LDFV(OCLF_VEC, (p) + (i))
 #define STV(p, i, v) STFV(OCLF_VEC, (p) + (i), (v))
@@ -319,6 +330,11 @@ static inline float oclf_stv_rounded(global stor_t *p, float v)
 #define STV_ROUNDED(p, i, v) oclf_stv_rounded((p) + (i), (v))
 static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
 {
+#if OCLF_ALIGNED && OCLF_DTYPE == 2
+    const oclf_words_a w = oclf_narrow_bf16_words(v);
+    *(global oclf_words_a *)p = w;
+    return oclf_widen_bf16_words(w);
+#else
     const OCLF_CAT(ushort, OCLF_VEC) h = OCLF_NARROWV_(v);
 #if OCLF_ALIGNED
     OCLF_ST16A(p, h);
@@ -326,6 +342,7 @@ static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
     ST16V(OCLF_VEC, p, h);
 #endif
     return OCLF_WIDENV_(h);
+#endif
 }
 #endif
 
