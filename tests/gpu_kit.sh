@@ -50,7 +50,7 @@ grep -q '^meson ' "$kit/packages.txt" && grep -q '^ninja-build ' "$kit/packages.
 caps=$("$kitsh" caps)
 echo "$caps" | tr '\n' ' '; echo
 total=$(echo "$caps" | sed -n 's/^total //p')
-[ "$(echo "$caps" | grep -cvE '^(total|deadline) ')" = 9 ] || fail "the lease has not nine stages"
+[ "$(echo "$caps" | grep -cvE '^(total|deadline) ')" = 10 ] || fail "the lease has not ten stages"
 [ "$total" -lt 540 ] || fail "the lease's caps add up to $total s"
 [ "$(echo "$caps" | sed -n 's/^deadline //p')" -lt 540 ] || fail "the lease's deadline is not under 540 s"
 
@@ -60,7 +60,7 @@ total=$(echo "$caps" | sed -n 's/^total //p')
 rm -rf "$out"
 status=0
 OCLF_KIT_LEASE_SIZES=small OCLF_KIT_SUITES=api OCLF_KIT_DEADLINE=1500 OCLF_KIT_TUNE_BUDGET=5 OCLF_KIT_JOB_SECONDS=120 \
-  OCLF_KIT_CAPS=unpack=120,build=900,test=200,bench=200,layer=200,tune=200,tuned=2,binaries=60 \
+  OCLF_KIT_CAPS=unpack=120,build=900,matrix=60,test=200,bench=200,layer=200,tune=200,tuned=2,binaries=60 \
   "$kitsh" run --profile lease --isolate "$kit" "$out" >"$kit/lease.log" 2>&1 || status=$?
 cat "$kit/lease.log"
 [ $status = 1 ] || fail "the lease exited $status, not 1 (its tuned stage cut)"
@@ -81,9 +81,9 @@ done
 # Every stage ran, in order, each within its cap.
 stages=$(cut -f1,2 "$kit/lease/stages.tsv")
 echo "$stages"
-[ "$(cut -f1 <<<"$stages" | tr '\n' ' ')" = "unpack probe build test bench layer tune tuned binaries " ] ||
+[ "$(cut -f1 <<<"$stages" | tr '\n' ' ')" = "unpack probe build matrix test bench layer tune tuned binaries " ] ||
   fail "the stages that ran: $(cut -f1 <<<"$stages" | tr '\n' ' ')"
-[ "$(grep -c $'\tok$' <<<"$stages")" = 8 ] && grep -q $'^tuned\tcut at its cap$' <<<"$stages" ||
+[ "$(grep -c $'\tok$' <<<"$stages")" = 9 ] && grep -q $'^tuned\tcut at its cap$' <<<"$stages" ||
   fail "not every stage but the tuned bench ok, or that one not cut"
 awk -F'\t' '$3 > $4 + 3 { exit 1 }' "$kit/lease/stages.tsv" || fail "a stage ran past its cap"
 
@@ -96,7 +96,7 @@ grep -q 'fingerprint: ' "$out/probe.txt" || fail "probe.txt has no oclfuse-info"
 grep -q 'Max compute units' "$out/probe.txt" || fail "probe.txt has no clinfo facts"
 grep -q 'cl_khr_subgroups: ' "$out/probe.txt" || fail "probe.txt lists no extension"
 listing=$(tar -tzf "$out/lease.tar.gz")
-for f in build.log test.log bench.txt layer-b1.json layer-b16.json tune.log tuning.json.journal binaries/index.txt; do
+for f in build.log matrix.txt test.log bench.txt layer-b1.json layer-b16.json tune.log tuning.json.journal binaries/index.txt; do
   grep -qx "./$f" <<<"$listing" || fail "lease.tar.gz lacks $f"
 done
 python3=$prefix/usr/bin/python3
@@ -127,6 +127,10 @@ for l in index:
     assert os.path.getsize(f'{run}/binaries/{l[0]}') == int(l[1]) > 0, l
 print(f'bench: {len(rows)} rows; layer: batch 1 and 16; binaries: {len(index)} of {len(ops)} families')
 PY
+# the matrix stage: the emulated instructions against the host, lane by lane
+grep -q '^ok: 1 form(s) built, 0 check(s) failed' "$kit/unpacked/matrix.txt" &&
+  grep -q 'emulated  bf16 m16n8k16 exact  128/128 bit-equal' "$kit/unpacked/matrix.txt" ||
+  fail "the matrix stage's probe did not pass: $(cat "$kit/unpacked/matrix.txt")"
 
 # The build used the machine's compiler (through the isolated PATH) and the
 # kit's Meson, and every OpenCL, jansson, CLBlast and check header came from
