@@ -24,6 +24,11 @@
  *                      cache). 1: the group copies KC columns of K of its x
  *                      and W tiles into local memory, coalesced, then
  *                      every lane runs its block from there (GPUs).
+ *                      2: matrix units (f16 and bf16): MB x NB fragments
+ *                      of 16 x 8 per warp of 32, WGM x WGN warps a group,
+ *                      KC (a multiple of 32) columns of K a stage, the
+ *                      instruction form OCLF_MMA (cl/mma.h); see the
+ *                      kernel below.
  *   OCLF_PRO           the prologue activation, where x is loaded (with
  *                      STAGE, once per element of a staged tile).
  *   OCLF_QW            0: W in the call's dtype. 1-4: a quantized W (NK
@@ -725,6 +730,288 @@ kernel void linear_fused(LIN_ARGS)
     }
     FOR_MN(STORE_V)
 #endif
+}
+
+#elif OCLF_STAGE == 2
+/* ---- matrix units: m16n8k16 fragments (cl/mma.h) -------------------------
+ * A work-group of WGM x WGN warps (groups of 32 work-items, warp w at
+ * (w % WGM, w / WGM)); a warp owns MB x NB fragments of the product, each
+ * 16 rows by 8 columns, so a group's tile is TM = WGM * MB * 16 rows by
+ * TN = WGN * NB * 8 columns. The group copies KC columns of K of its x and
+ * W tiles at a time into local memory (two buffers: the next chunk's global
+ * loads are in flight while the warps multiply the current one), 16 bytes
+ * per global load; each lane then reads its A and B fragment registers with
+ * 16-byte local loads and issues MB x NB products per 16 of K. The operands
+ * stay in the call's dtype (f16 or bf16; a prologue's result is rounded to
+ * it), the accumulators are f32, and the epilogue runs on each lane's
+ * accumulator elements at their rows and columns (cl/mma.h's C layout).
+ *
+ * Local layout: a tile row (a row of x, a column of the product's W) holds
+ * its KC elements as KC / 2 words of two consecutive-K elements, and within
+ * each 32 of K the words are permuted so that one lane's fragment words are
+ * adjacent: the word of K pair 2p (p = 0..15) is at 4 (p % 4) + p / 4. Lane
+ * t = lane % 4 then finds at words 4t..4t+3 the pairs 2t, 2t + 8, 2t + 16,
+ * 2t + 24: a[0] and a[2] (of row g) or b[0] and b[1] (of column g) for both
+ * k16 steps of the 32. Rows are LROW words apart, LROW = 16 modulo 32, so
+ * the eight lanes of one 16-byte local-load phase (two rows, four t) cover
+ * the 32 banks once. */
+#include "mma.h"
+#if OCLF_DTYPE == 0
+#error "the matrix-unit structure takes f16 or bf16 operands"
+#endif
+#if OCLF_KC % 32
+#error "OCLF_KC must be a multiple of 32 for the matrix-unit structure"
+#endif
+#if OCLF_QW || OCLF_WF32
+#error "the matrix-unit structure reads W in the call's dtype"
+#endif
+#define MM_WARPS (OCLF_WGM * OCLF_WGN)
+#define MM_WGS (32 * MM_WARPS)
+#define MM_TM (OCLF_WGM * OCLF_MB * 16)
+#define MM_TN (OCLF_WGN * OCLF_NB * 8)
+#define MM_LROW (OCLF_KC / 2 + (OCLF_KC / 2 % 32 == 0 ? 16 : 0))
+/* 16-byte pieces of the x tile a chunk, and per work-item */
+#define MM_XU (MM_TM * OCLF_KC / 8)
+#define MM_XPER ((MM_XU + MM_WGS - 1) / MM_WGS)
+/* W's pieces: NK, 8 of K of one W row; KN, 8 columns of two K rows (the
+ * pair one word of each column holds) */
+#if !OCLF_WKN
+#define MM_WU (MM_TN * OCLF_KC / 8)
+#else
+#define MM_WU (OCLF_KC / 2 * (MM_TN / 8))
+#endif
+#define MM_WPER ((MM_WU + MM_WGS - 1) / MM_WGS)
+
+#if OCLF_DTYPE == 1
+#define MM_WIDEN(h) WIDEN_F16(8, h)
+#define MM_NARROW(v) NARROW_F16(8, v)
+#else
+#define MM_WIDEN(h) WIDEN_BF16(8, h)
+#define MM_NARROW(v) NARROW_BF16(8, v)
+#endif
+
+/* Elements c..c+7 of row r of a [rows, cols] matrix at p (offset o, row
+ * stride s) as bits; zeros outside the matrix. */
+static inline ushort8 mm_ld8(global const ushort *p, ulong o, ulong s, uint r, uint c, uint rows,
+                             uint cols)
+{
+    if (r >= rows || c >= cols)
+        return (ushort8)(0);
+    global const ushort *q = p + o + (ulong)r * s + c;
+    if (c + 8 <= cols) {
+#if OCLF_ALIGNED
+        return *(global const ushort8 *)q;
+#else
+        return LD16V(8, q);
+#endif
+    }
+    ushort t[8];
+    for (uint i = 0; i < 8; i++)
+        t[i] = c + i < cols ? q[i] : (ushort)0;
+    return vload8(0, t);
+}
+
+/* The prologue on 8 elements of x, rounded back to the dtype (zeros stay
+ * zeros: every activation maps 0 to 0). */
+static inline ushort8 mm_pro(ushort8 h)
+{
+#if OCLF_PRO == LIN_NONE
+    return h;
+#else
+    floatv v = MM_WIDEN(h);
+    v = PRO(floatv, v);
+    return MM_NARROW(v);
+#endif
+}
+
+/* The word of K pair `kk` (0..KC-2, even) of a tile row, from its start. */
+static inline uint mm_word(uint kk)
+{
+    const uint p = (kk & 31u) >> 1;
+    return (kk >> 5) * 16u + 4u * (p & 3u) + (p >> 2);
+}
+
+/* This work-item's pieces of chunk c0 from global memory into registers:
+ * xr[u] of the x tile; wr of the W tile (KN: two rows a piece). */
+static inline void mm_fetch(ushort8 xr[MM_XPER], ushort8 wr[2 * MM_WPER],
+                            global const ushort *x, ulong xo, ulong xs, global const ushort *w,
+                            ulong wo, ulong ws, uint m, uint n, uint k, uint tm0, uint tn0,
+                            uint c0, uint lid)
+{
+#pragma unroll
+    for (uint u = 0; u < MM_XPER; u++) {
+        const uint e = lid + u * MM_WGS, r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
+        xr[u] = e < MM_XU ? mm_pro(mm_ld8(x, xo, xs, tm0 + r, c0 + 8 * q, m, k)) : (ushort8)(0);
+    }
+#pragma unroll
+    for (uint u = 0; u < MM_WPER; u++) {
+        const uint e = lid + u * MM_WGS;
+#if !OCLF_WKN
+        const uint r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
+        wr[u] = e < MM_WU ? mm_ld8(w, wo, ws, tn0 + r, c0 + 8 * q, n, k) : (ushort8)(0);
+#else
+        const uint kp = e / (MM_TN / 8), cb = e % (MM_TN / 8);
+        const int in = e < MM_WU;
+        wr[2 * u] = in ? mm_ld8(w, wo, ws, c0 + 2 * kp, tn0 + 8 * cb, k, n) : (ushort8)(0);
+        wr[2 * u + 1] = in ? mm_ld8(w, wo, ws, c0 + 2 * kp + 1, tn0 + 8 * cb, k, n) : (ushort8)(0);
+#endif
+    }
+}
+
+/* The fetched pieces into the local tiles xl [TM][LROW] and wl [TN][LROW]. */
+static inline void mm_put(const ushort8 xr[MM_XPER], const ushort8 wr[2 * MM_WPER],
+                          local uint *xl, local uint *wl, uint lid)
+{
+#pragma unroll
+    for (uint u = 0; u < MM_XPER; u++) {
+        const uint e = lid + u * MM_WGS, r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
+        if (e < MM_XU) {
+            const uint4 v = as_uint4(xr[u]);
+            local uint *d = xl + r * MM_LROW;
+            d[mm_word(8 * q)] = v.s0;
+            d[mm_word(8 * q + 2)] = v.s1;
+            d[mm_word(8 * q + 4)] = v.s2;
+            d[mm_word(8 * q + 6)] = v.s3;
+        }
+    }
+#pragma unroll
+    for (uint u = 0; u < MM_WPER; u++) {
+        const uint e = lid + u * MM_WGS;
+        if (e < MM_WU) {
+#if !OCLF_WKN
+            const uint r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
+            const uint4 v = as_uint4(wr[u]);
+            local uint *d = wl + r * MM_LROW;
+            d[mm_word(8 * q)] = v.s0;
+            d[mm_word(8 * q + 2)] = v.s1;
+            d[mm_word(8 * q + 4)] = v.s2;
+            d[mm_word(8 * q + 6)] = v.s3;
+#else
+            /* column 8 cb + i's word of K pair 2 kp: row 2 kp low, 2 kp + 1 high */
+            const uint kp = e / (MM_TN / 8), cb = e % (MM_TN / 8);
+            const uint8 lo = convert_uint8(wr[2 * u]), hi = convert_uint8(wr[2 * u + 1]);
+            const uint8 v = lo | (hi << 16u);
+            local uint *d = wl + (8 * cb) * MM_LROW + mm_word(2 * kp);
+            d[0 * MM_LROW] = v.s0;
+            d[1 * MM_LROW] = v.s1;
+            d[2 * MM_LROW] = v.s2;
+            d[3 * MM_LROW] = v.s3;
+            d[4 * MM_LROW] = v.s4;
+            d[5 * MM_LROW] = v.s5;
+            d[6 * MM_LROW] = v.s6;
+            d[7 * MM_LROW] = v.s7;
+#endif
+        }
+    }
+}
+
+/* D = A B + D for one fragment pair in the dtype's instruction. */
+static inline void mm_step(float d[4], const uint a[4], const uint b[2], uint lane,
+                           local uint *scratch)
+{
+#if OCLF_DTYPE == 1
+    oclf_mma_m16n8k16_f16(d, a, b, d, lane, scratch);
+#else
+    oclf_mma_m16n8k16_bf16(d, a, b, d, lane, scratch);
+#endif
+}
+
+/* The warp's MB x NB fragments over one chunk of the local tiles: xw and
+ * ww are the warp's first tile rows (of x and of W's columns). */
+static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
+                            const local uint *ww, uint lane, local uint *scratch)
+{
+    const uint g = lane >> 2, t = lane & 3u;
+    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
+        const uint off = c32 * 16u + 4u * t;
+        uint4 alo[OCLF_MB], ahi[OCLF_MB], bw[OCLF_NB];
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++) {
+            alo[i] = *(const local uint4 *)(xw + (i * 16 + g) * MM_LROW + off);
+            ahi[i] = *(const local uint4 *)(xw + (i * 16 + g + 8) * MM_LROW + off);
+        }
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+            bw[j] = *(const local uint4 *)(ww + (j * 8 + g) * MM_LROW + off);
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+            for (uint j = 0; j < OCLF_NB; j++) {
+                const uint a0[4] = {alo[i].s0, ahi[i].s0, alo[i].s1, ahi[i].s1};
+                const uint b0[2] = {bw[j].s0, bw[j].s1};
+                mm_step(acc[i][j], a0, b0, lane, scratch);
+            }
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+            for (uint j = 0; j < OCLF_NB; j++) {
+                const uint a1[4] = {alo[i].s2, ahi[i].s2, alo[i].s3, ahi[i].s3};
+                const uint b1[2] = {bw[j].s2, bw[j].s3};
+                mm_step(acc[i][j], a1, b1, lane, scratch);
+            }
+    }
+}
+
+/* The epilogue on the warp's accumulators: fragment (i, j)'s element e is
+ * at row r0 + 16 i + g + 8 (e / 2), column c0 + 8 j + 2 t + e % 2. */
+static inline void mm_store(float acc[OCLF_MB][OCLF_NB][4], uint r0, uint c0, uint lane, uint m,
+                            uint n, EPI_ARGS)
+{
+    const uint g = lane >> 2, t = lane & 3u;
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+#pragma unroll
+            for (uint e = 0; e < 4; e++) {
+                const uint r = r0 + i * 16 + g + 8 * (e >> 1), c = c0 + j * 8 + 2 * t + (e & 1);
+                if (r < m && c < n)
+                    lin_store(acc[i][j][e], r, c, EPI_PASS);
+            }
+}
+
+kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN_ARGS)
+{
+    local uint xl[2][MM_TM * MM_LROW] __attribute__((aligned(16)));
+    local uint wl[2][MM_TN * MM_LROW] __attribute__((aligned(16)));
+#if OCLF_MMA == 0
+    local uint scratch_all[MM_WARPS * OCLF_MMA_SCRATCH_WORDS];
+#endif
+    const uint lid = get_local_id(0), lane = lid & 31u, warp = lid >> 5;
+    const uint wm = warp % OCLF_WGM, wn = warp / OCLF_WGM;
+    const uint ngm = (m + MM_TM - 1) / MM_TM, grp = get_group_id(0);
+    const uint tm0 = (grp % ngm) * MM_TM, tn0 = (grp / ngm) * MM_TN;
+#if OCLF_MMA == 0
+    local uint *scratch = scratch_all + warp * OCLF_MMA_SCRATCH_WORDS;
+#else
+    local uint *scratch = 0;
+#endif
+    global const ushort *xb = (global const ushort *)x, *wb = (global const ushort *)w;
+    float acc[OCLF_MB][OCLF_NB][4];
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+#pragma unroll
+            for (uint e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    ushort8 xr[MM_XPER], wr[2 * MM_WPER];
+    const uint chunks = (k + OCLF_KC - 1) / OCLF_KC;
+    mm_fetch(xr, wr, xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, 0, lid);
+    mm_put(xr, wr, xl[0], wl[0], lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint ch = 0; ch < chunks; ch++) {
+        const uint cur = ch & 1u;
+        const int more = ch + 1 < chunks;
+        if (more)
+            mm_fetch(xr, wr, xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, (ch + 1) * OCLF_KC, lid);
+        mm_chunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
+                 wl[cur] + wn * (OCLF_NB * 8) * MM_LROW, lane, scratch);
+        if (more)
+            mm_put(xr, wr, xl[cur ^ 1u], wl[cur ^ 1u], lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mm_store(acc, tm0 + wm * (OCLF_MB * 16), tn0 + wn * (OCLF_NB * 8), lane, m, n, EPI_PASS);
 }
 
 #else
