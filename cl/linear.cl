@@ -738,8 +738,8 @@ kernel void linear_fused(LIN_ARGS)
  * (w % WGM, w / WGM)); a warp owns MB x NB fragments of the product, each
  * 16 rows by 8 columns, so a group's tile is TM = WGM * MB * 16 rows by
  * TN = WGN * NB * 8 columns. The group copies KC columns of K of its x and
- * W tiles at a time into local memory (two buffers: the next chunk's global
- * loads are in flight while the warps multiply the current one), 16 bytes
+ * W tiles at a time into local memory (two buffers: one barrier a chunk,
+ * the next chunk written while warps still read the current one), 16 bytes
  * per global load; each lane then reads its A and B fragment registers with
  * 16-byte local loads and issues MB x NB products per 16 of K. The operands
  * stay in the call's dtype (f16 or bf16; a prologue's result is rounded to
@@ -790,37 +790,45 @@ kernel void linear_fused(LIN_ARGS)
 #define MM_NARROW(v) NARROW_BF16(8, v)
 #endif
 
+/* Elements i and i + 1 of q (columns c + i, c + i + 1) as a word, zeros
+ * from column `cols` on. */
+static inline uint mm_ld2(global const ushort *q, uint i, uint c, uint cols)
+{
+    const uint lo = c + i < cols ? q[i] : 0u, hi = c + i + 1 < cols ? q[i + 1] : 0u;
+    return lo | hi << 16;
+}
+
 /* Elements c..c+7 of row r of a [rows, cols] matrix at p (offset o, row
- * stride s) as bits; zeros outside the matrix. */
-static inline ushort8 mm_ld8(global const ushort *p, ulong o, ulong s, uint r, uint c, uint rows,
+ * stride s) as bits, two a word (the lower column low); zeros outside the
+ * matrix. Words rather than a ushort8, which some back ends load in 8-byte
+ * halves. */
+static inline uint4 mm_ld8(global const ushort *p, ulong o, ulong s, uint r, uint c, uint rows,
                              uint cols)
 {
     if (r >= rows || c >= cols)
-        return (ushort8)(0);
+        return (uint4)(0);
     global const ushort *q = p + o + (ulong)r * s + c;
     if (c + 8 <= cols) {
 #if OCLF_ALIGNED
-        return *(global const ushort8 *)q;
+        return *(global const uint4 *)q;
 #else
-        return LD16V(8, q);
+        return as_uint4(LD16V(8, q));
 #endif
     }
-    ushort t[8];
-    for (uint i = 0; i < 8; i++)
-        t[i] = c + i < cols ? q[i] : (ushort)0;
-    return vload8(0, t);
+    return (uint4)(mm_ld2(q, 0, c, cols), mm_ld2(q, 2, c, cols), mm_ld2(q, 4, c, cols),
+                   mm_ld2(q, 6, c, cols));
 }
 
 /* The prologue on 8 elements of x, rounded back to the dtype (zeros stay
  * zeros: every activation maps 0 to 0). */
-static inline ushort8 mm_pro(ushort8 h)
+static inline uint4 mm_pro(uint4 h)
 {
 #if OCLF_PRO == LIN_NONE
     return h;
 #else
-    floatv v = MM_WIDEN(h);
+    floatv v = MM_WIDEN(as_ushort8(h));
     v = PRO(floatv, v);
-    return MM_NARROW(v);
+    return as_uint4(MM_NARROW(v));
 #endif
 }
 
@@ -833,7 +841,7 @@ static inline uint mm_word(uint kk)
 
 /* This work-item's pieces of chunk c0 from global memory into registers:
  * xr[u] of the x tile; wr of the W tile (KN: two rows a piece). */
-static inline void mm_fetch(ushort8 xr[MM_XPER], ushort8 wr[2 * MM_WPER],
+static inline void mm_fetch(uint4 xr[MM_XPER], uint4 wr[2 * MM_WPER],
                             global const ushort *x, ulong xo, ulong xs, global const ushort *w,
                             ulong wo, ulong ws, uint m, uint n, uint k, uint tm0, uint tn0,
                             uint c0, uint lid)
@@ -841,32 +849,32 @@ static inline void mm_fetch(ushort8 xr[MM_XPER], ushort8 wr[2 * MM_WPER],
 #pragma unroll
     for (uint u = 0; u < MM_XPER; u++) {
         const uint e = lid + u * MM_WGS, r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
-        xr[u] = e < MM_XU ? mm_pro(mm_ld8(x, xo, xs, tm0 + r, c0 + 8 * q, m, k)) : (ushort8)(0);
+        xr[u] = e < MM_XU ? mm_pro(mm_ld8(x, xo, xs, tm0 + r, c0 + 8 * q, m, k)) : (uint4)(0);
     }
 #pragma unroll
     for (uint u = 0; u < MM_WPER; u++) {
         const uint e = lid + u * MM_WGS;
 #if !OCLF_WKN
         const uint r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
-        wr[u] = e < MM_WU ? mm_ld8(w, wo, ws, tn0 + r, c0 + 8 * q, n, k) : (ushort8)(0);
+        wr[u] = e < MM_WU ? mm_ld8(w, wo, ws, tn0 + r, c0 + 8 * q, n, k) : (uint4)(0);
 #else
         const uint kp = e / (MM_TN / 8), cb = e % (MM_TN / 8);
         const int in = e < MM_WU;
-        wr[2 * u] = in ? mm_ld8(w, wo, ws, c0 + 2 * kp, tn0 + 8 * cb, k, n) : (ushort8)(0);
-        wr[2 * u + 1] = in ? mm_ld8(w, wo, ws, c0 + 2 * kp + 1, tn0 + 8 * cb, k, n) : (ushort8)(0);
+        wr[2 * u] = in ? mm_ld8(w, wo, ws, c0 + 2 * kp, tn0 + 8 * cb, k, n) : (uint4)(0);
+        wr[2 * u + 1] = in ? mm_ld8(w, wo, ws, c0 + 2 * kp + 1, tn0 + 8 * cb, k, n) : (uint4)(0);
 #endif
     }
 }
 
 /* The fetched pieces into the local tiles xl [TM][LROW] and wl [TN][LROW]. */
-static inline void mm_put(const ushort8 xr[MM_XPER], const ushort8 wr[2 * MM_WPER],
+static inline void mm_put(const uint4 xr[MM_XPER], const uint4 wr[2 * MM_WPER],
                           local uint *xl, local uint *wl, uint lid)
 {
 #pragma unroll
     for (uint u = 0; u < MM_XPER; u++) {
         const uint e = lid + u * MM_WGS, r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
         if (e < MM_XU) {
-            const uint4 v = as_uint4(xr[u]);
+            const uint4 v = xr[u];
             local uint *d = xl + r * MM_LROW;
             d[mm_word(8 * q)] = v.s0;
             d[mm_word(8 * q + 2)] = v.s1;
@@ -880,7 +888,7 @@ static inline void mm_put(const ushort8 xr[MM_XPER], const ushort8 wr[2 * MM_WPE
         if (e < MM_WU) {
 #if !OCLF_WKN
             const uint r = e / (OCLF_KC / 8), q = e % (OCLF_KC / 8);
-            const uint4 v = as_uint4(wr[u]);
+            const uint4 v = wr[u];
             local uint *d = wl + r * MM_LROW;
             d[mm_word(8 * q)] = v.s0;
             d[mm_word(8 * q + 2)] = v.s1;
@@ -889,7 +897,8 @@ static inline void mm_put(const ushort8 xr[MM_XPER], const ushort8 wr[2 * MM_WPE
 #else
             /* column 8 cb + i's word of K pair 2 kp: row 2 kp low, 2 kp + 1 high */
             const uint kp = e / (MM_TN / 8), cb = e % (MM_TN / 8);
-            const uint8 lo = convert_uint8(wr[2 * u]), hi = convert_uint8(wr[2 * u + 1]);
+            const uint8 lo = convert_uint8(as_ushort8(wr[2 * u]));
+            const uint8 hi = convert_uint8(as_ushort8(wr[2 * u + 1]));
             const uint8 v = lo | (hi << 16u);
             local uint *d = wl + (8 * cb) * MM_LROW + mm_word(2 * kp);
             d[0 * MM_LROW] = v.s0;
@@ -924,50 +933,42 @@ static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw
     const uint g = lane >> 2, t = lane & 3u;
     for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
         const uint off = c32 * 16u + 4u * t;
-        uint4 alo[OCLF_MB], ahi[OCLF_MB], bw[OCLF_NB];
-#pragma unroll
-        for (uint i = 0; i < OCLF_MB; i++) {
-            alo[i] = *(const local uint4 *)(xw + (i * 16 + g) * MM_LROW + off);
-            ahi[i] = *(const local uint4 *)(xw + (i * 16 + g + 8) * MM_LROW + off);
-        }
+        /* the NB B fragments held, the A fragments one row of fragments at
+         * a time: fewer live registers than holding all of A */
+        uint4 bw[OCLF_NB];
 #pragma unroll
         for (uint j = 0; j < OCLF_NB; j++)
             bw[j] = *(const local uint4 *)(ww + (j * 8 + g) * MM_LROW + off);
 #pragma unroll
-        for (uint i = 0; i < OCLF_MB; i++)
+        for (uint i = 0; i < OCLF_MB; i++) {
+            const uint4 alo = *(const local uint4 *)(xw + (i * 16 + g) * MM_LROW + off);
+            const uint4 ahi = *(const local uint4 *)(xw + (i * 16 + g + 8) * MM_LROW + off);
+            const uint a0[4] = {alo.s0, ahi.s0, alo.s1, ahi.s1};
+            const uint a1[4] = {alo.s2, ahi.s2, alo.s3, ahi.s3};
 #pragma unroll
             for (uint j = 0; j < OCLF_NB; j++) {
-                const uint a0[4] = {alo[i].s0, ahi[i].s0, alo[i].s1, ahi[i].s1};
-                const uint b0[2] = {bw[j].s0, bw[j].s1};
+                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
                 mm_step(acc[i][j], a0, b0, lane, scratch);
-            }
-#pragma unroll
-        for (uint i = 0; i < OCLF_MB; i++)
-#pragma unroll
-            for (uint j = 0; j < OCLF_NB; j++) {
-                const uint a1[4] = {alo[i].s2, ahi[i].s2, alo[i].s3, ahi[i].s3};
-                const uint b1[2] = {bw[j].s2, bw[j].s3};
                 mm_step(acc[i][j], a1, b1, lane, scratch);
             }
+        }
     }
 }
 
-/* The epilogue on the warp's accumulators: fragment (i, j)'s element e is
- * at row r0 + 16 i + g + 8 (e / 2), column c0 + 8 j + 2 t + e % 2. */
-static inline void mm_store(float acc[OCLF_MB][OCLF_NB][4], uint r0, uint c0, uint lane, uint m,
-                            uint n, EPI_ARGS)
+/* The epilogue on one accumulator fragment d whose tile starts at row r0,
+ * column c0: element e is at row r0 + g + 8 (e / 2), column c0 + 2 t +
+ * e % 2. By value, so the accumulators never leave registers. */
+static inline void mm_store(float4 d, uint r0, uint c0, uint lane, uint m, uint n, EPI_ARGS)
 {
-    const uint g = lane >> 2, t = lane & 3u;
-#pragma unroll
-    for (uint i = 0; i < OCLF_MB; i++)
-#pragma unroll
-        for (uint j = 0; j < OCLF_NB; j++)
-#pragma unroll
-            for (uint e = 0; e < 4; e++) {
-                const uint r = r0 + i * 16 + g + 8 * (e >> 1), c = c0 + j * 8 + 2 * t + (e & 1);
-                if (r < m && c < n)
-                    lin_store(acc[i][j][e], r, c, EPI_PASS);
-            }
+    const uint r = r0 + (lane >> 2), c = c0 + 2 * (lane & 3u);
+    if (r < m && c < n)
+        lin_store(d.s0, r, c, EPI_PASS);
+    if (r < m && c + 1 < n)
+        lin_store(d.s1, r, c + 1, EPI_PASS);
+    if (r + 8 < m && c < n)
+        lin_store(d.s2, r + 8, c, EPI_PASS);
+    if (r + 8 < m && c + 1 < n)
+        lin_store(d.s3, r + 8, c + 1, EPI_PASS);
 }
 
 kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN_ARGS)
@@ -995,7 +996,7 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
 #pragma unroll
             for (uint e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
-    ushort8 xr[MM_XPER], wr[2 * MM_WPER];
+    uint4 xr[MM_XPER], wr[2 * MM_WPER];
     const uint chunks = (k + OCLF_KC - 1) / OCLF_KC;
     mm_fetch(xr, wr, xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, 0, lid);
     mm_put(xr, wr, xl[0], wl[0], lid);
@@ -1003,15 +1004,25 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
     for (uint ch = 0; ch < chunks; ch++) {
         const uint cur = ch & 1u;
         const int more = ch + 1 < chunks;
-        if (more)
-            mm_fetch(xr, wr, xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, (ch + 1) * OCLF_KC, lid);
+        /* the next chunk fetched after this one's products: a warp that
+         * finishes early loads while the others multiply, and the staged
+         * pieces are not live across the products (152 registers at sm_90
+         * with them, 128 without: two groups an SM rather than one) */
         mm_chunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
                  wl[cur] + wn * (OCLF_NB * 8) * MM_LROW, lane, scratch);
+        if (more)
+            mm_fetch(xr, wr, xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, (ch + 1) * OCLF_KC, lid);
         if (more)
             mm_put(xr, wr, xl[cur ^ 1u], wl[cur ^ 1u], lid);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    mm_store(acc, tm0 + wm * (OCLF_MB * 16), tn0 + wn * (OCLF_NB * 8), lane, m, n, EPI_PASS);
+    const uint r0 = tm0 + wm * (OCLF_MB * 16), c0 = tn0 + wn * (OCLF_NB * 8);
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+            mm_store((float4)(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]),
+                     r0 + 16 * i, c0 + 8 * j, lane, m, n, EPI_PASS);
 }
 
 #else

@@ -389,7 +389,8 @@ def wgs_of(options):
     if "WGS" in o:
         return int(o["WGS"])
     if "WGM" in o and "WGN" in o:
-        return int(o["WGM"]) * int(o["WGN"])
+        # linear's matrix-unit structure (STAGE 2): WGM x WGN warps of 32
+        return int(o["WGM"]) * int(o["WGN"]) * (32 if o.get("STAGE") == "2" else 1)
     return None
 
 
