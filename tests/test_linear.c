@@ -384,16 +384,18 @@ START_TEST(test_mma_exact)
     const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
     const oclf_choice ch = parse_choice(mma_structures[(_i / 2) % NMMA]);
     const int layout = _i / (2 * NMMA);
-    static const size_t shapes[][3] = {{130, 65, 130}, {7, 17, 64}, {64, 72, 96}};
-    for (int s = 0; s < 3; s++)
+    /* 256 x 136: interior tiles of every structure (copied a run a
+     * work-item) beside edge tiles (word by word) */
+    static const size_t shapes[][3] = {{130, 65, 130}, {7, 17, 64}, {64, 72, 96}, {256, 136, 72}};
+    for (int s = 0; s < 4; s++)
         for (int a = 0; a < 2; a++) {
             lin_case c = base_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
             c.layout = (oclf_weight_layout)layout;
             c.exact = 1;
             c.bias = 1;
             c.res = 1;
-            c.prologue = s == 1 ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
-            c.act = s == 2 ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
+            c.prologue = s % 2 ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
+            c.act = s >= 2 ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
             c.offset = a ? 0 : 3;
             c.pad = a ? 8 : 0;
             c.choice = &ch;
