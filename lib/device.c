@@ -139,6 +139,13 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
                                &o->max_alloc, NULL)))
         return oclf_fail_cl(ctx, err, "clGetDeviceInfo(limits)");
     o->local_is_global = (lmt == CL_GLOBAL);
+    /* OpenCL lets f32 division be 2.5 ulp off unless the program is built
+     * with -cl-fp32-correctly-rounded-divide-sqrt; NVIDIA's compiler takes
+     * that licence, which breaks the bit-exact results the expression
+     * kernels promise (dropout's x / (1 - p)). */
+    cl_device_fp_config fpc = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fpc, &fpc, NULL) == CL_SUCCESS)
+        o->div_rounded = (fpc & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
 
     char cver[128] = "";
     if (get_str(dev, CL_DEVICE_OPENCL_C_VERSION, cver, sizeof cver) != CL_SUCCESS ||
@@ -165,7 +172,7 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         }
         free(ext);
     }
-    o->split_tail_miscompile = platform_is(o, "pocl");
+    o->split_tail_miscompile = !platform_is(o, "oclgrind");
     o->float16 = platform_is(o, "pocl") && (o->type & CL_DEVICE_TYPE_CPU);
     /* Not on a device that also calls itself a GPU (oclgrind, a simulator):
      * its uninitialized-value checker crashed on the swizzles of that form. */
@@ -223,7 +230,9 @@ void oclf_device_quirk_options(const oclf_device_info *info, char *buf, size_t l
     /* Quirks reach the kernels as named defines. OCLF_LOCAL_IS_GLOBAL tells
      * a kernel that "local" memory is ordinary cached memory (CPUs), where
      * staging a row buys nothing over re-reading it. */
-    snprintf(buf, len, "%s%s%s%s%s", std, info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
+    snprintf(buf, len, "%s%s%s%s%s%s", std,
+             info->div_rounded ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
+             info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
              info->subgroups ? " -DOCLF_HAS_SUBGROUPS=1" : "",
              info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "",
              info->float16 ? " -DOCLF_HAS_FLOAT16=1" : "");
