@@ -304,11 +304,14 @@ static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prolog
                                  const lin_qkind *q, int w_f32, const lin_cfg *cfg, int aligned,
                                  oclf_program **prog, const char **kernel)
 {
-    char qd[96], defines[OCLF_DEFINES_MAX + 128], opts[OCLF_OPTIONS_MAX];
+    char qd[96], defines[OCLF_DEFINES_MAX + 160], opts[OCLF_OPTIONS_MAX];
     lin_qdefines(q, qd, sizeof qd);
-    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s", prologue, qd,
-             w_f32 && dtype != OCLF_F32 ? "-DOCLF_WF32=1 " : "", cfg->defines);
-    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, defines, aligned);
+    /* (the aligned mark added here: a quantized W's defines are longer
+     * than oclf_program_options_aligned's buffer) */
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s%s", prologue, qd,
+             w_f32 && dtype != OCLF_F32 ? "-DOCLF_WF32=1 " : "", cfg->defines,
+             aligned ? " -DOCLF_ALIGNED=1" : "");
+    oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     *kernel = cfg->mv ? "linear_mv" : "linear_fused";
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
