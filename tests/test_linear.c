@@ -308,7 +308,8 @@ END_TEST
 /* The matrix-unit structure (STAGE 2), forced: on a device without matrix
  * units it runs cl/mma.h's emulation of the instruction, whose fragment
  * layout is the hardware's, so the tile loads, the fragment reads and the
- * epilogue on the accumulator fragments are checked here; f16 and bf16,
+ * epilogue on the accumulator fragments are checked here (and on a device
+ * with them, the same cases check the native instruction); f16 and bf16,
  * both layouts, tails in M, N and K (1, 7, 17, 65, 130), every prologue
  * and epilogue, strides and offsets, y in place. Structures: a warp of
  * 1 x 2 fragments in 2 x 1 warps; 2 x 1 fragments in 1 x 2 warps with K in
@@ -405,7 +406,7 @@ START_TEST(test_mma_exact)
              * of 8 or padded to one */
             const size_t wcols = layout ? c.n : c.k;
             const int aligned = a && (c.k + c.pad) % 8 == 0 && (wcols + c.pad) % 8 == 0;
-            ck_assert_msg(th_built("linear.cl", "-DOCLF_MMA=0", aligned),
+            ck_assert_msg(th_built("linear.cl", "-DOCLF_STAGE=2", aligned),
                           "%s %zux%zux%zu: no %s build of the matrix structure ran:\n%s",
                           oclf_dtype_name(dt), c.m, c.n, c.k, aligned ? "aligned" : "plain",
                           th_builds());
