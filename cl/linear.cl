@@ -24,6 +24,11 @@
  *                      cache). 1: the group copies KC columns of K of its x
  *                      and W tiles into local memory, coalesced, then
  *                      every lane runs its block from there (GPUs).
+ *                      2: matrix units (f16 and bf16): MB x NB fragments
+ *                      of 16 x 8 per warp of 32, WGM x WGN warps a group,
+ *                      KC (a multiple of 32) columns of K a stage, the
+ *                      instruction form OCLF_MMA (cl/mma.h); see the
+ *                      kernel below.
  *   OCLF_PRO           the prologue activation, where x is loaded (with
  *                      STAGE, once per element of a staged tile).
  *   OCLF_QW            0: W in the call's dtype. 1-4: a quantized W (NK
@@ -725,6 +730,353 @@ kernel void linear_fused(LIN_ARGS)
     }
     FOR_MN(STORE_V)
 #endif
+}
+
+#elif OCLF_STAGE == 2
+/* ---- matrix units: m16n8k16 fragments (cl/mma.h) -------------------------
+ * A work-group of WGM x WGN warps (groups of 32 work-items, warp w at
+ * (w % WGM, w / WGM)); a warp owns MB x NB fragments of the product, each
+ * 16 rows by 8 columns, so a group's tile is TM = WGM * MB * 16 rows by
+ * TN = WGN * NB * 8 columns. The group copies KC columns of K of its x and
+ * W tiles at a time into local memory (two buffers: one barrier a chunk,
+ * the next chunk written while warps still read the current one), 16 bytes
+ * per global load; each lane then reads its A and B fragment registers with
+ * 16-byte local loads and issues MB x NB products per 16 of K. The operands
+ * stay in the call's dtype (f16 or bf16; a prologue's result is rounded to
+ * it), the accumulators are f32, and the epilogue runs on each lane's
+ * accumulator elements at their rows and columns (cl/mma.h's C layout).
+ *
+ * Local layout: a tile row (a row of x, a column of the product's W) holds
+ * its KC elements as KC / 2 words of two consecutive-K elements, and within
+ * each run of 32 of K the words are permuted so that one lane's fragment
+ * words are adjacent: the word of K pair 2p (p = 0..15) is word p / 4 of
+ * 16-byte group p % 4. Lane t = lane % 4 then finds in group t the pairs
+ * 2t, 2t + 8, 2t + 16, 2t + 24: a[0] and a[2] (of row g) or b[0] and b[1]
+ * (of column g) for both k16 steps of the run. Rows are LROW words apart,
+ * LROW = 16 modulo 32, and group t of row r sits at slot t ^ ((r / 2) % 4)
+ * of its run (mm_group), so the eight lanes of one 16-byte phase touch
+ * every bank once both when they read fragments (two rows, four t) and
+ * when they store groups (eight consecutive rows, one t). */
+#include "mma.h"
+#if OCLF_DTYPE == 0
+#error "the matrix-unit structure takes f16 or bf16 operands"
+#endif
+#if OCLF_KC % 32
+#error "OCLF_KC must be a multiple of 32 for the matrix-unit structure"
+#endif
+#if OCLF_QW || OCLF_WF32
+#error "the matrix-unit structure reads W in the call's dtype"
+#endif
+#define MM_WARPS (OCLF_WGM * OCLF_WGN)
+#define MM_WGS (32 * MM_WARPS)
+#define MM_TM (OCLF_WGM * OCLF_MB * 16)
+#define MM_TN (OCLF_WGN * OCLF_NB * 8)
+#define MM_LROW (OCLF_KC / 2 + (OCLF_KC / 2 % 32 == 0 ? 16 : 0))
+/* The staging of a chunk. Where the group's tile lies inside x and W and
+ * the chunk inside K (every chunk of an interior tile but a partial last
+ * one), a work-item copies whole runs: the 32 elements of K of one tile row
+ * (64 bytes: four 16-byte global loads), whose 16 words it rearranges in
+ * registers into the four 16-byte groups of the local layout (four 16-byte
+ * local stores). A KN W is copied in pieces of two K rows by 8 columns
+ * (two 16-byte loads), paired into one word per column (eight 4-byte
+ * stores). Everywhere else (edges, a partial chunk) the group copies word
+ * by word with bounds checks and zero fill (mm_copy_edge). */
+#define MM_RUNS_X (MM_TM * (OCLF_KC / 32))
+#if !OCLF_WKN
+#define MM_RUNS (MM_RUNS_X + MM_TN * (OCLF_KC / 32))
+#define MM_WU 0
+#else
+#define MM_RUNS MM_RUNS_X
+#define MM_WU (OCLF_KC / 2 * (MM_TN / 8))
+#endif
+/* runs and KN pieces per work-item; the registers that stage them */
+#define MM_RPER ((MM_RUNS + MM_WGS - 1) / MM_WGS)
+#define MM_WPER ((MM_WU + MM_WGS - 1) / MM_WGS)
+#define MM_SREGS (4 * MM_RPER + 2 * MM_WPER)
+
+#if OCLF_DTYPE == 1
+#define MM_WIDEN(h) WIDEN_F16(8, h)
+#define MM_NARROW(v) NARROW_F16(8, v)
+#else
+#define MM_WIDEN(h) WIDEN_BF16(8, h)
+#define MM_NARROW(v) NARROW_BF16(8, v)
+#endif
+
+/* The word of 16-byte group `grp` (0..3) of a run, the run's first word
+ * `base`, in tile row `row`: the groups are swizzled by row so that the
+ * 16-byte stores of eight consecutive rows and the fragment reads of two
+ * rows by four lanes each touch every bank once. */
+static inline uint mm_group(uint row, uint base, uint grp)
+{
+    return base + 4u * (grp ^ ((row >> 1) & 3u));
+}
+
+/* Elements c..c+7 of a row at q as bits, two a word (the lower column
+ * low): one 16-byte load in the aligned build. */
+static inline uint4 mm_ld16(global const ushort *q)
+{
+#if OCLF_ALIGNED
+    return *(global const uint4 *)q;
+#else
+    return as_uint4(LD16V(8, q));
+#endif
+}
+
+/* The prologue on 8 elements of x, rounded back to the dtype (zeros stay
+ * zeros: every activation maps 0 to 0). */
+static inline uint4 mm_pro(uint4 h)
+{
+#if OCLF_PRO == LIN_NONE
+    return h;
+#else
+    floatv v = MM_WIDEN(as_ushort8(h));
+    v = PRO(floatv, v);
+    return as_uint4(MM_NARROW(v));
+#endif
+}
+
+/* Run `e` of this chunk (x's runs first, then an NK W's) into s[0..3]: its
+ * tile row and first column (c0 + 32 c32) read by four 16-byte loads. */
+static inline void mm_fetch_run(uint4 s[4], uint e, global const ushort *x, ulong xo, ulong xs,
+                                global const ushort *w, ulong wo, ulong ws, uint tm0, uint tn0,
+                                uint c0)
+{
+    const int isx = e < MM_RUNS_X;
+    const uint ei = isx ? e : e - MM_RUNS_X, row = ei / (OCLF_KC / 32);
+    const uint c = c0 + 32 * (ei % (OCLF_KC / 32));
+    global const ushort *q = isx ? x + xo + (ulong)(tm0 + row) * xs + c
+                                 : w + wo + (ulong)(tn0 + row) * ws + c;
+    for (uint i = 0; i < 4; i++)
+        s[i] = isx ? mm_pro(mm_ld16(q + 8 * i)) : mm_ld16(q + 8 * i);
+}
+
+/* This work-item's runs (and KN pieces) of the chunk from column c0, an
+ * interior one, into registers. */
+static inline void mm_fetch(uint4 s[MM_SREGS], global const ushort *x, ulong xo, ulong xs,
+                            global const ushort *w, ulong wo, ulong ws, uint tm0, uint tn0,
+                            uint c0, uint lid)
+{
+#pragma unroll
+    for (uint u = 0; u < MM_RPER; u++) {
+        const uint e = lid + u * MM_WGS;
+        if (e < MM_RUNS)
+            mm_fetch_run(s + 4 * u, e, x, xo, xs, w, wo, ws, tm0, tn0, c0);
+    }
+#pragma unroll
+    for (uint u = 0; u < MM_WPER; u++) {
+        const uint e = lid + u * MM_WGS, kp = e / (MM_TN / 8), cb = e % (MM_TN / 8);
+        if (e < MM_WU) {
+            global const ushort *q = w + wo + (ulong)(c0 + 2 * kp) * ws + tn0 + 8 * cb;
+            s[4 * MM_RPER + 2 * u] = mm_ld16(q);
+            s[4 * MM_RPER + 2 * u + 1] = mm_ld16(q + ws);
+        }
+    }
+}
+
+/* The fetched runs and pieces into the local tiles xl [TM][LROW] and wl
+ * [TN][LROW]: group g of a run is word g of each of its four pieces. */
+static inline void mm_put(const uint4 s[MM_SREGS], local uint *xl, local uint *wl, uint lid)
+{
+#pragma unroll
+    for (uint u = 0; u < MM_RPER; u++) {
+        const uint e = lid + u * MM_WGS;
+        if (e < MM_RUNS) {
+            const int isx = e < MM_RUNS_X;
+            const uint ei = isx ? e : e - MM_RUNS_X, row = ei / (OCLF_KC / 32);
+            local uint *d = (isx ? xl : wl) + row * MM_LROW;
+            const uint base = 16 * (ei % (OCLF_KC / 32));
+            const uint4 p0 = s[4 * u], p1 = s[4 * u + 1], p2 = s[4 * u + 2], p3 = s[4 * u + 3];
+            *(local uint4 *)(d + mm_group(row, base, 0)) = (uint4)(p0.s0, p1.s0, p2.s0, p3.s0);
+            *(local uint4 *)(d + mm_group(row, base, 1)) = (uint4)(p0.s1, p1.s1, p2.s1, p3.s1);
+            *(local uint4 *)(d + mm_group(row, base, 2)) = (uint4)(p0.s2, p1.s2, p2.s2, p3.s2);
+            *(local uint4 *)(d + mm_group(row, base, 3)) = (uint4)(p0.s3, p1.s3, p2.s3, p3.s3);
+        }
+    }
+#pragma unroll
+    for (uint u = 0; u < MM_WPER; u++) {
+        const uint e = lid + u * MM_WGS;
+        if (e < MM_WU) {
+            /* column 8 cb + i's word of K pair kp: row 2 kp low, 2 kp + 1
+             * high; pair p of a run is word q = p / 4 of group p % 4 */
+            const uint kp = e / (MM_TN / 8), cb = e % (MM_TN / 8), p = kp % 16;
+            const uint base = 16 * (kp / 16);
+            const uint8 lo = convert_uint8(as_ushort8(s[4 * MM_RPER + 2 * u]));
+            const uint8 hi = convert_uint8(as_ushort8(s[4 * MM_RPER + 2 * u + 1]));
+            const uint8 v = lo | (hi << 16u);
+            local uint *d = wl + (8 * cb) * MM_LROW + p / 4;
+            d[0 * MM_LROW + mm_group(0, base, p % 4)] = v.s0;
+            d[1 * MM_LROW + mm_group(1, base, p % 4)] = v.s1;
+            d[2 * MM_LROW + mm_group(2, base, p % 4)] = v.s2;
+            d[3 * MM_LROW + mm_group(3, base, p % 4)] = v.s3;
+            d[4 * MM_LROW + mm_group(4, base, p % 4)] = v.s4;
+            d[5 * MM_LROW + mm_group(5, base, p % 4)] = v.s5;
+            d[6 * MM_LROW + mm_group(6, base, p % 4)] = v.s6;
+            d[7 * MM_LROW + mm_group(7, base, p % 4)] = v.s7;
+        }
+    }
+}
+
+/* Element (r, c) of a [rows, cols] matrix at p as bits; 0 outside it. */
+static inline uint mm_elem(global const ushort *p, ulong o, ulong s, uint r, uint c, uint rows,
+                           uint cols)
+{
+    return r < rows && c < cols ? p[o + (ulong)r * s + c] : 0u;
+}
+
+/* The chunk from column c0 of an edge tile or a partial chunk, word by
+ * word with bounds checks: zeros outside x, W and K. */
+static inline void mm_copy_edge(local uint *xl, local uint *wl, global const ushort *x, ulong xo,
+                                ulong xs, global const ushort *w, ulong wo, ulong ws, uint m,
+                                uint n, uint k, uint tm0, uint tn0, uint c0, uint lid)
+{
+#pragma unroll 1
+    for (uint e = lid; e < (MM_TM + MM_TN) * (OCLF_KC / 2); e += MM_WGS) {
+        const int isx = e < MM_TM * (OCLF_KC / 2);
+        const uint ei = isx ? e : e - MM_TM * (OCLF_KC / 2);
+        const uint row = ei / (OCLF_KC / 2), pr = ei % (OCLF_KC / 2), c = c0 + 2 * pr;
+        uint v;
+        if (isx) {
+            v = mm_elem(x, xo, xs, tm0 + row, c, m, k) | mm_elem(x, xo, xs, tm0 + row, c + 1, m, k)
+                                                          << 16;
+#if OCLF_PRO != LIN_NONE
+            v = mm_pro((uint4)(v, 0u, 0u, 0u)).s0;
+#endif
+        } else {
+#if !OCLF_WKN
+            v = mm_elem(w, wo, ws, tn0 + row, c, n, k) | mm_elem(w, wo, ws, tn0 + row, c + 1, n, k)
+                                                          << 16;
+#else
+            v = mm_elem(w, wo, ws, c, tn0 + row, k, n) | mm_elem(w, wo, ws, c + 1, tn0 + row, k, n)
+                                                          << 16;
+#endif
+        }
+        /* pair pr: run pr / 16, group (pr % 16) % 4, word (pr % 16) / 4 */
+        const uint p = pr % 16;
+        (isx ? xl : wl)[row * MM_LROW + mm_group(row, 16 * (pr / 16), p % 4) + p / 4] = v;
+    }
+}
+
+/* D = A B + D for one fragment pair in the dtype's instruction. */
+static inline void mm_step(float d[4], const uint a[4], const uint b[2], uint lane,
+                           local uint *scratch)
+{
+#if OCLF_DTYPE == 1
+    oclf_mma_m16n8k16_f16(d, a, b, d, lane, scratch);
+#else
+    oclf_mma_m16n8k16_bf16(d, a, b, d, lane, scratch);
+#endif
+}
+
+/* The warp's MB x NB fragments over one chunk of the local tiles: xw and
+ * ww are the warp's first tile rows (of x and of W's columns). */
+static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
+                            const local uint *ww, uint lane, local uint *scratch)
+{
+    const uint g = lane >> 2, t = lane & 3u;
+    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
+        /* every row this lane reads (g, g + 8, in fragments of 16 or 8 rows
+         * from a multiple of 16 or 8) has the swizzle of row g */
+        const uint off = mm_group(g, c32 * 16u, t);
+        /* the NB B fragments held, the A fragments one row of fragments at
+         * a time: fewer live registers than holding all of A */
+        uint4 bw[OCLF_NB];
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+            bw[j] = *(const local uint4 *)(ww + (j * 8 + g) * MM_LROW + off);
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++) {
+            const uint4 alo = *(const local uint4 *)(xw + (i * 16 + g) * MM_LROW + off);
+            const uint4 ahi = *(const local uint4 *)(xw + (i * 16 + g + 8) * MM_LROW + off);
+            const uint a0[4] = {alo.s0, ahi.s0, alo.s1, ahi.s1};
+            const uint a1[4] = {alo.s2, ahi.s2, alo.s3, ahi.s3};
+#pragma unroll
+            for (uint j = 0; j < OCLF_NB; j++) {
+                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
+                mm_step(acc[i][j], a0, b0, lane, scratch);
+                mm_step(acc[i][j], a1, b1, lane, scratch);
+            }
+        }
+    }
+}
+
+/* The epilogue on one accumulator fragment d whose tile starts at row r0,
+ * column c0: element e is at row r0 + g + 8 (e / 2), column c0 + 2 t +
+ * e % 2. By value, so the accumulators never leave registers. */
+static inline void mm_store(float4 d, uint r0, uint c0, uint lane, uint m, uint n, EPI_ARGS)
+{
+    const uint r = r0 + (lane >> 2), c = c0 + 2 * (lane & 3u);
+    if (r < m && c < n)
+        lin_store(d.s0, r, c, EPI_PASS);
+    if (r < m && c + 1 < n)
+        lin_store(d.s1, r, c + 1, EPI_PASS);
+    if (r + 8 < m && c < n)
+        lin_store(d.s2, r + 8, c, EPI_PASS);
+    if (r + 8 < m && c + 1 < n)
+        lin_store(d.s3, r + 8, c + 1, EPI_PASS);
+}
+
+kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN_ARGS)
+{
+    local uint xl[2][MM_TM * MM_LROW] __attribute__((aligned(16)));
+    local uint wl[2][MM_TN * MM_LROW] __attribute__((aligned(16)));
+#if OCLF_MMA == 0
+    local uint scratch_all[MM_WARPS * OCLF_MMA_SCRATCH_WORDS];
+#endif
+    const uint lid = get_local_id(0), lane = lid & 31u, warp = lid >> 5;
+    const uint wm = warp % OCLF_WGM, wn = warp / OCLF_WGM;
+    const uint ngm = (m + MM_TM - 1) / MM_TM, grp = get_group_id(0);
+    const uint tm0 = (grp % ngm) * MM_TM, tn0 = (grp / ngm) * MM_TN;
+#if OCLF_MMA == 0
+    local uint *scratch = scratch_all + warp * OCLF_MMA_SCRATCH_WORDS;
+#else
+    local uint *scratch = 0;
+#endif
+    global const ushort *xb = (global const ushort *)x, *wb = (global const ushort *)w;
+    float acc[OCLF_MB][OCLF_NB][4];
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+#pragma unroll
+            for (uint e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    uint4 sr[MM_SREGS];
+    const uint chunks = (k + OCLF_KC - 1) / OCLF_KC;
+    /* the tile inside x and W: its chunks inside K copy whole runs */
+    const int inner = tm0 + MM_TM <= m && tn0 + MM_TN <= n;
+    if (inner && OCLF_KC <= k) {
+        mm_fetch(sr, xb, xo, xs, wb, wo, ws, tm0, tn0, 0, lid);
+        mm_put(sr, xl[0], wl[0], lid);
+    } else {
+        mm_copy_edge(xl[0], wl[0], xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, 0, lid);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint ch = 0; ch < chunks; ch++) {
+        const uint cur = ch & 1u;
+        const int more = ch + 1 < chunks;
+        /* the next chunk fetched after this one's products: a warp that
+         * finishes early loads while the others multiply, and the staged
+         * pieces are not live across the products (152 registers at sm_90
+         * with them, 128 without: two groups an SM rather than one) */
+        mm_chunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
+                 wl[cur] + wn * (OCLF_NB * 8) * MM_LROW, lane, scratch);
+        const uint c1 = (ch + 1) * OCLF_KC;
+        if (more && inner && c1 + OCLF_KC <= k) {
+            mm_fetch(sr, xb, xo, xs, wb, wo, ws, tm0, tn0, c1, lid);
+            mm_put(sr, xl[cur ^ 1u], wl[cur ^ 1u], lid);
+        } else if (more) {
+            mm_copy_edge(xl[cur ^ 1u], wl[cur ^ 1u], xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, c1,
+                         lid);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const uint r0 = tm0 + wm * (OCLF_MB * 16), c0 = tn0 + wn * (OCLF_NB * 8);
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+            mm_store((float4)(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]),
+                     r0 + 16 * i, c0 + 8 * j, lane, m, n, EPI_PASS);
 }
 
 #else

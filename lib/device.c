@@ -165,6 +165,7 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
             o->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
             o->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
             o->subgroups = strstr(ext, "cl_khr_subgroups") != NULL;
+            o->nv_attributes = strstr(ext, "cl_nv_device_attribute_query") != NULL;
             o->has_uuid =
                 strstr(ext, "cl_khr_device_uuid") != NULL &&
                 clGetDeviceInfo(dev, CL_DEVICE_UUID_KHR, sizeof o->device_uuid, o->device_uuid,
@@ -187,6 +188,19 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         clGetDeviceInfo(dev, CL_DEVICE_WARP_SIZE_NV, sizeof width, &width, NULL) != CL_SUCCESS)
         width = 0;
     o->simd_width = width >= 8 && width <= 128 && !(width & (width - 1)) ? width : 32;
+    /* Matrix units: NVIDIA's compute capability 8.0 and newer run the
+     * m16n8k16 mma.sync of cl/mma.h (inline PTX, which its OpenCL compiler
+     * accepts). OCLF_MATRIX_UNITS=0 leaves them unused: a structure that
+     * needs one then runs its emulation, as on every other device. */
+    cl_uint cc_major = 0;
+    if (o->nv_attributes &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof cc_major, &cc_major,
+                        NULL) == CL_SUCCESS &&
+        cc_major >= 8)
+        o->mma = 1;
+    const char *mu = getenv("OCLF_MATRIX_UNITS");
+    if (mu && strcmp(mu, "0") == 0)
+        o->mma = 0;
     oclf_status st = apply_class_override(ctx, o);
     return st != OCLF_SUCCESS ? st : apply_kernel_wgs_cap(ctx, o);
 }

@@ -25,6 +25,7 @@ typedef struct oclf_device_info {
     cl_ulong max_alloc;
     cl_uint opencl_c_major, opencl_c_minor;
     bool fp16, fp64, subgroups;
+    bool nv_attributes; /* cl_nv_device_attribute_query */
     bool local_is_global; /* no dedicated local memory (CPUs) */
     /* The device compiler miscomputes a work-group kernel whose lanes run
      * vector loops over a head split at a width VEC does not divide, after
@@ -58,6 +59,12 @@ typedef struct oclf_device_info {
      * driver says so, else 32: a GPU work-group narrower than this leaves
      * lanes idle. */
     cl_uint simd_width;
+    /* The matrix-unit instruction form the kernels may use (cl/mma.h's
+     * OCLF_MMA): 0 none, only the emulation (slow: a structure that needs
+     * it runs only when a caller forces it); 1 m16n8k16 mma.sync as inline
+     * PTX (compute capability 8.0 or newer, from
+     * cl_nv_device_attribute_query). OCLF_MATRIX_UNITS=0 clears it. */
+    int mma;
     bool has_uuid;
     unsigned char device_uuid[16], driver_uuid[16];
 } oclf_device_info;

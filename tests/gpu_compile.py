@@ -27,6 +27,10 @@ back ends:
     "spilled around N" warning) and the per-thread scratch and private
     memory of each kernel's zeinfo.
 
+Programs built with cl/mma.h's native instruction form (-DOCLF_MMA=1:
+inline PTX, what linear's matrix-unit structure gets on compute
+capability 8.0 and newer) go to NVIDIA's back end alone.
+
 A build error or an undefined function fails the suite, and so does a
 kernel that spills on any back end: AMD VGPRs to scratch, ptxas spill
 stores or loads, IGC spills. The search spaces must not offer such a point
@@ -428,6 +432,11 @@ def compile_variant(job):
                                   f"failed: {e!r}")
 
     targets = list(TARGETS) + ([GFX942] if CLC19 else [])
+    # The native matrix-unit form (cl/mma.h, OCLF_MMA 1) is inline PTX:
+    # NVIDIA's back end alone builds it.
+    native_mma = "-DOCLF_MMA=1" in defs
+    if native_mma:
+        targets = [t for t in targets if t[0].startswith("nvptx")]
     for ti, (name, flags, bc, stats) in enumerate(targets):
         compiler = CLANG19 if name == GFX942[0] else CLANG
         clc = CLC19 if name == GFX942[0] else CLC
@@ -495,7 +504,7 @@ def compile_variant(job):
         os.remove(asm)
     devices = [d for d in IGC_DEVICES if not os.environ.get("OCLF_GPU_REPORT_ONLY") or
                f"igc-{d}" in gpu_report.REPORT_TARGETS]
-    for device in devices if OCLOC else []:
+    for device in devices if OCLOC and not native_mma else []:
         target = f"igc-{device}"
         want = report and target in gpu_report.REPORT_TARGETS
         err, stats, asm = igc_build(src, options, device, tmp, os.path.join(tmp, f"v{idx}"),

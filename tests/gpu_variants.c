@@ -13,6 +13,12 @@
  * folder named by the first argument and listed by their path. Exits 1 when an op's deep validation accepts a
  * parameter set without naming its program: the kernel limits of such a
  * set would never be checked before launch.
+ *
+ * The ops that use a matrix unit (linear) are listed twice: as for a GPU
+ * without one, and as for one that has it (the device fact set as compute
+ * capability 8.0 and newer sets it), whose defaults and points then name
+ * the native instruction form (-DOCLF_MMA=1), which only NVIDIA's back end
+ * compiles.
  */
 #include "../lib/internal.h"
 #include "opdesc.h"
@@ -168,9 +174,17 @@ int main(int argc, char **argv)
     int bad = 0;
     enum { MAXP = 4096 };
     oclf_params *points = malloc(MAXP * sizeof *points);
-    for (int oi = 0; op_table[oi] && points; oi++) {
+    for (int oi = 0, mu = 0; points && (op_table[oi] || !mu); oi++) {
+        if (!op_table[oi]) { /* again, the ops with a matrix unit, on one */
+            mu = 1;
+            oi = -1;
+            env.ctx->info.mma = 1;
+            continue;
+        }
         const op_desc *od = op_table[oi];
         const oclf_op op = oclf_op_from_name(op_lib_op(od));
+        if (mu && op != OCLF_OP_LINEAR)
+            continue;
         if (op == OCLF_OP_EXPR) {
             bad |= visit_generated(&env, &s, od, points, MAXP);
             continue;

@@ -4,7 +4,8 @@
  * every dtype and path, odd M/N/K (1, 7, 129, 1000), K = 0, M = 0, strided
  * rows with offsets on every operand, y in place on the residual, several
  * kernel structures (the CPU and GPU defaults, staged tiles, the
- * matrix-vector shape), fused against unfused, and the bad arguments.
+ * matrix-vector shape, the matrix-unit fragments in their emulated form),
+ * fused against unfused, and the bad arguments.
  */
 #include "harness.h"
 
@@ -26,7 +27,21 @@ typedef struct lin_case {
     float alpha, beta;
     size_t pad, offset; /* extra elements per row and before row 0, every operand */
     const oclf_choice *choice;
+    /* Inputs that are multiples of 1/64 in [-1, 1], whose products and sums
+     * are exact in f32: y must be the reference rounded once, bit for bit. */
+    int exact;
 } lin_case;
+
+/* The context cases run on: the test environment's unless a test sets its
+ * own (a build-log context, to tell which build ran). */
+static oclf_context *case_ctx;
+
+/* Every element of a random buffer moved to the nearest multiple of 1/64. */
+static void exactify(oclf_dtype dt, void *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        oclf_ref_set(dt, buf, i, (float)(round(oclf_ref_get(dt, buf, i) * 64.0) / 64.0));
+}
 
 static lin_case base_case(oclf_dtype dt, size_t m, size_t n, size_t k)
 {
@@ -57,6 +72,11 @@ static void *run_case(const lin_case *c, double **scale_out)
     void *x = th_random(dt, nx, -2.0f, 2.0f), *w = th_random(dt, nw, -1.0f, 1.0f);
     void *b = th_random(dt, nb, -1.0f, 1.0f), *y = th_random(dt, ny, -3.0f, 3.0f);
     void *r = c->inplace ? y : th_random(dt, ny, -3.0f, 3.0f);
+    if (c->exact) {
+        exactify(dt, x, nx), exactify(dt, w, nw), exactify(dt, b, nb), exactify(dt, y, ny);
+        if (!c->inplace)
+            exactify(dt, r, ny);
+    }
     cl_mem mx = th_upload(x, nx * es), mw = th_upload(w, nw * es), mb = th_upload(b, nb * es);
     cl_mem my = th_upload(y, ny * es), mr = c->inplace ? my : th_upload(r, ny * es);
     oclf_buf bx = {mx, o, p ? xs : 0}, bw = {mw, o, p ? ws : 0}, by = {my, o, p ? ys : 0};
@@ -78,8 +98,8 @@ static void *run_case(const lin_case *c, double **scale_out)
                                c->before, c->act, NULL};
     oclf_ref_linear(&ra, want, scale);
     cl_event ev = NULL;
-    TH_OK(oclf_linear(e->ctx, e->queue, dt, m, n, k, bx, bw, by, c->layout, c->prologue, &epi,
-                      c->choice, 0, NULL, &ev));
+    TH_OK(oclf_linear(case_ctx ? case_ctx : e->ctx, e->queue, dt, m, n, k, bx, bw, by, c->layout,
+                      c->prologue, &epi, c->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev); /* even for zero rows */
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -96,6 +116,12 @@ static void *run_case(const lin_case *c, double **scale_out)
                   c->before, p, c->inplace, bad, first / n, first % n,
                   (double)oclf_ref_get(dt, got, o + (first / n) * ys + first % n),
                   bad ? want[first] : 0.0, maxerr);
+    for (size_t i = 0; c->exact && i < m * n; i++) {
+        const double g = oclf_ref_get(dt, got, o + (i / n) * ys + i % n);
+        const double r1 = oclf_ref_round(dt, (float)want[i]);
+        ck_assert_msg(g == r1, "%s %zux%zux%zu exact inputs: (%zu, %zu) is %.9g, the rounded "
+                      "reference %.9g", oclf_dtype_name(dt), m, n, k, i / n, i % n, g, r1);
+    }
     /* every element outside y's rows is as it was (the residual's copy of it
      * when in place, which holds the same sentinel values) */
     for (size_t i = 0; i < ny; i++) {
@@ -276,6 +302,117 @@ START_TEST(test_structures)
             both_paths(c);
         }
     }
+}
+END_TEST
+
+/* The matrix-unit structure (STAGE 2), forced: on a device without matrix
+ * units it runs cl/mma.h's emulation of the instruction, whose fragment
+ * layout is the hardware's, so the tile loads, the fragment reads and the
+ * epilogue on the accumulator fragments are checked here (and on a device
+ * with them, the same cases check the native instruction); f16 and bf16,
+ * both layouts, tails in M, N and K (1, 7, 17, 65, 130), every prologue
+ * and epilogue, strides and offsets, y in place. Structures: a warp of
+ * 1 x 2 fragments in 2 x 1 warps; 2 x 1 fragments in 1 x 2 warps with K in
+ * chunks of 64; the sm_80+ default, 2 x 4 warps of 4 x 4. */
+static const char *const mma_structures[] = {
+    "MB=1,NB=2,VEC=8,WGM=2,WGN=1,STAGE=2,KC=32,MV=0",
+    "MB=2,NB=1,VEC=8,WGM=1,WGN=2,STAGE=2,KC=64,MV=0",
+    "MB=4,NB=4,VEC=8,WGM=2,WGN=4,STAGE=2,KC=32,MV=0",
+};
+#define NMMA (int)(sizeof mma_structures / sizeof *mma_structures)
+
+START_TEST(test_mma_shapes)
+{
+    const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
+    const oclf_choice ch = parse_choice(mma_structures[_i / 2]);
+    static const size_t shapes[][3] = {{1, 7, 17}, {17, 65, 130}, {65, 130, 7},
+                                       {130, 17, 65}, {7, 1, 1},   {33, 24, 64}};
+    for (int s = 0; s < 6; s++) {
+        if (th_quick() && s % 2)
+            continue;
+        for (int l = 0; l < 2; l++) {
+            lin_case c = base_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+            c.layout = (oclf_weight_layout)l;
+            c.bias = 1;
+            c.res = s % 2;
+            c.alpha = 0.75f;
+            c.prologue = (oclf_linear_act)(s % OCLF_LINEAR_ACT_COUNT_);
+            c.act = (oclf_linear_act)((s + 2) % OCLF_LINEAR_ACT_COUNT_);
+            c.before = l;
+            c.choice = &ch;
+            both_paths(c);
+        }
+    }
+}
+END_TEST
+
+/* Every prologue and epilogue (both residual orders), strides with offsets
+ * and y in place, on the smallest matrix structure. */
+START_TEST(test_mma_epilogues)
+{
+    const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
+    const oclf_choice ch = parse_choice(mma_structures[0]);
+    for (int v = 0; v < 15; v++) {
+        if (th_quick() && v % 3)
+            continue;
+        lin_case c = base_case(dt, 19, 23, 45);
+        c.layout = (oclf_weight_layout)(_i / 2);
+        c.bias = 1;
+        c.res = 1;
+        c.alpha = 0.75f;
+        c.beta = -1.25f;
+        c.pad = v % 2 ? 3 : 0;
+        c.offset = v % 2 ? 5 : 0;
+        c.inplace = v % 4 == 3;
+        if (v < 5) {
+            c.prologue = (oclf_linear_act)v;
+        } else {
+            c.act = (oclf_linear_act)((v - 5) / 2);
+            c.before = (v - 5) % 2;
+        }
+        c.choice = &ch;
+        both_paths(c);
+    }
+}
+END_TEST
+
+/* Exact inputs through every matrix structure: y is the reference rounded
+ * once, bit for bit, so every element reached the right fragment, lane and
+ * accumulator; with rows on 16-byte boundaries (the aligned build, 16-byte
+ * loads) and off them (offset 3), both checked to have run. */
+START_TEST(test_mma_exact)
+{
+    const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
+    const oclf_choice ch = parse_choice(mma_structures[(_i / 2) % NMMA]);
+    const int layout = _i / (2 * NMMA);
+    /* 256 x 136: interior tiles of every structure (copied a run a
+     * work-item) beside edge tiles (word by word) */
+    static const size_t shapes[][3] = {{130, 65, 130}, {7, 17, 64}, {64, 72, 96}, {256, 136, 72}};
+    for (int s = 0; s < 4; s++)
+        for (int a = 0; a < 2; a++) {
+            lin_case c = base_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+            c.layout = (oclf_weight_layout)layout;
+            c.exact = 1;
+            c.bias = 1;
+            c.res = 1;
+            c.prologue = s % 2 ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
+            c.act = s >= 2 ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
+            c.offset = a ? 0 : 3;
+            c.pad = a ? 8 : 0;
+            c.choice = &ch;
+            case_ctx = th_build_log_context();
+            free(run_case(&c, NULL));
+            /* rows on 16-byte boundaries where K (N for a KN W) is a multiple
+             * of 8 or padded to one */
+            const size_t wcols = layout ? c.n : c.k;
+            const int aligned = a && (c.k + c.pad) % 8 == 0 && (wcols + c.pad) % 8 == 0;
+            ck_assert_msg(th_built("linear.cl", "-DOCLF_STAGE=2", aligned),
+                          "%s %zux%zux%zu: no %s build of the matrix structure ran:\n%s",
+                          oclf_dtype_name(dt), c.m, c.n, c.k, aligned ? "aligned" : "plain",
+                          th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
 }
 END_TEST
 
@@ -473,6 +610,12 @@ static Suite *linear_suite(void)
     tcase_add_loop_test(t, test_structures, 0, th_quick() ? 3 : NSTRUCT * 3);
     tcase_add_test(t, test_nan_in_y);
     suite_add_tcase(s, t);
+    TCase *mu = tcase_create("matrix_units");
+    tcase_set_timeout(mu, 0);
+    tcase_add_loop_test(mu, test_mma_shapes, 0, th_quick() ? 2 : 2 * NMMA);
+    tcase_add_loop_test(mu, test_mma_epilogues, 0, 4);
+    tcase_add_loop_test(mu, test_mma_exact, 0, th_quick() ? 2 * NMMA : 4 * NMMA);
+    suite_add_tcase(s, mu);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);

@@ -196,6 +196,8 @@ static double lin_flops(const op_shape *s)
     return 2.0 * (double)s->d[0] * (double)s->d[1] * (double)s->d[2];
 }
 
+static int lin_lib_shape(const op_shape *s, uint64_t *dims);
+
 /* One point of the fused space, when the library takes it. */
 static void lin_point(const op_point_check *c, oclf_params *out, int *n, int max, int mb, int nb,
                       int vec, int64_t wgm, int64_t wgn, int stage, int kc, int mv)
@@ -211,6 +213,28 @@ static void lin_point(const op_point_check *c, oclf_params *out, int *n, int max
     oclf_params_set(&p, "KC", kc);
     oclf_params_set(&p, "MV", mv);
     op_space_add_valid(c, out, n, max, &p);
+}
+
+/* The matrix-unit structure's tiles (STAGE 2: MB x NB fragments of 16 x 8
+ * a warp, WGM x WGN warps, KC of K a stage), where the heuristic takes it
+ * for the shape, i.e. where the device runs the instruction natively (its
+ * emulation, which a forced STAGE 2 runs anywhere, is never worth timing):
+ * 128 x 128 and 64 x 128 tiles of 8 warps, 128 x 64 of 4, K in 32 or 64. */
+static void lin_mma_space(const op_env *env, const op_shape *s, oclf_dtype dt,
+                          const op_point_check *chk, oclf_params *out, int *n, int max)
+{
+    uint64_t dims[4];
+    lin_lib_shape(s, dims);
+    oclf_tuning_decision d;
+    int64_t stage = 0;
+    if (oclf_tuning_resolve(env->ctx, "linear", dt, dims, 4, OCLF_PATH_FUSED, &d) != OCLF_SUCCESS ||
+        !oclf_params_get(&d.heuristic.params, "STAGE", &stage) || stage != 2)
+        return;
+    static const int tiles[][4] = {{4, 4, 2, 4}, {2, 4, 2, 4}, {4, 4, 2, 2}, {2, 2, 2, 4}};
+    for (int t = 0; t < 4; t++)
+        for (int kc = 32; kc <= 64; kc += 32)
+            lin_point(chk, out, n, max, tiles[t][0], tiles[t][1], 8, tiles[t][2], tiles[t][3], 2,
+                      kc, 0);
 }
 
 /* The search space, pruned by a model before anything compiles rather than
@@ -288,6 +312,8 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
                     lin_point(&chk, out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
         }
     }
+    if (gpu && dt != OCLF_F32 && strcmp(op->name, "linear") == 0)
+        lin_mma_space(env, s, dt, &chk, out, &n, max);
     return n;
 }
 

@@ -9,7 +9,11 @@
  *
  * Fused parameters: MB, NB (register block), VEC, WGM, WGN (blocks per
  * group along M and N), STAGE, KC (local-memory tiles, KC columns of K at a
- * time), MV (matrix-vector shape). The unfused path has none.
+ * time), MV (matrix-vector shape). The unfused path has none. STAGE 2, the
+ * matrix-unit structure (f16 and bf16), reads MB x NB as a warp's 16 x 8
+ * fragments and WGM x WGN as warps of 32 work-items; its instruction form
+ * is the device's (OCLF_MMA: inline PTX on compute capability 8.0 and
+ * newer, else the emulation, which only a forced STAGE 2 runs).
  *
  * oclf_linear_q (op linear_q) runs the same kernels built with a quantized
  * W (OCLF_QW), dequantized at its load; its unfused path dequantizes a tile
@@ -31,7 +35,7 @@ static const oclf_param_spec lin_params[] = {
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"WGM", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
     {"WGN", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
-    {"STAGE", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 2, 0, OCLF_PARAM_DEFINE},
     {"KC", 4, 256, 0, OCLF_PARAM_DEFINE},
     {"MV", 0, 1, 0, OCLF_PARAM_DEFINE},
 };
@@ -56,10 +60,16 @@ enum { Q_QSCALE, Q_PRE, Q_COUNT };
  * and the parameters, the call adds its prologue. */
 typedef struct lin_cfg {
     int mb, nb, vec, wgm, wgn, stage, kc, mv;
+    int mma; /* STAGE 2: the instruction form (OCLF_MMA) */
     int pre; /* linear_q: the tile is dequantized first (PRE) */
     char defines[OCLF_DEFINES_MAX];
 } lin_cfg;
 OCLF_CFG_FITS(lin_cfg);
+
+/* Rows from which a device with a matrix unit takes the matrix-unit
+ * structure (STAGE 2) for f16 and bf16 by default: below, a 64-row tile
+ * is mostly padding and the matrix-vector or staged shapes serve. */
+#define LIN_MMA_MIN_ROWS 64
 
 /* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
  * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds WGN
@@ -70,15 +80,35 @@ static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
         return (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
     if (!c->stage)
         return 0;
+    if (c->stage == 2) {
+        /* two buffers of (TM + TN) rows of LROW words (cl/linear.cl), and
+         * the emulation's per-warp scratch */
+        const uint64_t half = (uint64_t)c->kc / 2, lrow = half + (half % 32 == 0 ? 16 : 0);
+        const uint64_t rows = (uint64_t)c->wgm * c->mb * 16 + (uint64_t)c->wgn * c->nb * 8;
+        return (2 * rows * lrow + (c->mma ? 0 : (uint64_t)c->wgm * c->wgn * (32 * 4 + 32 * 2))) * 4;
+    }
     const uint64_t tm = (uint64_t)c->wgm * (uint64_t)c->mb, kc = (uint64_t)c->kc;
     const uint64_t tn = (uint64_t)c->wgn * (uint64_t)c->nb * (uint64_t)(wkn ? c->vec : 1);
     return (tm * (kc + 1) + (wkn ? kc * tn : tn * (kc + 1))) * 4;
 }
 
+/* The fused kernel's work-group size and its tile of the product. */
+static void lin_geometry(const lin_cfg *c, int wkn, size_t *wgs, size_t *tm, size_t *tn)
+{
+    if (c->stage == 2) {
+        *wgs = 32 * (size_t)c->wgm * (size_t)c->wgn;
+        *tm = 16 * (size_t)c->wgm * (size_t)c->mb;
+        *tn = 8 * (size_t)c->wgn * (size_t)c->nb;
+        return;
+    }
+    *wgs = (size_t)c->wgm * (size_t)c->wgn;
+    *tm = (size_t)c->wgm * (size_t)c->mb;
+    *tn = c->mv ? (size_t)c->nb : (size_t)c->wgn * (size_t)c->nb * (size_t)(wkn ? c->vec : 1);
+}
+
 static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
                            oclf_path path, oclf_params *out)
 {
-    (void)dtype;
     if (path == OCLF_PATH_UNFUSED)
         return;
     const oclf_device_info *dev = &ctx->info;
@@ -133,6 +163,21 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
         }
         while ((size_t)(wgm * wgn) > dev->max_wgs && wgm > 1)
             wgm /= 2;
+        /* A matrix unit (the device's instruction form, never the
+         * emulation) for f16 and bf16 from LIN_MMA_MIN_ROWS rows: 2 x 4
+         * warps of 4 x 4 fragments, a tile of 128 x 128 (64 x 128 below 128
+         * rows), K in chunks of 32, two buffers: 32 KiB of local memory. */
+        if (dev->mma && dtype != OCLF_F32 && shape->dim[3] < 1000 && m >= LIN_MMA_MIN_ROWS &&
+            dev->max_wgs >= 256) {
+            stage = 2;
+            mv = 0;
+            kc = 32;
+            mb = m >= 128 ? 4 : 2;
+            nb = 4;
+            vec = 8;
+            wgm = 2;
+            wgn = 4;
+        }
     }
     oclf_params_set(out, "MB", mb);
     oclf_params_set(out, "NB", nb);
@@ -159,8 +204,8 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
 /* `q`: a quantized W (NULL or fmt 0: none), whose group VEC must divide
  * (twice VEC for the 4-bit formats' pairs of nibble vectors), so that no
  * step straddles two scales. */
-static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int wkn,
-                              const lin_qkind *q, lin_cfg *cfg)
+static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, oclf_dtype dtype,
+                              int wkn, const lin_qkind *q, lin_cfg *cfg)
 {
     const unsigned qgroup = q && q->fmt ? q->group : 0;
     int64_t qv[Q_COUNT] = {0, 0};
@@ -169,11 +214,26 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
     oclf_status st = oclf_params_read(ctx, lin_params, P_COUNT, p, v);
     if (st != OCLF_SUCCESS)
         return st;
-    if (v[P_WGM] * v[P_WGN] > (int64_t)ctx->info.max_wgs)
+    const int mma = v[P_STAGE] == 2;
+    if (mma) {
+        /* warps of 32; 16-byte pieces of 8 elements; MV and VEC unused */
+        if (dtype == OCLF_F32 || (q && q->fmt))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "kernel parameter STAGE = 2 (matrix units) takes f16 or bf16 x and "
+                             "W of linear");
+        if (v[P_KC] % 32)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "kernel parameter KC = %lld is not a multiple of 32 (STAGE = 2)",
+                             (long long)v[P_KC]);
+        v[P_VEC] = 8;
+        v[P_MV] = 0;
+    }
+    if (v[P_WGM] * v[P_WGN] * (mma ? 32 : 1) > (int64_t)ctx->info.max_wgs)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameters WGM x WGN = %lld x %lld exceed the device's %zu "
+                         "kernel parameters WGM x WGN = %lld x %lld%s exceed the device's %zu "
                          "work-items a group",
-                         (long long)v[P_WGM], (long long)v[P_WGN], ctx->info.max_wgs);
+                         (long long)v[P_WGM], (long long)v[P_WGN], mma ? " warps of 32" : "",
+                         ctx->info.max_wgs);
     if (v[P_STAGE] && v[P_KC] % v[P_VEC])
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter KC = %lld is not a multiple of VEC = %lld",
@@ -205,13 +265,17 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, int
     cfg->stage = (int)v[P_STAGE];
     cfg->kc = (int)v[P_KC];
     cfg->mv = (int)v[P_MV];
+    cfg->mma = mma ? ctx->info.mma : 0;
     const uint64_t local = lin_local_bytes(cfg, wkn);
     if (local > ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "linear: the parameters need %llu bytes of local memory, the device has "
                          "%llu",
                          (unsigned long long)local, (unsigned long long)ctx->info.local_mem);
-    const int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
+    int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
+    if (mma)
+        used += snprintf(cfg->defines + used, sizeof cfg->defines - (size_t)used,
+                         "-DOCLF_MMA=%d ", cfg->mma);
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, lin_params,
                        P_COUNT, v);
     /* PRE runs the dense kernel, which takes no QSCALE */
@@ -237,13 +301,16 @@ static void lin_qdefines(const lin_qkind *q, char *buf, size_t len)
 /* The fused program for (dtype, prologue, weight, cfg) and its kernel;
  * w_f32: a dense W of f32 whatever the dtype (PRE's dequantized tile). */
 static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
-                                 const lin_qkind *q, int w_f32, const lin_cfg *cfg,
+                                 const lin_qkind *q, int w_f32, const lin_cfg *cfg, int aligned,
                                  oclf_program **prog, const char **kernel)
 {
-    char qd[96], defines[OCLF_DEFINES_MAX + 128], opts[OCLF_OPTIONS_MAX];
+    char qd[96], defines[OCLF_DEFINES_MAX + 160], opts[OCLF_OPTIONS_MAX];
     lin_qdefines(q, qd, sizeof qd);
-    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s", prologue, qd,
-             w_f32 && dtype != OCLF_F32 ? "-DOCLF_WF32=1 " : "", cfg->defines);
+    /* (the aligned mark added here: a quantized W's defines are longer
+     * than oclf_program_options_aligned's buffer) */
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s%s", prologue, qd,
+             w_f32 && dtype != OCLF_F32 ? "-DOCLF_WF32=1 " : "", cfg->defines,
+             aligned ? " -DOCLF_ALIGNED=1" : "");
     oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     *kernel = cfg->mv ? "linear_mv" : "linear_fused";
     return oclf_program_get(ctx, "linear.cl", opts, prog);
@@ -297,7 +364,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
     }
     lin_cfg cfg;
     const int wkn = !q.fmt && shape->dim[3] == OCLF_WEIGHT_KN;
-    if ((st = lin_config(ctx, &r->params, wkn, &q, &cfg)))
+    if ((st = lin_config(ctx, &r->params, dtype, wkn, &q, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
@@ -305,7 +372,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
         return OCLF_SUCCESS;
     if (q.fmt) {
         const char *kernel, *dequant = "lin_dequant_w";
-        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, cfg.pre, &cfg, &prog,
+        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, cfg.pre, &cfg, 0, &prog,
                                 &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
             return st;
@@ -319,16 +386,31 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
      * shape), and so the cross-compile suite, which lists the programs
      * deep validation builds from the NK shapes of the descriptor, sees the
      * KN kernels. One more (cached) build per record taken. */
+    oclf_status listed = OCLF_SUCCESS;
     for (int l = 0; l < 2; l++) {
         const char *kernel;
         lin_cfg lc;
-        if ((st = lin_config(ctx, &r->params, l ? !wkn : wkn, NULL, &lc)))
-            return l ? OCLF_SUCCESS : st; /* the other layout's tile may not fit */
-        if ((st = fused_program(ctx, dtype, 0, NULL, 0, &lc, &prog, &kernel)) ||
-            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(lc.wgm * lc.wgn))))
-            return st;
+        if ((st = lin_config(ctx, &r->params, dtype, l ? !wkn : wkn, NULL, &lc)))
+            return l ? listed : st; /* the other layout's tile may not fit */
+        size_t wgs, tm, tn;
+        lin_geometry(&lc, l ? !wkn : wkn, &wgs, &tm, &tn);
+        /* the matrix-unit structure's 16-byte loads: its aligned build */
+        if (lc.stage == 2) {
+            char defines[OCLF_DEFINES_MAX + 32];
+            snprintf(defines, sizeof defines, "-DOCLF_PRO=0 %s", lc.defines);
+            oclf_list_aligned_variant(ctx, "linear.cl", dtype, -1, defines, 8);
+        }
+        if ((st = fused_program(ctx, dtype, 0, NULL, 0, &lc, 0, &prog, &kernel)) ||
+            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, wgs))) {
+            /* A program sink names programs without building them, which
+             * fails each: the matrix-unit structure's other layout is
+             * named all the same, for the cross-compile suite. */
+            if (!(ctx->program_sink && lc.stage == 2))
+                return st;
+            listed = st;
+        }
     }
-    return OCLF_SUCCESS;
+    return listed;
 }
 
 const oclf_op_hooks oclf_linear_hooks = {oclf_linear_heuristic, oclf_linear_validate};
@@ -434,15 +516,17 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
 {
     oclf_program *prog;
     const char *kernel;
+    /* x's and W's rows on 16-byte boundaries: the matrix-unit structure's
+     * aligned build, whose pieces are single 16-byte loads */
+    const oclf_operand ops[] = {c->x, c->w};
     oclf_status st =
-        fused_program(ctx, c->dtype, c->prologue, &c->q, c->w_f32, cfg, &prog, &kernel);
+        fused_program(ctx, c->dtype, c->prologue, &c->q, c->w_f32, cfg,
+                      cfg->stage == 2 && oclf_rows_aligned(8, ops, OCLF_NARGS(ops)), &prog,
+                      &kernel);
     if (st != OCLF_SUCCESS)
         return st;
-    const int mv = cfg->mv;
-    const size_t tm = (size_t)cfg->wgm * (size_t)cfg->mb;
-    const size_t tn = mv ? (size_t)cfg->nb
-                         : (size_t)cfg->wgn * (size_t)cfg->nb * (size_t)(c->wkn ? cfg->vec : 1);
-    const size_t wgs = (size_t)cfg->wgm * (size_t)cfg->wgn;
+    size_t wgs, tm, tn;
+    lin_geometry(cfg, c->wkn, &wgs, &tm, &tn);
     const size_t groups = ((c->m + tm - 1) / tm) * ((c->n + tn - 1) / tn);
     if (groups > OCLF_MAX_LAUNCH_ITEMS / wgs)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "linear: %zu work-groups of %zu exceed the launch "
@@ -693,7 +777,7 @@ static oclf_status resolved_cfg(oclf_context *ctx, const oclf_resolved *r, const
         memcpy(cfg, &r->cfg, sizeof *cfg);
         return OCLF_SUCCESS;
     }
-    return lin_config(ctx, &r->params, c->wkn, &c->q, cfg);
+    return lin_config(ctx, &r->params, c->dtype, c->wkn, &c->q, cfg);
 }
 
 /* Everything after the checks, shared by both entry points. */
