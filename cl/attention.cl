@@ -63,7 +63,9 @@
 #ifndef OCLF_PAGED
 #define OCLF_PAGED 0
 #endif
-/* 1: K/V blocks staged in local memory, widened once for every row of the
+/* 2: the decode structure (attention_decode.cl: work-items sharing each
+ * key, the KV group's query heads in registers; a GPU with few query rows).
+ * 1: K/V blocks staged in local memory, widened once for every row of the
  * group (a GPU, where rows are work-items running side by side). 0: each
  * row reads its keys and values straight from global memory with vector
  * loads, and the head dim OCLF_HD is compiled in (a CPU, where a group's
@@ -72,8 +74,6 @@
  * element cost more than the arithmetic). */
 #ifndef OCLF_STAGE
 #define OCLF_STAGE 1
-#endif
-#if !OCLF_STAGE
 #endif
 /* vectors a padded head holds */
 #define ATTN_NV (OCLF_DP / OCLF_VEC)
@@ -185,6 +185,7 @@ static inline long attn_key_token(long j, long ks, global const int *bt, ulong b
 #endif
 }
 
+#if OCLF_STAGE != 2
 kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
                             global const stor_t *k, ulong ko, ulong kts, ulong khs,
                             global const stor_t *v, ulong vo, ulong vts, ulong vhs,
@@ -411,6 +412,9 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
 #undef ACCV
 #undef ACC_SET
 }
+#else
+#include "attention_decode.cl"
+#endif
 
 /* Split KV's second step: row x = t Hq + h of every partition's partial
  * output, weighed by exp(lse_p - M), over the sum of the weights and the
