@@ -19,6 +19,10 @@
  * With OCLF_ACC 1 the rows' queries, accumulators and block scores sit in
  * local memory after the K/V blocks instead.
  *
+ * With STAGE 2 the program holds attention_decode (attention_decode.cl,
+ * the decode structure for few query rows on a GPU) in place of
+ * attention_fused, with the same arguments, and attention_merge.
+ *
  * With OCLF_PAGED 1 the keys come from a paged cache [blocks, block_size,
  * Hk, D]: `cuk` holds each sequence's key count (seq_lens) and key j of
  * sequence b lives in block block_tables[b][j / block_size]. The group
@@ -457,6 +461,8 @@ kernel void attention_merge(global const float *pout, global const float *plse, 
         lse[lso + h * lss + t] = l > 0.0f ? m + log(l) : -INFINITY;
 }
 
+/* (the decode structure's programs hold the fused kernels only) */
+#if OCLF_STAGE != 2
 /* Paged keys to a packed f32 copy for the unfused path: token x of the
  * copy is the cache slot slots[x], every head and element of it. */
 kernel void attn_gather(global const stor_t *src, ulong so, uint heads, uint d,
@@ -533,3 +539,4 @@ kernel void attn_store(global const float *tile, uint rows, uint d, uint zero, g
     const uint e = (uint)(x % d);
     ST(o, oo + rr * ots + e, zero ? 0.0f : tile[x]);
 }
+#endif

@@ -93,15 +93,18 @@ static int decode_tpk(const oclf_context *ctx, oclf_dtype dtype, size_t d, int w
     return (int)t;
 }
 
-/* Local memory of the decode structure (cl/attention_decode.cl): the
- * local-memory reduction's QR floats a work-item, or the merge's state of
- * each key slot (its max, sum and accumulator), whichever is larger. */
+/* Local memory of the decode structure (cl/attention_decode.cl): the rows'
+ * queries, the local-memory reduction's QR floats a work-item, or the
+ * merge's state of each key slot (its max, sum and accumulator), whichever
+ * is largest. */
 static size_t decode_bytes(int wgs, int qr, int tpk, int ke, size_t d)
 {
     const size_t slots = (size_t)(wgs / tpk), units = (d + (size_t)ke - 1) / (size_t)ke;
     const size_t dpu = (units + (size_t)tpk - 1) / (size_t)tpk * (size_t)tpk * (size_t)ke;
     const size_t red = (size_t)qr * (size_t)wgs, merge = slots * (dpu + 2);
-    return (red > merge ? red : merge) * sizeof(float);
+    size_t n = red > merge ? red : merge;
+    n = (size_t)qr * dpu > n ? (size_t)qr * dpu : n;
+    return n * sizeof(float);
 }
 
 static size_t cfg_local_bytes(const attn_cfg *c, size_t d)
@@ -160,16 +163,19 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     }
     /* Few query rows on a GPU (decode, tokens standing for sequences):
      * the decode structure, 128 work-items (4 warps' worth of keys in
-     * flight), the KV group's query heads (up to 8) in each group, and
-     * partitions of the keys aimed at 4 groups a compute unit, so that one
-     * sequence fills the device. The staged structure's fields stay as
-     * they were: the decode kernel reads none of them. */
+     * flight), 2 query heads of the KV group a group, and partitions of
+     * the keys aimed at 4 groups a compute unit, so that one sequence
+     * fills the device. Each row holds its query slice and accumulator in
+     * registers: 4 rows spilled on gfx1100 (16-bit caches, head dim 128)
+     * in the cross-compile suite, 2 build without spills everywhere; a
+     * group of 4 heads then reads its K/V twice, the second time mostly
+     * from L2. BK, VEC and ACC mean nothing to the decode kernel. */
     int qr = 1, fill = 0;
     const uint64_t grp = shape->dim[2] ? shape->dim[1] / shape->dim[2] : 1;
     if (!(ctx->info.type & CL_DEVICE_TYPE_CPU) && shape->dim[0] <= ATTN_DECODE_ROWS) {
         stage = 2;
         wgs = ctx->info.max_wgs >= 128 ? 128 : (int)ctx->info.max_wgs;
-        qr = grp < 1 ? 1 : grp > 8 ? 8 : (int)grp;
+        qr = grp < 2 ? 1 : 2;
         fill = 4;
         vec = 1;
         bk = 1;
@@ -301,14 +307,15 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
         return OCLF_SUCCESS;
     static const char *const fused[] = {"attention_fused"}, *const decode[] = {"attention_decode"},
                              *const merge[] = {"attention_merge"};
+    /* (the build whose 16-byte units start on 16 bytes, named for the
+     * cross-compile list, which takes the first build a check names; a
+     * call takes it where its K and V allow) */
+    if (cfg.stage == 2)
+        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, cfg.defines, cfg.ke);
     if ((st = attn_program(ctx, dtype, cfg.defines, &prog)) ||
         (st = oclf_check_kernel_wgs(ctx, prog, cfg.stage == 2 ? decode : fused, 1,
                                     (size_t)cfg.wgs)))
         return st;
-    /* (the build whose 16-byte units start on 16 bytes, named for the
-     * cross-compile list; a call takes it where its K and V allow) */
-    if (cfg.stage == 2)
-        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, cfg.defines, cfg.ke);
     return cfg.part || cfg.fill ? oclf_check_kernel_wgs(ctx, prog, merge, 1, ATTN_ELEM_WGS)
                                 : OCLF_SUCCESS;
 }
@@ -752,7 +759,8 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
                     OCLF_ARG(pom),         OCLF_ARG(plm),   OCLF_ARG(c->drop_p), OCLF_ARG(seed),
                     OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(cfg_local_bytes(cfg, c->d)),
-                    OCLF_ARG_LOCAL((c->paged && cfg->stage == 1 ? (size_t)cfg->bk : 1) *
+                    OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)(cfg->wgs / cfg->tpk)
+                                    : c->paged && cfg->stage == 1 ? (size_t)cfg->bk : 1) *
                                    sizeof(cl_long))};
     if (nparts == 1) {
         st = oclf_enqueue(ctx, queue, prog, kname, a, OCLF_NARGS(a), groups * wgs,
