@@ -311,7 +311,8 @@ static inline void dec_sequence(local long *ltok, uint lid, uint b, global const
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-kernel __attribute__((reqd_work_group_size(OCLF_WGS, 1, 1))) void attention_decode(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
+kernel OCLF_SUBGROUP_KERNEL __attribute__((reqd_work_group_size(OCLF_WGS, 1, 1))) void
+attention_decode(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
                              global const stor_t *k, ulong ko, ulong kts, ulong khs,
                              global const stor_t *v, ulong vo, ulong vts, ulong vhs,
                              global stor_t *o, ulong oo, ulong ots, ulong ohs,

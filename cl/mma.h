@@ -175,6 +175,16 @@ static inline float oclf_shfl_xor32(float v, uint mask, uint lane, __local float
 #ifndef OCLF_SUBGROUP_INTEL
 #define OCLF_SUBGROUP_INTEL 0 /* form 1 spelled as cl_intel_subgroups spells it */
 #endif
+/* OCLF_SUBGROUP_KERNEL before a kernel that reduces natively: with
+ * cl_intel_subgroups the sub-group width is the compiler's choice per
+ * kernel unless required, so it is required to be OCLF_SUBGROUP_WIDTH
+ * (16: a width every Intel GPU offers, and twice the registers a work-item
+ * of pvc's default SIMD32). */
+#if OCLF_SUBGROUP_FORM == 1 && OCLF_SUBGROUP_INTEL
+#define OCLF_SUBGROUP_KERNEL __attribute__((intel_reqd_sub_group_size(OCLF_SUBGROUP_WIDTH)))
+#else
+#define OCLF_SUBGROUP_KERNEL
+#endif
 #if OCLF_SUBGROUP_FORM == 1
 #if OCLF_SUBGROUP_INTEL
 #pragma OPENCL EXTENSION cl_intel_subgroups : enable

@@ -24,16 +24,25 @@
  *    a failing call leaves every buffer untouched.
  *  - Every sentence in oclf_last_error starts with the name of the public
  *    function that failed: "oclf_rms_norm: cols is 0".
- *  - Option structs (oclf_context_options, oclf_l2_topk_options) begin with
- *    `size_t size` so later versions can add fields without breaking
- *    callers: set it with the struct's _init function or _INIT macro (a
- *    zeroed struct, size 0, means the first layout with every default). A
+ *  - Argument order, every operation: context, queue, dtype, the sizes,
+ *    the buffers read (a buffer updated in place among them), the buffers
+ *    only written, scalars, the options struct, the choice, then the wait
+ *    list and event.
+ *  - Structs that may grow begin with `size_t size`: oclf_context_options,
+ *    oclf_activation, oclf_rope, oclf_l2_topk_options,
+ *    oclf_linear_epilogue, oclf_qweight, oclf_attention_options,
+ *    oclf_kv_cache, oclf_cross_entropy_options, and the reports
+ *    oclf_context_stats and oclf_linear_cross_entropy_info (written up to
+ *    the size the caller gives). Later versions add fields without
+ *    breaking callers: set it with the struct's _init function or _INIT
+ *    macro (a zeroed struct, size 0, means the first layout with every
+ *    field zero, which for option structs is every default). A
  *    size smaller than this header's (an older layout's sizeof) leaves the
  *    fields past it at their defaults; a larger one (a caller built against
  *    a newer header) is accepted when every byte past this library's layout
  *    is zero. Otherwise, and for a size that is no layout's sizeof (not a
  *    multiple of the struct's alignment), the call fails with
- *    OCLF_INVALID_ARGUMENT.
+ *    OCLF_INVALID_ARGUMENT, with a sentence naming the struct's size.
  *
  * Threads. One oclf_context may be used from any number of threads at once:
  * every operation (oclf_rms_norm ... oclf_l2_topk, oclf_expr_run),
@@ -85,7 +94,7 @@ extern "C" {
 
 /* The version of the library actually loaded, as OCLF_VERSION_HEX. */
 OCLF_API unsigned oclf_version(void);
-/* "0.1.0" */
+/* "0.9.0" */
 OCLF_API const char *oclf_version_string(void);
 
 typedef enum oclf_status {
@@ -202,6 +211,10 @@ OCLF_API const char *oclf_context_fingerprint(const oclf_context *ctx);
 
 /* Counters for diagnostics and tests. */
 typedef struct oclf_context_stats {
+    /* sizeof(oclf_context_stats) as the caller was compiled (the _INIT
+     * macro sets it; 0: the first layout): the call writes the counters
+     * that fit. */
+    size_t size;
     uint64_t programs_compiled;  /* clBuildProgram from source */
     uint64_t programs_from_disk; /* programs built from a cached binary */
     uint64_t program_hits;       /* served from the in-memory cache */
@@ -211,6 +224,10 @@ typedef struct oclf_context_stats {
     uint64_t tuning_cache_hits;  /* dispatches answered by the lookup cache */
     uint64_t tuning_db_errors;   /* database files rejected (damaged, unknown format) */
 } oclf_context_stats;
+#define OCLF_CONTEXT_STATS_INIT {.size = sizeof(oclf_context_stats)}
+/* OCLF_INVALID_ARGUMENT for a NULL argument or a size that is no layout's
+ * (below a size_t, or not a multiple of the struct's alignment); nothing
+ * is written then. */
 OCLF_API oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *out);
 
 /* ------------------------------------------------------------------------ */
@@ -334,8 +351,8 @@ OCLF_API int oclf_tuning_params_valid(oclf_context *ctx, const char *op, oclf_dt
 /* out = x * rsqrt(mean(x^2) + eps) * weight. Out of place: `out` must not
  * overlap `in` unless it is exactly the same range (in place is allowed). */
 OCLF_API oclf_status oclf_rms_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                   size_t rows, size_t cols, oclf_buf in, oclf_buf out,
-                                   const oclf_buf *weight, float eps, const oclf_choice *choice,
+                                   size_t rows, size_t cols, oclf_buf in, const oclf_buf *weight,
+                                   oclf_buf out, float eps, const oclf_choice *choice,
                                    cl_uint num_events, const cl_event *wait_list,
                                    cl_event *event);
 
@@ -352,9 +369,9 @@ OCLF_API oclf_status oclf_add_rms_norm(oclf_context *ctx, cl_command_queue queue
  * with a two-pass mean/variance so rows with a large mean stay accurate.
  * Same aliasing rule as oclf_rms_norm. */
 OCLF_API oclf_status oclf_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                     size_t rows, size_t cols, oclf_buf in, oclf_buf out,
-                                     const oclf_buf *weight, const oclf_buf *bias, float eps,
-                                     const oclf_choice *choice, cl_uint num_events,
+                                     size_t rows, size_t cols, oclf_buf in,
+                                     const oclf_buf *weight, const oclf_buf *bias, oclf_buf out,
+                                     float eps, const oclf_choice *choice, cl_uint num_events,
                                      const cl_event *wait_list, cl_event *event);
 
 /* residual <- input + residual (rounded); out <- layer_norm(residual).
@@ -362,10 +379,11 @@ OCLF_API oclf_status oclf_layer_norm(oclf_context *ctx, cl_command_queue queue, 
  * unless it is exactly `input` (then input is overwritten with the result). */
 OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue queue,
                                          oclf_dtype dtype, size_t rows, size_t cols,
-                                         oclf_buf input, oclf_buf residual, oclf_buf out,
-                                         const oclf_buf *weight, const oclf_buf *bias, float eps,
-                                         const oclf_choice *choice, cl_uint num_events,
-                                         const cl_event *wait_list, cl_event *event);
+                                         oclf_buf input, oclf_buf residual,
+                                         const oclf_buf *weight, const oclf_buf *bias,
+                                         oclf_buf out, float eps, const oclf_choice *choice,
+                                         cl_uint num_events, const cl_event *wait_list,
+                                         cl_event *event);
 
 /* ---- Normalization backward (docs/ops/norms.md#backward) ----------------
  * The gradients of oclf_rms_norm (and of oclf_add_rms_norm) and of
@@ -414,10 +432,10 @@ OCLF_API oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue que
 OCLF_API oclf_status oclf_rms_norm_backward(oclf_context *ctx, cl_command_queue queue,
                                             oclf_dtype dtype, size_t rows, size_t cols,
                                             oclf_buf x, oclf_buf dy, const oclf_buf *weight,
-                                            float eps, oclf_buf dx, const oclf_buf *dw,
-                                            const oclf_buf *dres, const oclf_choice *choice,
-                                            cl_uint num_events, const cl_event *wait_list,
-                                            cl_event *event);
+                                            const oclf_buf *dres, oclf_buf dx,
+                                            const oclf_buf *dw, float eps,
+                                            const oclf_choice *choice, cl_uint num_events,
+                                            const cl_event *wait_list, cl_event *event);
 
 /* LayerNorm's backward, with mean and rstd = 1 / sqrt(biased var + eps) of
  * each row, xhat = (x - mean) * rstd and g = dy * w:
@@ -427,8 +445,8 @@ OCLF_API oclf_status oclf_rms_norm_backward(oclf_context *ctx, cl_command_queue 
 OCLF_API oclf_status oclf_layer_norm_backward(oclf_context *ctx, cl_command_queue queue,
                                               oclf_dtype dtype, size_t rows, size_t cols,
                                               oclf_buf x, oclf_buf dy, const oclf_buf *weight,
-                                              float eps, oclf_buf dx, const oclf_buf *dw,
-                                              const oclf_buf *db, const oclf_choice *choice,
+                                              oclf_buf dx, const oclf_buf *dw, const oclf_buf *db,
+                                              float eps, const oclf_choice *choice,
                                               cl_uint num_events, const cl_event *wait_list,
                                               cl_event *event);
 
@@ -455,6 +473,9 @@ typedef enum oclf_act {
 } oclf_act;
 
 typedef struct oclf_activation {
+    /* sizeof(oclf_activation) as the caller was compiled (the _INIT macro
+     * and oclf_activation_init set it); 0: the first layout. */
+    size_t size;
     oclf_act kind;
     /* 0: out = act(x) * y (vLLM's silu_and_mul and friends);
      * 1: out = x * act(y) (vLLM's mul_and_silu). Not allowed with
@@ -464,6 +485,10 @@ typedef struct oclf_activation {
     float alpha;       /* SWIGLU_OAI (gpt-oss uses 1.702); ignored otherwise */
     float limit;       /* SWIGLU_OAI (gpt-oss uses 7.0), >= 0; ignored otherwise */
 } oclf_activation;
+
+/* SILU on the first half, no threshold, alpha or limit, with `size` set. */
+#define OCLF_ACTIVATION_INIT {.size = sizeof(oclf_activation)}
+OCLF_API void oclf_activation_init(oclf_activation *act);
 
 /* out[t, i] = act(x) * y for t < rows, i < d, where x = in[t, i] and
  * y = in[t, d + i] (SWIGLU_OAI: the interleaved pairs above). `in` is
@@ -478,8 +503,8 @@ typedef struct oclf_activation {
  * alpha or limit that is not finite (limit < 0); OCLF_UNSUPPORTED for an
  * unknown dtype or d >= 2^31. */
 OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
-                                      oclf_dtype dtype, const oclf_activation *act, size_t rows,
-                                      size_t d, oclf_buf in, oclf_buf out,
+                                      oclf_dtype dtype, size_t rows, size_t d, oclf_buf in,
+                                      oclf_buf out, const oclf_activation *act,
                                       const oclf_choice *choice, cl_uint num_events,
                                       const cl_event *wait_list, cl_event *event);
 
@@ -512,11 +537,11 @@ OCLF_API oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue,
  * is there (a stride below the row width, a buffer smaller than the rows
  * described), plus OCLF_INVALID_ARGUMENT for the overlaps above. */
 OCLF_API oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue,
-                                               oclf_dtype dtype, const oclf_activation *act,
-                                               size_t rows, size_t d, oclf_buf in, oclf_buf dout,
-                                               oclf_buf din, const oclf_choice *choice,
-                                               cl_uint num_events, const cl_event *wait_list,
-                                               cl_event *event);
+                                               oclf_dtype dtype, size_t rows, size_t d,
+                                               oclf_buf in, oclf_buf dout, oclf_buf din,
+                                               const oclf_activation *act,
+                                               const oclf_choice *choice, cl_uint num_events,
+                                               const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
 /* Rotary embedding and fused QK-norm + RoPE (docs/ops/rope.md).            */
@@ -539,6 +564,9 @@ typedef enum oclf_index_type { OCLF_INT32 = 0, OCLF_INT64 = 1 } oclf_index_type;
  * (blocking, after the wait list) and fails with OCLF_INVALID_ARGUMENT
  * naming the first bad token. */
 typedef struct oclf_rope {
+    /* sizeof(oclf_rope) as the caller was compiled (the _INIT macro and
+     * oclf_rope_init set it); 0: the first layout. */
+    size_t size;
     oclf_rope_style style;
     size_t head_dim;           /* hd: elements per head */
     size_t rot_dim;            /* R: even, 2 <= R <= hd */
@@ -551,6 +579,11 @@ typedef struct oclf_rope {
     oclf_dtype cache_dtype;
     size_t max_pos;
 } oclf_rope;
+
+/* Every field zero (NEOX, int32 positions, an f32 cache; the dims, buffers
+ * and max_pos still to set), with `size` set. */
+#define OCLF_ROPE_INIT {.size = sizeof(oclf_rope)}
+OCLF_API void oclf_rope_init(oclf_rope *rope);
 
 /* A set of heads: token t, head h starts at element
  * buf.offset + t * buf.stride + h * head_stride. */
@@ -614,8 +647,8 @@ OCLF_API oclf_status oclf_rotary_embedding_backward(oclf_context *ctx, cl_comman
  * Statuses: those of oclf_rotary_embedding, plus eps < 0 or not finite and a
  * weight that overlaps qkv; nq == 0 is invalid, nk and nv may be 0. */
 OCLF_API oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue,
-                                       oclf_dtype dtype, size_t tokens, const oclf_rope *rope,
-                                       oclf_buf qkv, size_t nq, size_t nk, size_t nv,
+                                       oclf_dtype dtype, size_t tokens, size_t nq, size_t nk,
+                                       size_t nv, const oclf_rope *rope, oclf_buf qkv,
                                        const oclf_buf *q_weight, const oclf_buf *k_weight,
                                        float eps, const oclf_choice *choice, cl_uint num_events,
                                        const cl_event *wait_list, cl_event *event);
@@ -787,6 +820,9 @@ typedef enum oclf_weight_layout {
  * transformer's output projection r + x W^T + b is residual_before_act = 0
  * with NONE. */
 typedef struct oclf_linear_epilogue {
+    /* sizeof(oclf_linear_epilogue) as the caller was compiled (the _INIT
+     * macro and oclf_linear_epilogue_init set it); 0: the first layout. */
+    size_t size;
     float alpha;              /* finite; 1 after oclf_linear_epilogue_init */
     const oclf_buf *bias;     /* N elements of the call's dtype (stride ignored), or NULL */
     const oclf_buf *residual; /* [M, N] with its own offset and row stride, or NULL */
@@ -795,7 +831,9 @@ typedef struct oclf_linear_epilogue {
     oclf_linear_act act;
 } oclf_linear_epilogue;
 
-/* alpha = beta = 1, no bias, no residual, no activation. */
+/* alpha = beta = 1, no bias, no residual, no activation, with `size` set. */
+#define OCLF_LINEAR_EPILOGUE_INIT                                                            \
+    {.size = sizeof(oclf_linear_epilogue), .alpha = 1.0f, .beta = 1.0f}
 OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
 
 /* y [M, N] = epilogue(prologue(x) . W^T) (layout NK; x . W for KN), with
@@ -829,11 +867,10 @@ OCLF_API void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue);
  * |alpha| sum_k |p(x)_k w_k| + |bias| + |beta residual| bounds the sum's
  * cancellation, tol = 1e-5 (f32), 2e-3 (f16), 1.6e-2 (bf16). */
 OCLF_API oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                 size_t m, size_t n, size_t k, oclf_buf x,
-                                 oclf_linear_act prologue, oclf_buf w, oclf_weight_layout layout,
-                                 oclf_buf y, const oclf_linear_epilogue *epilogue,
-                                 const oclf_choice *choice, cl_uint num_events,
-                                 const cl_event *wait_list, cl_event *event);
+                                 size_t m, size_t n, size_t k, oclf_buf x, oclf_buf w, oclf_buf y,
+                                 oclf_weight_layout layout, oclf_linear_act prologue,
+                                 const oclf_linear_epilogue *epilogue, const oclf_choice *choice,
+                                 cl_uint num_events, const cl_event *wait_list, cl_event *event);
 
 /* ---- Quantized weights (docs/ops/linear_q.md) ---------------------------
  * oclf_linear_q is oclf_linear with W [N, K] (layout NK) in a quantized
@@ -872,6 +909,9 @@ typedef enum oclf_qformat {
 } oclf_qformat;
 
 typedef struct oclf_qweight {
+    /* sizeof(oclf_qweight) as the caller was compiled (the _INIT macro and
+     * oclf_qweight_init set it); 0: the first layout. */
+    size_t size;
     oclf_qformat format;
     unsigned group;         /* see above; Q8_0/Q4_0: 0 or 32 */
     oclf_buf q;             /* the quantized weights (bytes) */
@@ -879,6 +919,11 @@ typedef struct oclf_qweight {
     oclf_dtype scale_dtype; /* OCLF_F32 or OCLF_F16 (ignored for Q8_0/Q4_0) */
     const oclf_buf *zero;   /* INT4 zero points (bytes), or NULL */
 } oclf_qweight;
+
+/* Every field zero (the format, buffers and scale dtype still to set),
+ * with `size` set. */
+#define OCLF_QWEIGHT_INIT {.size = sizeof(oclf_qweight)}
+OCLF_API void oclf_qweight_init(oclf_qweight *w);
 
 /* y [M, N] = epilogue(prologue(x) . dequant(W)^T), everything else as
  * oclf_linear (strides, in-place residual, epilogue, M = 0 a marker).
@@ -910,7 +955,7 @@ typedef struct oclf_qweight {
  * stride for Q8_0/Q4_0, and y overlapping any part of the weight. */
 OCLF_API oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                    size_t m, size_t n, size_t k, oclf_buf x,
-                                   oclf_linear_act prologue, const oclf_qweight *w, oclf_buf y,
+                                   const oclf_qweight *w, oclf_buf y, oclf_linear_act prologue,
                                    const oclf_linear_epilogue *epilogue,
                                    const oclf_choice *choice, cl_uint num_events,
                                    const cl_event *wait_list, cl_event *event);
@@ -923,12 +968,18 @@ OCLF_API oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oc
  * the separate arrays keep every quant vector at an aligned address, which
  * 34- and 18-byte blocks do not. Whether it pays depends on the device: the
  * tuner measures both forms (docs/ops/linear_q.md).
+ * One kernel with no parameters: `choice` (NULL: the default) is checked
+ * as every op checks it (a known path, at most OCLF_MAX_PARAMS
+ * parameters), every path runs that kernel, and parameter names are
+ * ignored, so a later version may add parameters without a new signature.
  * OCLF_INVALID_ARGUMENT for a src that is not Q8_0/Q4_0, a dst of another
- * form, buffers too small or overlapping; nothing is written then. */
+ * form, a bad size of src or dst, an unknown path, buffers too small or
+ * overlapping; nothing is written then. */
 OCLF_API oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size_t n,
                                           size_t k, const oclf_qweight *src,
-                                          const oclf_qweight *dst, cl_uint num_events,
-                                          const cl_event *wait_list, cl_event *event);
+                                          const oclf_qweight *dst, const oclf_choice *choice,
+                                          cl_uint num_events, const cl_event *wait_list,
+                                          cl_event *event);
 
 /* ------------------------------------------------------------------------ */
 /* Attention (FlashAttention-style): softmax(scale . Q K^T + mask) V over a
@@ -1060,6 +1111,9 @@ OCLF_API oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, o
  * + e of `k`, and the same for V. K and V may share one buffer (at
  * different offsets) but must not overlap. */
 typedef struct oclf_kv_cache {
+    /* sizeof(oclf_kv_cache) as the caller was compiled (the _INIT macro and
+     * oclf_kv_cache_init set it); 0: the first layout. */
+    size_t size;
     cl_mem k, v;
     size_t k_offset, v_offset; /* elements */
     size_t num_blocks;         /* >= 1 */
@@ -1067,6 +1121,10 @@ typedef struct oclf_kv_cache {
     size_t heads;              /* Hk */
     size_t head_dim;           /* 1..256 */
 } oclf_kv_cache;
+
+/* Every field zero (the buffers and sizes still to set), with `size` set. */
+#define OCLF_KV_CACHE_INIT {.size = sizeof(oclf_kv_cache)}
+OCLF_API void oclf_kv_cache_init(oclf_kv_cache *cache);
 
 /* Attention of `total_q` query tokens over a paged KV cache, for `batch`
  * sequences. Sequence b's queries are the tokens [cu_seqlens_q[b],
@@ -1113,9 +1171,9 @@ typedef struct oclf_kv_cache {
  * max_seqlen_q of 0 enqueues a marker. Accuracy: as oclf_attention. */
 OCLF_API oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue,
                                           oclf_dtype dtype, size_t batch, size_t total_q,
-                                          size_t max_seqlen_q, oclf_buf cu_seqlens_q,
-                                          oclf_buf seq_lens, oclf_buf block_tables,
-                                          size_t max_blocks, oclf_heads q,
+                                          size_t max_seqlen_q, size_t max_blocks,
+                                          oclf_buf cu_seqlens_q, oclf_buf seq_lens,
+                                          oclf_buf block_tables, oclf_heads q,
                                           const oclf_kv_cache *cache, oclf_heads o,
                                           const oclf_attention_options *options,
                                           const oclf_choice *choice, cl_uint num_events,
@@ -1129,8 +1187,10 @@ OCLF_API oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue qu
  * with the context's `validate` option the call reads the slots first
  * (blocking) and rejects it with OCLF_INVALID_ARGUMENT naming the token.
  * Two tokens with the same slot are the caller's error (one of them wins).
- * One kernel; there is no unfused form, and the call takes no choice. The
- * heads are copied bit for bit.
+ * One kernel, with no unfused form (either path runs it): the copy runs in
+ * the row structure qk_norm_rope takes for these heads, from its records,
+ * or from the choice's LAYOUT, WGS and VEC (NULL: the default). The heads
+ * are copied bit for bit.
  * Statuses: OCLF_INVALID_ARGUMENT for NULL handles or cache, head counts
  * other than cache->heads, a head stride below head_dim, buffers smaller
  * than described, k or v overlapping the cache or the slots, K and V of
@@ -1139,8 +1199,9 @@ OCLF_API oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue qu
 OCLF_API oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue,
                                          oclf_dtype dtype, size_t tokens, oclf_heads k,
                                          oclf_heads v, oclf_buf slot_mapping,
-                                         const oclf_kv_cache *cache, cl_uint num_events,
-                                         const cl_event *wait_list, cl_event *event);
+                                         const oclf_kv_cache *cache, const oclf_choice *choice,
+                                         cl_uint num_events, const cl_event *wait_list,
+                                         cl_event *event);
 
 /* oclf_qk_norm_rope that also writes its rotated K heads and the V heads
  * into a paged cache at slot_mapping (device int64 [tokens], as
@@ -1154,11 +1215,11 @@ OCLF_API oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue que
  * rope->head_dim. Statuses: those of oclf_qk_norm_rope and
  * oclf_kv_cache_write, and a cache overlapping qkv. */
 OCLF_API oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue,
-                                             oclf_dtype dtype, size_t tokens,
-                                             const oclf_rope *rope, oclf_buf qkv, size_t nq,
-                                             size_t nk, size_t nv, const oclf_buf *q_weight,
-                                             const oclf_buf *k_weight, float eps,
-                                             oclf_buf slot_mapping, const oclf_kv_cache *cache,
+                                             oclf_dtype dtype, size_t tokens, size_t nq,
+                                             size_t nk, size_t nv, const oclf_rope *rope,
+                                             oclf_buf qkv, const oclf_buf *q_weight,
+                                             const oclf_buf *k_weight, oclf_buf slot_mapping,
+                                             const oclf_kv_cache *cache, float eps,
                                              const oclf_choice *choice, cl_uint num_events,
                                              const cl_event *wait_list, cl_event *event);
 
@@ -1173,6 +1234,20 @@ typedef enum oclf_reduction {
     OCLF_REDUCTION_MEAN = 2  /* loss: one f32, the sum over the rows not ignored, divided by their count */
 } oclf_reduction;
 
+/* What an oclf_linear_cross_entropy call did with its temporaries, written
+ * where options->info points. */
+typedef struct oclf_linear_cross_entropy_info {
+    /* sizeof(oclf_linear_cross_entropy_info) as the caller was compiled (the
+     * _INIT macro sets it; 0: the first layout): the call writes the fields
+     * that fit and checks it as the option structs' size. */
+    size_t size;
+    size_t chunk_tokens; /* tokens per chunk (the last may hold fewer) */
+    size_t chunks;       /* chunks the tokens were split into */
+    size_t temp_bytes;   /* device temporaries the call held at once */
+} oclf_linear_cross_entropy_info;
+
+#define OCLF_LINEAR_CROSS_ENTROPY_INFO_INIT {.size = sizeof(oclf_linear_cross_entropy_info)}
+
 typedef struct oclf_cross_entropy_options {
     /* sizeof(oclf_cross_entropy_options) as the caller was compiled (the
      * _INIT macro and oclf_cross_entropy_options_init set it); 0: the first
@@ -1185,7 +1260,7 @@ typedef struct oclf_cross_entropy_options {
     int64_t ignore_index;
     /* OCLF_REDUCTION_NONE, _SUM or _MEAN (the _INIT macro: MEAN, PyTorch's
      * default; 0 is NONE). */
-    int reduction;
+    oclf_reduction reduction;
     /* eps in [0, 1]: loss = (1 - eps) nll + (eps / V) sum_c -log p_c. */
     float label_smoothing;
     /* > 0: every logit x becomes softcap * tanh(x / softcap) before the
@@ -1209,10 +1284,15 @@ typedef struct oclf_cross_entropy_options {
      * element (the gradient of the reduced loss is scaled by it). NULL: 1.
      * Read on the device, only with compute_grad. */
     const oclf_buf *grad_output;
+    /* oclf_linear_cross_entropy only (ignored by oclf_cross_entropy): the
+     * most bytes of device temporaries the call may hold (0: no bound),
+     * and where it reports what it used (NULL: nothing reported). */
+    size_t max_temp_bytes;
+    oclf_linear_cross_entropy_info *info;
 } oclf_cross_entropy_options;
 
-/* ignore_index -100, reduction MEAN, no smoothing, softcap, z-loss, LSE or
- * gradient, with `size` set. */
+/* ignore_index -100, reduction MEAN, no smoothing, softcap, z-loss, LSE,
+ * gradient, temporary bound or report, with `size` set. */
 #define OCLF_CROSS_ENTROPY_OPTIONS_INIT                                                     \
     {.size = sizeof(oclf_cross_entropy_options), .ignore_index = -100,                      \
      .reduction = OCLF_REDUCTION_MEAN}
@@ -1274,13 +1354,6 @@ OCLF_API oclf_status oclf_cross_entropy(oclf_context *ctx, cl_command_queue queu
                                         const oclf_choice *choice, cl_uint num_events,
                                         const cl_event *wait_list, cl_event *event);
 
-/* What an oclf_linear_cross_entropy call did with its temporaries. */
-typedef struct oclf_linear_cross_entropy_info {
-    size_t chunk_tokens; /* tokens per chunk (the last may hold fewer) */
-    size_t chunks;       /* chunks the tokens were split into */
-    size_t temp_bytes;   /* device temporaries the call held at once */
-} oclf_linear_cross_entropy_info;
-
 /* Linear + cross-entropy without the logits: loss = CE(x W^T, targets) for
  * x [tokens, hidden] and W [vocab, hidden] (nn.Linear's weight: a language
  * model's head) of `dtype`, with the options and semantics of
@@ -1306,8 +1379,8 @@ typedef struct oclf_linear_cross_entropy_info {
  * Temporary memory per chunk of c tokens: c x vocab of `dtype` (logits),
  * with grad_w c x vocab f32 (dZ^T) and, for f16/bf16, c x hidden f32 (x
  * widened); UNFUSED adds c x vocab f32 probabilities; SUM and MEAN add
- * tokens f32 per-row losses. `max_temp` (bytes, 0: no bound) caps that
- * total: the chunk shrinks to fit, and a call that cannot fit one token is
+ * tokens f32 per-row losses. options->max_temp_bytes (0: no bound) caps
+ * that total: the chunk shrinks to fit, and a call that cannot fit one token is
  * OCLF_INVALID_ARGUMENT (OCLF_OUT_OF_RESOURCES for UNFUSED, which cannot
  * shrink). CHUNK (a parameter, 1..2^31) comes from the choice or the
  * tuning database; without either, about tokens / ceil(vocab / hidden)
@@ -1318,7 +1391,7 @@ typedef struct oclf_linear_cross_entropy_info {
  * LAYOUT, WGS and VEC in the choice's parameters choose cross-entropy's
  * row structure (as oclf_cross_entropy's);
  * without them its own tuning records and defaults for the chunk's shape
- * apply. `info` (may be NULL) receives what the call used.
+ * apply. options->info (may be NULL) receives what the call used.
  *
  * Targets are checked on the device first and the call waits for that
  * check before it queues anything else (one blocking read of one int after
@@ -1340,8 +1413,7 @@ OCLF_API oclf_status oclf_linear_cross_entropy(
     oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t tokens, size_t hidden,
     size_t vocab, oclf_buf x, oclf_buf w, oclf_buf targets, oclf_buf loss,
     const oclf_buf *grad_x, const oclf_buf *grad_w, const oclf_cross_entropy_options *options,
-    size_t max_temp, oclf_linear_cross_entropy_info *info, const oclf_choice *choice,
-    cl_uint num_events, const cl_event *wait_list, cl_event *event);
+    const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
 /* Generated elementwise kernels (docs/ops/expr.md).

@@ -155,13 +155,24 @@ oclf_status oclf_context_get_stats(const oclf_context *ctx, oclf_context_stats *
     oclf_enter(__func__);
     if (!ctx || !out)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "oclf_context_get_stats: NULL argument");
-    out->programs_compiled = atomic_load(&ctx->n_compiled);
-    out->programs_from_disk = atomic_load(&ctx->n_from_disk);
-    out->program_hits = atomic_load(&ctx->n_hits);
-    out->disk_cache_rejected = atomic_load(&ctx->n_rejected);
-    out->kernels_enqueued = atomic_load(&ctx->n_enqueued);
-    out->tuning_lookups = atomic_load(&ctx->n_tune_lookups);
-    out->tuning_cache_hits = atomic_load(&ctx->n_tune_hits);
-    out->tuning_db_errors = atomic_load(&ctx->n_db_errors);
+    /* A report: written up to the caller's size (a newer caller's larger
+     * struct gets this library's counters). */
+    const size_t size = out->size ? out->size : sizeof *out;
+    if (size < sizeof size || size % _Alignof(oclf_context_stats))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "oclf_context_get_stats: out->size %zu is not the size of a layout of "
+                         "this struct (a multiple of %zu, at least %zu)",
+                         out->size, _Alignof(oclf_context_stats), sizeof size);
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
+    s.programs_compiled = atomic_load(&ctx->n_compiled);
+    s.programs_from_disk = atomic_load(&ctx->n_from_disk);
+    s.program_hits = atomic_load(&ctx->n_hits);
+    s.disk_cache_rejected = atomic_load(&ctx->n_rejected);
+    s.kernels_enqueued = atomic_load(&ctx->n_enqueued);
+    s.tuning_lookups = atomic_load(&ctx->n_tune_lookups);
+    s.tuning_cache_hits = atomic_load(&ctx->n_tune_hits);
+    s.tuning_db_errors = atomic_load(&ctx->n_db_errors);
+    const size_t n = size < sizeof s ? size : sizeof s;
+    memcpy((char *)out + sizeof size, (const char *)&s + sizeof size, n - sizeof size);
     return OCLF_SUCCESS;
 }

@@ -110,10 +110,10 @@ static oclf_status apply_kernel_wgs_cap(const oclf_context *ctx, oclf_device_inf
 /* How kernels reduce across a sub-group (see oclf_device_info): the
  * warp's shuffle where the compute capability says the inline PTX of
  * cl/mma.h runs (8.0: its other wrappers' floor too), the wavefront's
- * permute where the device reports a wavefront width, the shuffle
- * extensions' functions where the driver offers them (at their smallest
- * sub-group width, 8, since the compiler picks the width per kernel), else
- * local memory. */
+ * permute where the device reports a wavefront width, cl_intel_subgroups'
+ * shuffle at a required width of 16, cl_khr_subgroup_shuffle's at the
+ * smallest sub-group width there is, 8 (the compiler picks the width per
+ * kernel), else local memory. */
 static void subgroup_facts(oclf_device_info *o, cl_uint wave, cl_uint warp, cl_uint cc)
 {
     const bool gpu = (o->type & CL_DEVICE_TYPE_GPU) != 0;
@@ -125,13 +125,15 @@ static void subgroup_facts(oclf_device_info *o, cl_uint wave, cl_uint warp, cl_u
     } else if (gpu && (wave == 32 || wave == 64)) {
         o->subgroup_form = 3;
         o->subgroup_width = wave;
-    } else if (gpu && (o->subgroup_shuffle || o->subgroup_intel)) {
+    } else if (gpu && o->subgroup_intel) {
+        /* (a kernel requires the width: OCLF_SUBGROUP_KERNEL, cl/mma.h) */
+        o->subgroup_form = 1;
+        o->subgroup_width = 16;
+    } else if (gpu && o->subgroup_shuffle) {
         o->subgroup_form = 1;
         o->subgroup_width = 8;
     }
-    if (!o->subgroup_shuffle && o->subgroup_form == 1)
-        o->subgroup_intel = true;
-    else if (o->subgroup_form != 1)
+    if (o->subgroup_form != 1)
         o->subgroup_intel = false;
 }
 
@@ -167,6 +169,13 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
                                &o->max_alloc, NULL)))
         return oclf_fail_cl(ctx, err, "clGetDeviceInfo(limits)");
     o->local_is_global = (lmt == CL_GLOBAL);
+    /* OpenCL lets f32 division be 2.5 ulp off unless the program is built
+     * with -cl-fp32-correctly-rounded-divide-sqrt; NVIDIA's compiler takes
+     * that licence, which breaks the bit-exact results the expression
+     * kernels promise (dropout's x / (1 - p)). */
+    cl_device_fp_config fpc = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fpc, &fpc, NULL) == CL_SUCCESS)
+        o->div_rounded = (fpc & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
 
     char cver[128] = "";
     if (get_str(dev, CL_DEVICE_OPENCL_C_VERSION, cver, sizeof cver) != CL_SUCCESS ||
@@ -194,7 +203,7 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
         }
         free(ext);
     }
-    o->split_tail_miscompile = platform_is(o, "pocl");
+    o->split_tail_miscompile = !platform_is(o, "oclgrind");
     o->float16 = platform_is(o, "pocl") && (o->type & CL_DEVICE_TYPE_CPU);
     /* Not on a device that also calls itself a GPU (oclgrind, a simulator):
      * its uninitialized-value checker crashed on the swizzles of that form. */
@@ -255,7 +264,9 @@ void oclf_device_quirk_options(const oclf_device_info *info, char *buf, size_t l
         snprintf(sg, sizeof sg, " -DOCLF_SUBGROUP_FORM=%d -DOCLF_SUBGROUP_WIDTH=%u%s",
                  info->subgroup_form, info->subgroup_width,
                  info->subgroup_intel ? " -DOCLF_SUBGROUP_INTEL=1" : "");
-    snprintf(buf, len, "%s%s%s%s%s%s", std, info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
+    snprintf(buf, len, "%s%s%s%s%s%s%s", std,
+             info->div_rounded ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
+             info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
              info->subgroups ? " -DOCLF_HAS_SUBGROUPS=1" : "",
              info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "",
              info->float16 ? " -DOCLF_HAS_FLOAT16=1" : "", sg);

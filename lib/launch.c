@@ -35,6 +35,20 @@ oclf_status oclf_check_queue(const oclf_context *ctx, cl_command_queue queue, cl
     return OCLF_SUCCESS;
 }
 
+oclf_status oclf_check_choice(const oclf_context *ctx, const char *op, const oclf_choice *choice)
+{
+    if (!choice)
+        return OCLF_SUCCESS;
+    if (choice->path != OCLF_PATH_AUTO && choice->path != OCLF_PATH_FUSED &&
+        choice->path != OCLF_PATH_UNFUSED)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown path %d", op,
+                         (int)choice->path);
+    if (choice->params.count > OCLF_MAX_PARAMS)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: params.count %u exceeds %d", op,
+                         choice->params.count, OCLF_MAX_PARAMS);
+    return OCLF_SUCCESS;
+}
+
 oclf_status oclf_check_call(const oclf_context *ctx, const char *op, cl_command_queue queue,
                             cl_uint num_events, const cl_event *wait_list, oclf_dtype dtype,
                             cl_event *event)
@@ -453,11 +467,16 @@ oclf_status oclf_chain_sgemm(oclf_chain *c, const char *op, int trans_b, size_t 
 }
 
 oclf_status oclf_check_kv_cache(const oclf_context *ctx, const char *what,
-                                const oclf_kv_cache *cache, size_t elem, oclf_operand *k,
-                                oclf_operand *v)
+                                const oclf_kv_cache *src, size_t elem, oclf_operand *k,
+                                oclf_operand *v, oclf_kv_cache *out)
 {
-    if (!cache)
+    if (!src)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s is NULL", what);
+    oclf_kv_cache *cache = out;
+    oclf_status st = oclf_options_read(ctx, what, src, sizeof *cache, cache, sizeof *cache,
+                                       _Alignof(oclf_kv_cache));
+    if (st != OCLF_SUCCESS)
+        return st;
     if (!cache->num_blocks || !cache->block_size || !cache->heads)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: num_blocks (%zu), block_size (%zu) and heads (%zu) must be above 0",
@@ -474,7 +493,6 @@ oclf_status oclf_check_kv_cache(const oclf_context *ctx, const char *what,
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %zu blocks of %zu slots overflow", what,
                          cache->num_blocks, cache->block_size);
     char name[96];
-    oclf_status st;
     snprintf(name, sizeof name, "%s k", what);
     if ((st = oclf_check_2d(ctx, name, (oclf_buf){cache->k, cache->k_offset, width}, slots, width,
                             elem, k)))

@@ -521,8 +521,8 @@ static kernel_pool *find_pool(oclf_program *prog, const char *name)
 void oclf_program_log_launch(const oclf_context *ctx, const oclf_program *prog,
                              const char *kernel)
 {
-    oclf_log(ctx, OCLF_LOG_DEBUG, "launch %s of %s, options '%s'", kernel, prog->source,
-             prog->options);
+    oclf_log(ctx, OCLF_LOG_DEBUG, "launch %s of %s, options '%s', device options '%s'", kernel,
+             prog->source, prog->options, ctx->quirk_options);
 }
 
 oclf_status oclf_kernel_get(oclf_context *ctx, oclf_program *prog, const char *name,

@@ -108,14 +108,15 @@ GFX942 = ("amdgcn-gfx942", ["-target", "amdgcn-amd-amdhsa", "-mcpu=gfx942", "-no
 # The sub-group form each back end's device gets from lib/device.c (the
 # device-quirk options, which the variant list does not carry): warp
 # shuffles in PTX, the wavefront's permute (wave64 on CDNA, wave32 on
-# RDNA 3 as clang builds it), cl_intel_subgroups' shuffle at its smallest
-# width. Only the programs that include cl/subgroup.h read them.
+# RDNA 3 as clang builds it), cl_intel_subgroups' shuffle at the width 16
+# its kernels require. Only the programs that include cl/subgroup.h read
+# them.
 SUBGROUP = {
     "nvptx64-sm_80": ["-DOCLF_SUBGROUP_FORM=2", "-DOCLF_SUBGROUP_WIDTH=32"],
     "amdgcn-gfx90a": ["-DOCLF_SUBGROUP_FORM=3", "-DOCLF_SUBGROUP_WIDTH=64"],
     "amdgcn-gfx1100": ["-DOCLF_SUBGROUP_FORM=3", "-DOCLF_SUBGROUP_WIDTH=32"],
     "amdgcn-gfx942": ["-DOCLF_SUBGROUP_FORM=3", "-DOCLF_SUBGROUP_WIDTH=64"],
-    "igc": ["-DOCLF_SUBGROUP_FORM=1", "-DOCLF_SUBGROUP_WIDTH=8", "-DOCLF_SUBGROUP_INTEL=1"],
+    "igc": ["-DOCLF_SUBGROUP_FORM=1", "-DOCLF_SUBGROUP_WIDTH=16", "-DOCLF_SUBGROUP_INTEL=1"],
 }
 DECLARE = re.compile(r"^declare .*@([A-Za-z0-9_.$]+)\(", re.M)
 PTXAS = shutil.which("ptxas")

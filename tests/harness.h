@@ -54,7 +54,7 @@ oclf_context *th_validate_context(void);
 int th_quick(void);
 
 /* A context on the test device whose log keeps the launches it reports
- * ("launch <kernel> of <source>, options '<options>'", one a line), to
+ * ("launch <kernel> of <source>, options '<options>', device options '<quirks>'", one a line), to
  * tell which build of a source a call ran: th_builds() is the text since
  * the last th_builds_clear(). One such context at a time; the caller
  * destroys it. */

@@ -57,9 +57,8 @@ static void *run_case(const act_case *c)
     cl_mem mx = th_upload(x, ni * es), my = th_upload(y, no * es);
     oclf_buf bi = {mx, c->offset, c->pad ? is : 0}, bo = {my, c->offset, c->pad ? os : 0};
     cl_event ev = NULL;
-    TH_OK(oclf_act_and_mul(case_ctx ? case_ctx : e->ctx, e->queue, dt, &c->act, c->rows, d, bi,
-                           bo, c->choice, 0, NULL,
-                           &ev));
+    TH_OK(oclf_act_and_mul(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, d, bi, bo, &c->act,
+                           c->choice, 0, NULL, &ev));
     /* An event exists even for zero rows, and completes. */
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
@@ -194,9 +193,8 @@ START_TEST(test_special_values)
         for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
             cl_mem mi = th_upload(src, sizeof in), mo = th_alloc(d * 4);
             oclf_choice ch = th_choice((oclf_path)p);
-            TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, 1, d,
-                                   (oclf_buf){mi, 0, 0}, (oclf_buf){mo, 0, 0}, &ch, 0, NULL,
-                                   NULL));
+            TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, 1, d, (oclf_buf){mi, 0, 0},
+                                   (oclf_buf){mo, 0, 0}, &act, &ch, 0, NULL, NULL));
             float got[sizeof vals / sizeof *vals];
             th_download(mo, got, sizeof got);
             double want[sizeof vals / sizeof *vals];
@@ -260,8 +258,8 @@ START_TEST(test_gelu_tanh_negative)
     for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
         cl_mem mi = th_upload(in, sizeof in), mo = th_alloc(d * 4);
         oclf_choice ch = th_choice((oclf_path)p);
-        TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, 1, d, (oclf_buf){mi, 0, 0},
-                               (oclf_buf){mo, 0, 0}, &ch, 0, NULL, NULL));
+        TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, 1, d, (oclf_buf){mi, 0, 0},
+                               (oclf_buf){mo, 0, 0}, &act, &ch, 0, NULL, NULL));
         float got[sizeof xs / sizeof *xs];
         th_download(mo, got, sizeof got);
         for (size_t i = 0; i < d; i++) {
@@ -312,19 +310,19 @@ START_TEST(test_launch_range)
     float *after = malloc(rows * d * sizeof *after);
     cl_mem mx = th_upload(x, rows * 2 * d * 4), my = th_upload(y, rows * d * 4);
     oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
-    oclf_activation act = {OCLF_ACT_SILU, 0, 0, 0, 0};
+    oclf_activation act = {sizeof(oclf_activation), OCLF_ACT_SILU, 0, 0, 0, 0};
     oclf_choice ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "LAYOUT", 1);
     oclf_params_set(&ch.params, "WGS", 1024);
     oclf_params_set(&ch.params, "VEC", 1);
     cl_event ev = NULL;
-    TH_EXPECT_FAIL(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, rows, d, bx, by, &ch, 0,
-                                    NULL, &ev),
-                   OCLF_UNSUPPORTED, "launch range", {
-                       th_download(my, after, rows * d * 4);
-                       ck_assert(memcmp(after, y, rows * d * 4) == 0);
-                       ck_assert_ptr_null(ev);
-                   });
+    TH_EXPECT_FAIL(
+        oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, rows, d, bx, by, &act, &ch, 0, NULL, &ev),
+        OCLF_UNSUPPORTED, "launch range", {
+            th_download(my, after, rows * d * 4);
+            ck_assert(memcmp(after, y, rows * d * 4) == 0);
+            ck_assert_ptr_null(ev);
+        });
     free(x), free(y), free(after);
     clReleaseMemObject(mx), clReleaseMemObject(my);
 }
@@ -346,68 +344,68 @@ START_TEST(test_bad_arguments)
     oclf_activation silu = variant(OCLF_ACT_SILU), a;
     cl_command_queue q = e->queue;
 
-    ck_assert_int_eq(oclf_act_and_mul(NULL, q, OCLF_F32, &silu, R, D, I, O, NULL, 0, NULL, NULL),
+    ck_assert_int_eq(oclf_act_and_mul(NULL, q, OCLF_F32, R, D, I, O, &silu, NULL, 0, NULL, NULL),
                      OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));
-    EXPECT(oclf_act_and_mul(e->ctx, NULL, OCLF_F32, &silu, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, NULL, OCLF_F32, R, D, I, O, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "queue");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, NULL, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, NULL, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "act is NULL");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, N, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, N, O, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "in");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, N, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, N, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "out");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, 0, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, 0, I, O, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "d is 0");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, S, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, S, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "do not fit");
     /* `in` too small once padded rows are asked for (out fits) */
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, (oclf_buf){bb.in, 0, 3 * D}, O,
-                            NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, (oclf_buf){bb.in, 0, 3 * D}, O, &silu, NULL,
+                            0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "act_and_mul: in: 4 rows");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, (oclf_buf){bb.in, 0, 2 * D - 1}, O,
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, (oclf_buf){bb.in, 0, 2 * D - 1}, O, &silu,
                             NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "stride");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, 1, D, I, (oclf_buf){bb.in, D, 0}, NULL,
-                            0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, 1, D, I, (oclf_buf){bb.in, D, 0}, &silu, NULL, 0,
+                            NULL, NULL),
            OCLF_INVALID_ARGUMENT, "overlap");
     a = silu;
     a.kind = (oclf_act)9;
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &a, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "activation");
     a = variant(OCLF_ACT_SWIGLU_OAI);
     a.act_on_second = 1;
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &a, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "act_on_second");
     a = variant(OCLF_ACT_SWIGLU_OAI);
     a.limit = -1.0f;
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &a, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "limit");
     a = variant(OCLF_ACT_FATRELU);
     a.threshold = NAN;
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &a, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "threshold");
-    EXPECT(oclf_act_and_mul(e->ctx, q, (oclf_dtype)7, &silu, R, D, I, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, (oclf_dtype)7, R, D, I, O, &silu, NULL, 0, NULL, NULL),
            OCLF_UNSUPPORTED, "dtype");
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, NULL, 1, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &silu, NULL, 1, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "num_events");
     oclf_choice ch = th_choice((oclf_path)9);
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "path");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "WGS", 48);
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "WGS");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 3);
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
     ch = th_choice(OCLF_PATH_UNFUSED);
     oclf_params_set(&ch.params, "LAYOUT", 2);
-    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, R, D, I, O, &ch, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul(e->ctx, q, OCLF_F32, R, D, I, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "LAYOUT");
     /* zero rows with a valid call still succeeds after all the failures */
-    TH_OK(oclf_act_and_mul(e->ctx, q, OCLF_F32, &silu, 0, D, I, O, NULL, 0, NULL, NULL));
+    TH_OK(oclf_act_and_mul(e->ctx, q, OCLF_F32, 0, D, I, O, &silu, NULL, 0, NULL, NULL));
     bad_check_untouched(&bb);
     clReleaseMemObject(bb.in), clReleaseMemObject(bb.out), clReleaseMemObject(bb.small);
     free(bb.hin), free(bb.hout);

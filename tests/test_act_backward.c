@@ -65,9 +65,8 @@ static void *run_case(const bwd_case *c)
     oclf_buf bi = {mx, c->offset, c->pad ? is : 0}, bg = {mg, c->offset, c->pad ? gs : 0};
     oclf_buf bo = {my, c->offset, c->pad ? is : 0};
     cl_event ev = NULL;
-    TH_OK(oclf_act_and_mul_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, &c->act, c->rows,
-                                    d, bi, bg, bo,
-                                    c->choice, 0, NULL, &ev));
+    TH_OK(oclf_act_and_mul_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, d, bi, bg,
+                                    bo, &c->act, c->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -233,9 +232,9 @@ START_TEST(test_finite_differences)
     for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
         oclf_choice ch = th_choice((oclf_path)p);
         float grad[R * W];
-        TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, OCLF_F32, &act, R, D,
-                                        (oclf_buf){mi, 0, 0}, (oclf_buf){mw, 0, 0},
-                                        (oclf_buf){md, 0, 0}, &ch, 0, NULL, NULL));
+        TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, OCLF_F32, R, D, (oclf_buf){mi, 0, 0},
+                                        (oclf_buf){mw, 0, 0}, (oclf_buf){md, 0, 0}, &act, &ch, 0,
+                                        NULL, NULL));
         th_download(md, grad, sizeof grad);
         for (size_t j = 0; j < R * W; j++) {
             double l[2];
@@ -245,9 +244,8 @@ START_TEST(test_finite_differences)
                 moved[j] += side ? h : -h;
                 float out[R * D];
                 cl_mem mm = th_upload(moved, sizeof moved);
-                TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, &act, R, D,
-                                       (oclf_buf){mm, 0, 0}, (oclf_buf){mo, 0, 0}, &ch, 0, NULL,
-                                       NULL));
+                TH_OK(oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, R, D, (oclf_buf){mm, 0, 0},
+                                       (oclf_buf){mo, 0, 0}, &act, &ch, 0, NULL, NULL));
                 th_download(mo, out, sizeof out);
                 clReleaseMemObject(mm);
                 l[side] = 0;
@@ -299,9 +297,9 @@ START_TEST(test_saturation)
             cl_mem mi = th_upload(src, sizeof src), mg = th_upload(g, sizeof g);
             cl_mem mo = th_alloc(sizeof in);
             oclf_choice ch = th_choice((oclf_path)p);
-            TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, OCLF_F32, &act, 1, D,
-                                            (oclf_buf){mi, 0, 0}, (oclf_buf){mg, 0, 0},
-                                            (oclf_buf){mo, 0, 0}, &ch, 0, NULL, NULL));
+            TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, OCLF_F32, 1, D, (oclf_buf){mi, 0, 0},
+                                            (oclf_buf){mg, 0, 0}, (oclf_buf){mo, 0, 0}, &act, &ch,
+                                            0, NULL, NULL));
             float got[2 * D];
             th_download(mo, got, sizeof got);
             for (size_t i = 0; i < 2 * D; i++) {
@@ -345,9 +343,9 @@ START_TEST(test_oai_nan)
     for (int c = 0; c < 4; c++) {
         cl_mem mi = th_upload(in, rows * 2 * D * es), mg = th_upload(g, rows * D * es);
         cl_mem mo = th_alloc(rows * 2 * D * es);
-        TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, dt, &act, rows, D,
-                                        (oclf_buf){mi, 0, 0}, (oclf_buf){mg, 0, 0},
-                                        (oclf_buf){mo, 0, 0}, &chs[c], 0, NULL, NULL));
+        TH_OK(oclf_act_and_mul_backward(e->ctx, e->queue, dt, rows, D, (oclf_buf){mi, 0, 0},
+                                        (oclf_buf){mg, 0, 0}, (oclf_buf){mo, 0, 0}, &act, &chs[c],
+                                        0, NULL, NULL));
         th_download(mo, got, rows * 2 * D * es);
         for (size_t r = 0; r < rows; r++)
             for (size_t i = 0; i < D; i++) {
@@ -438,95 +436,91 @@ START_TEST(test_bad_arguments)
     cl_command_queue q = e->queue;
 
     ck_assert_int_eq(
-        oclf_act_and_mul_backward(NULL, q, OCLF_F32, &silu, R, D, I, G, O, NULL, 0, NULL, NULL),
+        oclf_act_and_mul_backward(NULL, q, OCLF_F32, R, D, I, G, O, &silu, NULL, 0, NULL, NULL),
         OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));
-    EXPECT(oclf_act_and_mul_backward(e->ctx, NULL, OCLF_F32, &silu, R, D, I, G, O, NULL, 0, NULL,
+    EXPECT(oclf_act_and_mul_backward(e->ctx, NULL, OCLF_F32, R, D, I, G, O, &silu, NULL, 0, NULL,
                                      NULL),
            OCLF_INVALID_ARGUMENT, "queue");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, NULL, R, D, I, G, O, NULL, 0, NULL,
-                                     NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, NULL, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "act_and_mul_backward: act is NULL");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, N, G, O, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "in");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, N, O, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "dout");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G, N, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "din");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, 0, I, G, O, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "d is 0");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, S, O, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "dout: 4 rows");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G, S, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "din: 4 rows");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I,
-                                     (oclf_buf){bb.dout, 0, D - 1}, O, NULL, 0, NULL, NULL),
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, N, G, O, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "in");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, N, O, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "dout");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, N, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "din");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, 0, I, G, O, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "d is 0");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, S, O, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "dout: 4 rows");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, S, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "din: 4 rows");
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, (oclf_buf){bb.dout, 0, D - 1}, O,
+                                     &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "stride");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G,
-                                     (oclf_buf){bb.din, 0, 2 * D - 1}, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G,
+                                     (oclf_buf){bb.din, 0, 2 * D - 1}, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "stride");
     /* din over in, shifted by one element or with another stride: not in place */
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, 1, D, I, G,
-                                     (oclf_buf){bb.in, 1, 0}, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, 1, D, I, G, (oclf_buf){bb.in, 1, 0},
+                                     &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "din overlaps in without being the same range");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, 2, D / 2, I, G,
-                                     (oclf_buf){bb.in, 0, 2 * D}, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, 2, D / 2, I, G,
+                                     (oclf_buf){bb.in, 0, 2 * D}, &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "din overlaps in");
     /* dout inside in, inside din */
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, 1, D, I,
-                                     (oclf_buf){bb.in, D, 0}, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, 1, D, I, (oclf_buf){bb.in, D, 0}, O,
+                                     &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "dout overlaps in");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, 1, D, I,
-                                     (oclf_buf){bb.din, 0, 0}, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, 1, D, I, (oclf_buf){bb.din, 0, 0}, O,
+                                     &silu, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "dout overlaps din");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, 1, D, I, I, I, NULL, 0, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "dout overlaps in");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, 1, D, I, I, I, &silu, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "dout overlaps in");
     a = silu;
     a.kind = (oclf_act)9;
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &a, R, D, I, G, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "act_and_mul_backward: unknown activation");
     a = variant(OCLF_ACT_SWIGLU_OAI);
     a.act_on_second = 1;
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &a, R, D, I, G, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "act_on_second");
     a = variant(OCLF_ACT_SWIGLU_OAI);
     a.alpha = INFINITY;
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &a, R, D, I, G, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "alpha");
     a = variant(OCLF_ACT_FATRELU);
     a.threshold = NAN;
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &a, R, D, I, G, O, NULL, 0, NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &a, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "threshold");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, (oclf_dtype)7, &silu, R, D, I, G, O, NULL, 0,
-                                     NULL, NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, (oclf_dtype)7, R, D, I, G, O, &silu, NULL, 0, NULL,
+                                     NULL),
            OCLF_UNSUPPORTED, "dtype");
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G, O, NULL, 1, NULL,
-                                     NULL),
-           OCLF_INVALID_ARGUMENT, "num_events");
+    EXPECT(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &silu, NULL, 1, NULL, NULL),
+        OCLF_INVALID_ARGUMENT, "num_events");
     oclf_choice ch = th_choice((oclf_path)9);
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G, O, &ch, 0, NULL,
-                                     NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "path");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 3);
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G, O, &ch, 0, NULL,
-                                     NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
     ch = th_choice(OCLF_PATH_UNFUSED);
     oclf_params_set(&ch.params, "WGS", 48);
-    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, R, D, I, G, O, &ch, 0, NULL,
-                                     NULL),
+    EXPECT(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, R, D, I, G, O, &silu, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "WGS");
     /* zero rows with a valid call still succeeds after all the failures */
-    TH_OK(oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, &silu, 0, D, I, G, O, NULL, 0, NULL,
-                                    NULL));
+    TH_OK(
+        oclf_act_and_mul_backward(e->ctx, q, OCLF_F32, 0, D, I, G, O, &silu, NULL, 0, NULL, NULL));
     bad_check_untouched(&bb);
     clReleaseMemObject(bb.in), clReleaseMemObject(bb.dout), clReleaseMemObject(bb.din);
     clReleaseMemObject(bb.small);

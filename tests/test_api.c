@@ -2,6 +2,7 @@
  * and the per-thread last error. */
 #include "harness.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -69,7 +70,7 @@ START_TEST(test_context_create_errors)
     ck_assert_int_eq(oclf_context_create(e->cl, e->device, NULL, NULL), OCLF_INVALID_ARGUMENT);
     oclf_context_destroy(NULL); /* accepted */
 
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     ck_assert_int_eq(oclf_context_get_stats(NULL, &s), OCLF_INVALID_ARGUMENT);
     ck_assert_int_eq(oclf_context_get_stats(e->ctx, &s), OCLF_SUCCESS);
     ck_assert(strchr(oclf_context_fingerprint(e->ctx), '|') != NULL);
@@ -77,6 +78,36 @@ START_TEST(test_context_create_errors)
 END_TEST
 
 /* A queue from another cl_context is rejected. */
+/* Every program is built with correctly rounded f32 division where the
+ * device offers it, and without the option where it does not (a build
+ * option the device does not support may be refused). */
+START_TEST(test_division_option)
+{
+    th_env *e = th_get();
+    cl_device_fp_config fpc = 0;
+    ck_assert_int_eq(clGetDeviceInfo(e->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fpc, &fpc, NULL),
+                     CL_SUCCESS);
+    const int offered = (fpc & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+    oclf_context *ctx = th_build_log_context();
+    float host[64];
+    for (int i = 0; i < 64; i++)
+        host[i] = (float)(i + 1);
+    cl_mem m = th_upload(host, sizeof host);
+    oclf_buf b = {m, 0, 0};
+    th_builds_clear();
+    cl_event ev = NULL;
+    TH_OK(oclf_rms_norm(ctx, e->queue, OCLF_F32, 1, 64, b, NULL, b, 1e-6f, NULL, 0, NULL, &ev));
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+    ck_assert_msg(strstr(th_builds(), "launch") != NULL, "no launch logged:\n%s", th_builds());
+    ck_assert_msg((strstr(th_builds(), "-cl-fp32-correctly-rounded-divide-sqrt") != NULL) == offered,
+                  "device %s correctly rounded division; launches:\n%s",
+                  offered ? "offers" : "does not offer", th_builds());
+    clReleaseMemObject(m);
+    oclf_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(test_foreign_queue)
 {
     th_env *e = th_get();
@@ -85,7 +116,7 @@ START_TEST(test_foreign_queue)
     cl_command_queue q = clCreateCommandQueue(other, e->device, 0, &err);
     cl_mem m = th_alloc(64 * 4);
     oclf_buf b = {m, 0, 0};
-    ck_assert_int_eq(oclf_rms_norm(e->ctx, q, OCLF_F32, 1, 64, b, b, NULL, 0, NULL, 0, NULL, NULL),
+    ck_assert_int_eq(oclf_rms_norm(e->ctx, q, OCLF_F32, 1, 64, b, NULL, b, 0, NULL, 0, NULL, NULL),
                      OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "another cl_context"));
     clReleaseMemObject(m);
@@ -99,8 +130,8 @@ static void *fail_in_thread(void *arg)
 {
     th_env *e = arg;
     static int ok;
-    oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 1, 64, (oclf_buf){0}, (oclf_buf){0}, NULL, 0, NULL,
-                  0, NULL, NULL);
+    oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 1, 64, (oclf_buf){0}, NULL, (oclf_buf){0}, 0, NULL, 0,
+                  NULL, NULL);
     ok = strstr(oclf_last_error(e->ctx), "cl_mem is NULL") != NULL;
     return ok ? &ok : NULL;
 }
@@ -110,9 +141,9 @@ START_TEST(test_last_error_per_thread)
     th_env *e = th_get();
     cl_mem m = th_alloc(64 * 4);
     oclf_buf b = {m, 0, 0};
-    ck_assert_int_eq(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 1, 0, b, b, NULL, 0, NULL, 0, NULL,
-                                   NULL),
-                     OCLF_INVALID_ARGUMENT);
+    ck_assert_int_eq(
+        oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 1, 0, b, NULL, b, 0, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "cols is 0"));
     pthread_t t;
     void *ret = NULL;
@@ -134,7 +165,7 @@ START_TEST(test_zero_rows_event)
     oclf_buf b = {m, 0, 0};
     cl_int err;
     cl_event user = clCreateUserEvent(e->cl, &err), ev = NULL;
-    TH_OK(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, 0, 64, b, b, NULL, NULL, 1e-5f, NULL, 1,
+    TH_OK(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, 0, 64, b, NULL, NULL, b, 1e-5f, NULL, 1,
                           &user, &ev));
     ck_assert_ptr_nonnull(ev);
     cl_int state = 0;
@@ -166,19 +197,19 @@ START_TEST(test_kernel_dir)
         h[i] = (float)(i % 5) - 2.0f;
     cl_mem m = th_upload(h, sizeof h), y = th_alloc(sizeof h);
     oclf_buf bm = {m, 0, 0}, by = {y, 0, 0};
-    ck_assert_int_eq(oclf_rms_norm(ctx, e->queue, OCLF_F32, 2, 16, bm, by, NULL, 0, NULL, 0, NULL,
-                                   NULL),
-                     OCLF_SUCCESS);
-    oclf_context_stats s;
+    ck_assert_int_eq(
+        oclf_rms_norm(ctx, e->queue, OCLF_F32, 2, 16, bm, NULL, by, 0, NULL, 0, NULL, NULL),
+        OCLF_SUCCESS);
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     oclf_context_get_stats(ctx, &s);
     ck_assert_uint_ge(s.programs_compiled, 1);
     oclf_context_destroy(ctx);
 
     o.kernel_dir = "/nonexistent-oclfuse-kernels";
     ck_assert_int_eq(oclf_context_create(e->cl, e->device, &o, &ctx), OCLF_SUCCESS);
-    ck_assert_int_eq(oclf_rms_norm(ctx, e->queue, OCLF_F32, 2, 16, bm, by, NULL, 0, NULL, 0, NULL,
-                                   NULL),
-                     OCLF_IO_ERROR);
+    ck_assert_int_eq(
+        oclf_rms_norm(ctx, e->queue, OCLF_F32, 2, 16, bm, NULL, by, 0, NULL, 0, NULL, NULL),
+        OCLF_IO_ERROR);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(ctx), "/nonexistent-oclfuse-kernels"));
     oclf_context_destroy(ctx);
     clReleaseMemObject(m);
@@ -326,7 +357,7 @@ START_TEST(test_context_options_size)
     cl_mem m = th_upload(h, sizeof h), y = th_alloc(sizeof h);
     oclf_buf bm = {m, 0, 0}, by = {y, 0, 0};
     oclf_context *ctx;
-#define NORM(c) oclf_rms_norm(c, e->queue, OCLF_F32, 1, 16, bm, by, NULL, 0, NULL, 0, NULL, NULL)
+#define NORM(c) oclf_rms_norm(c, e->queue, OCLF_F32, 1, 16, bm, NULL, by, 0, NULL, 0, NULL, NULL)
 
     oclf_context_options init = OCLF_CONTEXT_OPTIONS_INIT, o;
     oclf_context_options_init(&o);
@@ -421,6 +452,227 @@ START_TEST(test_l2_options_size)
 }
 END_TEST
 
+/* The structs that grew a size field in 0.9: a size that is no layout's
+ * (3 bytes) and a newer layout with a field set are refused with
+ * OCLF_INVALID_ARGUMENT and a sentence naming the struct's size, before
+ * anything is written; a newer layout whose extra bytes are zero runs. */
+static void expect_size_refused(oclf_status st, const char *what, cl_mem out, const float *was,
+                                size_t n)
+{
+    ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
+    const char *msg = oclf_last_error(th_get()->ctx);
+    ck_assert_msg(strstr(msg, what) != NULL, "'%s' does not name '%s'", msg, what);
+    float now[16];
+    ck_assert_uint_le(n, 16);
+    th_download(out, now, n * sizeof(float));
+    ck_assert_msg(memcmp(now, was, n * sizeof(float)) == 0, "%s: the output was written", what);
+}
+
+START_TEST(test_struct_sizes)
+{
+    th_env *e = th_get();
+    const float sentinel[4] = {-7, -7, -7, -7};
+    float got[4];
+
+    /* the context's counters: a report, written up to the caller's size */
+    oclf_context_stats st;
+    memset(&st, 0xab, sizeof st);
+    st.size = 3;
+    ck_assert_int_eq(oclf_context_get_stats(e->ctx, &st), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "oclf_context_get_stats: out->size 3"));
+    ck_assert_uint_eq(st.programs_compiled, 0xababababababababull);
+    st.size = offsetof(oclf_context_stats, tuning_db_errors); /* an older layout */
+    TH_OK(oclf_context_get_stats(e->ctx, &st));
+    ck_assert_uint_ne(st.kernels_enqueued, 0xababababababababull);
+    ck_assert_uint_eq(st.tuning_db_errors, 0xababababababababull);
+    NEWER_LAYOUT(oclf_context_stats, bigst);
+    bigst.newer_field = 5;
+    TH_OK(oclf_context_get_stats(e->ctx, &bigst.o));
+    ck_assert_uint_eq(bigst.newer_field, 5);
+    ck_assert_uint_eq(bigst.o.kernels_enqueued, st.kernels_enqueued);
+
+    /* act_and_mul: one row of d = 2, silu(x) * y */
+    const float hin[4] = {1, 2, 3, 4};
+    cl_mem min = th_upload(hin, sizeof hin), mout = th_upload(sentinel, sizeof sentinel);
+    const oclf_buf bin = {min, 0, 0}, bout = {mout, 0, 0};
+#define ACT(a) oclf_act_and_mul(e->ctx, e->queue, OCLF_F32, 1, 2, bin, bout, a, NULL, 0, NULL, NULL)
+    oclf_activation act;
+    oclf_activation_init(&act);
+    ck_assert_uint_eq(act.size, sizeof act);
+    act.size = 3;
+    expect_size_refused(ACT(&act), "oclf_act_and_mul: act.size 3", mout, sentinel, 2);
+    NEWER_LAYOUT(oclf_activation, bigact);
+    bigact.newer_field = 1;
+    expect_size_refused(ACT(&bigact.o), "oclf_act_and_mul: act.size", mout, sentinel, 2);
+    bigact.newer_field = 0;
+    TH_OK(ACT(&bigact.o));
+    clFinish(e->queue);
+    th_download(mout, got, 2 * sizeof(float));
+    ck_assert_float_eq_tol(got[0], 3.0f / (1.0f + expf(-1.0f)), 1e-5f);
+#undef ACT
+
+    /* linear: y = 2 x 3, the epilogue's size checked */
+    const float two = 2, three = 3;
+    cl_mem mx = th_upload(&two, 4), mw = th_upload(&three, 4), my = th_upload(sentinel, 4);
+    const oclf_buf bx = {mx, 0, 0}, bw = {mw, 0, 0}, by = {my, 0, 0};
+#define LIN(ep)                                                                             \
+    oclf_linear(e->ctx, e->queue, OCLF_F32, 1, 1, 1, bx, bw, by, OCLF_WEIGHT_NK,             \
+                OCLF_LINEAR_NONE, ep, NULL, 0, NULL, NULL)
+    oclf_linear_epilogue ep = OCLF_LINEAR_EPILOGUE_INIT;
+    ep.size = 3;
+    expect_size_refused(LIN(&ep), "oclf_linear: epilogue.size 3", my, sentinel, 1);
+    NEWER_LAYOUT(oclf_linear_epilogue, bigep);
+    bigep.o.alpha = bigep.o.beta = 1;
+    bigep.newer_field = 1;
+    expect_size_refused(LIN(&bigep.o), "oclf_linear: epilogue.size", my, sentinel, 1);
+    bigep.newer_field = 0;
+    TH_OK(LIN(&bigep.o));
+    clFinish(e->queue);
+    th_download(my, got, 4);
+    ck_assert_float_eq(got[0], 6.0f);
+#undef LIN
+
+    /* rotary_embedding: one head of 2 at position 0, cos 0 and sin 1 (a
+     * quarter turn: (x, y) -> (-y, x)) */
+    const float hq[2] = {1, 2}, cs[2] = {0, 1};
+    const int32_t pos = 0;
+    cl_mem mq = th_upload(hq, sizeof hq), mcs = th_upload(cs, sizeof cs), mpos = th_upload(&pos, 4);
+    const oclf_heads qh = {{mq, 0, 0}, 1, 0};
+    oclf_rope rope;
+    oclf_rope_init(&rope);
+    ck_assert_uint_eq(rope.size, sizeof rope);
+    rope.head_dim = rope.rot_dim = 2, rope.max_pos = 1;
+    rope.positions = (oclf_buf){mpos, 0, 0}, rope.cos_sin = (oclf_buf){mcs, 0, 0};
+#define ROT(r) oclf_rotary_embedding(e->ctx, e->queue, OCLF_F32, 1, r, qh, NULL, NULL, 0, NULL, NULL)
+    rope.size = 3;
+    expect_size_refused(ROT(&rope), "oclf_rotary_embedding: rope.size 3", mq, hq, 2);
+    rope.size = 0; /* 0: the first layout */
+    TH_OK(ROT(&rope));
+    clFinish(e->queue);
+    th_download(mq, got, sizeof hq);
+    ck_assert_float_eq(got[0], -2.0f);
+    ck_assert_float_eq(got[1], 1.0f);
+#undef ROT
+
+    /* kv_cache_write: a head of 2 into a cache of one slot */
+    const float kv[2] = {5, 6};
+    const int64_t slot = 0;
+    cl_mem mk = th_upload(kv, sizeof kv), mslot = th_upload(&slot, 8);
+    cl_mem mck = th_upload(sentinel, 8), mcv = th_upload(sentinel, 8);
+    const oclf_heads kh = {{mk, 0, 0}, 1, 0};
+    oclf_kv_cache cache;
+    oclf_kv_cache_init(&cache);
+    ck_assert_uint_eq(cache.size, sizeof cache);
+    cache.k = mck, cache.v = mcv;
+    cache.num_blocks = cache.block_size = cache.heads = 1, cache.head_dim = 2;
+#define KVW(c, ch)                                                                              \
+    oclf_kv_cache_write(e->ctx, e->queue, OCLF_F32, 1, kh, kh, (oclf_buf){mslot, 0, 0}, c, ch, 0, \
+                        NULL, NULL)
+    cache.size = 3;
+    expect_size_refused(KVW(&cache, NULL), "oclf_kv_cache_write: cache.size 3", mck, sentinel, 2);
+    cache.size = sizeof cache;
+    /* the choice: checked (an unknown path, a WGS that is no power of two),
+     * then honoured */
+    oclf_choice bad = th_choice((oclf_path)7);
+    expect_size_refused(KVW(&cache, &bad), "unknown path", mck, sentinel, 2);
+    oclf_choice rows = th_row_choice(OCLF_PATH_FUSED, 1, 2, 1, 0, 1);
+    oclf_params_set(&rows.params, "WGS", 3);
+    expect_size_refused(KVW(&cache, &rows), "WGS", mck, sentinel, 2);
+    oclf_params_set(&rows.params, "WGS", 2);
+    TH_OK(KVW(&cache, &rows));
+    clFinish(e->queue);
+    th_download(mcv, got, 8);
+    ck_assert_float_eq(got[0], 5.0f);
+    ck_assert_float_eq(got[1], 6.0f);
+#undef KVW
+
+    /* qweight_convert: one Q8_0 block (d = 1.0, quants 0..31) into INT8;
+     * linear_q: the weight's size */
+    unsigned char block[34] = {0x00, 0x3c};
+    for (int i = 0; i < 32; i++)
+        block[2 + i] = (unsigned char)i;
+    unsigned char zeros[40] = {0};
+    cl_mem msrc = th_upload(block, sizeof block), mdq = th_upload(zeros, 32),
+           mds = th_upload(zeros, 2);
+    oclf_qweight src = OCLF_QWEIGHT_INIT, dst = OCLF_QWEIGHT_INIT;
+    src.format = OCLF_QFORMAT_Q8_0, src.group = 32, src.q = (oclf_buf){msrc, 0, 0};
+    src.scale_dtype = OCLF_F16;
+    dst.format = OCLF_QFORMAT_INT8, dst.group = 32, dst.q = (oclf_buf){mdq, 0, 0};
+    dst.scale = (oclf_buf){mds, 0, 0}, dst.scale_dtype = OCLF_F16;
+#define CONV(ch) oclf_qweight_convert(e->ctx, e->queue, 1, 32, &src, &dst, ch, 0, NULL, NULL)
+    unsigned char out[32];
+    src.size = 3;
+    ck_assert_int_eq(CONV(NULL), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "oclf_qweight_convert: src.size 3"));
+    src.size = sizeof src;
+    ck_assert_int_eq(CONV(&bad), OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "oclf_qweight_convert: unknown path"));
+    th_download(mdq, out, 32);
+    ck_assert_int_eq(memcmp(out, zeros, 32), 0);
+    const oclf_choice unfused = th_choice(OCLF_PATH_UNFUSED);
+    TH_OK(CONV(&unfused));
+    clFinish(e->queue);
+    th_download(mdq, out, 32);
+    ck_assert_int_eq(memcmp(out, block + 2, 32), 0);
+    dst.size = 3;
+    const float xs[32] = {0};
+    cl_mem mxq = th_upload(xs, sizeof xs);
+    ck_assert_int_eq(oclf_linear_q(e->ctx, e->queue, OCLF_F32, 1, 1, 32, (oclf_buf){mxq, 0, 0},
+                                   &dst, by, OCLF_LINEAR_NONE, NULL, NULL, 0, NULL, NULL),
+                     OCLF_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(oclf_last_error(e->ctx), "oclf_linear_q: w.size 3"));
+#undef CONV
+
+    clReleaseMemObject(min), clReleaseMemObject(mout), clReleaseMemObject(mx);
+    clReleaseMemObject(mw), clReleaseMemObject(my), clReleaseMemObject(mq);
+    clReleaseMemObject(mcs), clReleaseMemObject(mpos), clReleaseMemObject(mk);
+    clReleaseMemObject(mslot), clReleaseMemObject(mck), clReleaseMemObject(mcv);
+    clReleaseMemObject(msrc), clReleaseMemObject(mdq), clReleaseMemObject(mds);
+    clReleaseMemObject(mxq);
+}
+END_TEST
+
+/* linear_cross_entropy's temporaries bound and report travel in its
+ * options: the bound is honoured (too small for one token: refused), the
+ * report written, and a report of a size that is no layout's refused with
+ * nothing written. */
+START_TEST(test_linear_ce_options)
+{
+    th_env *e = th_get();
+    const float hx[2] = {1, 2}, hw[6] = {1, 0, 0, 1, 1, 1};
+    const int64_t tg = 2;
+    const float was = -7;
+    cl_mem mx = th_upload(hx, sizeof hx), mw = th_upload(hw, sizeof hw), mt = th_upload(&tg, 8);
+    cl_mem ml = th_upload(&was, 4);
+    const oclf_buf bx = {mx, 0, 0}, bw = {mw, 0, 0}, bt = {mt, 0, 0}, bl = {ml, 0, 0};
+    oclf_cross_entropy_options o = OCLF_CROSS_ENTROPY_OPTIONS_INIT;
+    oclf_linear_cross_entropy_info info = OCLF_LINEAR_CROSS_ENTROPY_INFO_INIT;
+    o.info = &info;
+#define LCE()                                                                                  \
+    oclf_linear_cross_entropy(e->ctx, e->queue, OCLF_F32, 1, 2, 3, bx, bw, bt, bl, NULL, NULL, \
+                              &o, NULL, 0, NULL, NULL)
+    info.size = 3;
+    expect_size_refused(LCE(), "options.info->size 3", ml, &was, 1);
+    ck_assert_uint_eq(info.chunks, 0);
+    info.size = sizeof info;
+    o.max_temp_bytes = 1;
+    expect_size_refused(LCE(), "options.max_temp_bytes (1)", ml, &was, 1);
+    o.max_temp_bytes = 0;
+    TH_OK(LCE());
+    clFinish(e->queue);
+    ck_assert_uint_eq(info.chunks, 1);
+    ck_assert_uint_eq(info.chunk_tokens, 1);
+    ck_assert_uint_gt(info.temp_bytes, 0);
+    float loss;
+    th_download(ml, &loss, 4);
+    /* logits (1, 2, 3), target 2: lse - 3 */
+    ck_assert_float_eq_tol(loss, logf(expf(1) + expf(2) + expf(3)) - 3.0f, 1e-5f);
+#undef LCE
+    clReleaseMemObject(mx), clReleaseMemObject(mw), clReleaseMemObject(mt);
+    clReleaseMemObject(ml);
+}
+END_TEST
+
 /* Every public function that returns a status starts its sentence with its
  * own name, whatever check failed and wherever it is written. */
 static void expect_prefix(oclf_status st, const oclf_context *ctx, const char *fn)
@@ -442,12 +694,12 @@ START_TEST(test_error_prefix)
     cl_mem m = th_alloc(64 * 4);
     const oclf_buf b = {m, 0, 0}, nul = {NULL, 0, 0};
     oclf_context *out;
-    oclf_context_stats stats;
+    oclf_context_stats stats = OCLF_CONTEXT_STATS_INIT;
     oclf_params p;
     memset(&p, 0, sizeof p);
     char text[64];
     const uint64_t dims[2] = {1, 64};
-    oclf_activation act = {OCLF_ACT_SILU, 0, 0, 0, 0};
+    oclf_activation act = {sizeof(oclf_activation), OCLF_ACT_SILU, 0, 0, 0, 0};
     oclf_rope rope;
     memset(&rope, 0, sizeof rope);
     rope.head_dim = 16, rope.rot_dim = 16, rope.max_pos = 1;
@@ -479,34 +731,34 @@ START_TEST(test_error_prefix)
     ck_assert(!oclf_tuning_params_valid(c, "rms_norm", OCLF_F32, dims, 3, OCLF_PATH_FUSED, &p));
     ck_assert_msg(strncmp(oclf_last_error(c), "oclf_tuning_params_valid: ", 26) == 0, "%s",
                   oclf_last_error(c));
-    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, nul, b, NULL, 0, NULL, 0, NULL, NULL), c,
+    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, nul, NULL, b, 0, NULL, 0, NULL, NULL), c,
                   "oclf_rms_norm");
-    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 0, b, b, NULL, 0, NULL, 0, NULL, NULL), c,
+    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 0, b, NULL, b, 0, NULL, 0, NULL, NULL), c,
                   "oclf_rms_norm");
-    expect_prefix(oclf_rms_norm(NULL, q, OCLF_F32, 1, 64, b, b, NULL, 0, NULL, 0, NULL, NULL),
-                  NULL, "oclf_rms_norm");
+    expect_prefix(oclf_rms_norm(NULL, q, OCLF_F32, 1, 64, b, NULL, b, 0, NULL, 0, NULL, NULL), NULL,
+                  "oclf_rms_norm");
     expect_prefix(oclf_add_rms_norm(c, NULL, OCLF_F32, 1, 64, b, b, NULL, 0, NULL, 0, NULL, NULL),
                   c, "oclf_add_rms_norm");
-    expect_prefix(oclf_layer_norm(c, q, (oclf_dtype)9, 1, 64, b, b, NULL, NULL, 0, NULL, 0, NULL,
-                                  NULL),
-                  c, "oclf_layer_norm");
-    expect_prefix(oclf_add_layer_norm(c, q, OCLF_F32, 1, 64, b, b, b, NULL, NULL, -1, NULL, 0,
-                                      NULL, NULL),
-                  c, "oclf_add_layer_norm");
-    expect_prefix(oclf_act_and_mul(c, q, OCLF_F32, NULL, 1, 32, b, b, NULL, 0, NULL, NULL), c,
+    expect_prefix(
+        oclf_layer_norm(c, q, (oclf_dtype)9, 1, 64, b, NULL, NULL, b, 0, NULL, 0, NULL, NULL), c,
+        "oclf_layer_norm");
+    expect_prefix(
+        oclf_add_layer_norm(c, q, OCLF_F32, 1, 64, b, b, NULL, NULL, b, -1, NULL, 0, NULL, NULL), c,
+        "oclf_add_layer_norm");
+    expect_prefix(oclf_act_and_mul(c, q, OCLF_F32, 1, 32, b, b, NULL, NULL, 0, NULL, NULL), c,
                   "oclf_act_and_mul");
-    expect_prefix(oclf_act_and_mul(c, q, OCLF_F32, &act, 1, 0, b, b, NULL, 0, NULL, NULL), c,
+    expect_prefix(oclf_act_and_mul(c, q, OCLF_F32, 1, 0, b, b, &act, NULL, 0, NULL, NULL), c,
                   "oclf_act_and_mul");
     expect_prefix(oclf_rotary_embedding(c, q, OCLF_F32, 1, &rope, h, NULL, NULL, 0, NULL, NULL),
                   c, "oclf_rotary_embedding");
-    expect_prefix(oclf_qk_norm_rope(c, q, OCLF_F32, 1, &rope, b, 0, 0, 0, NULL, NULL, 1e-6f, NULL,
+    expect_prefix(oclf_qk_norm_rope(c, q, OCLF_F32, 1, 0, 0, 0, &rope, b, NULL, NULL, 1e-6f, NULL,
                                     0, NULL, NULL),
                   c, "oclf_qk_norm_rope");
     oclf_heads kvh = {b, 1, 0};
-    expect_prefix(oclf_kv_cache_write(c, q, OCLF_F32, 1, kvh, kvh, b, NULL, 0, NULL, NULL), c,
+    expect_prefix(oclf_kv_cache_write(c, q, OCLF_F32, 1, kvh, kvh, b, NULL, NULL, 0, NULL, NULL), c,
                   "oclf_kv_cache_write");
-    expect_prefix(oclf_qk_norm_rope_cache(c, q, OCLF_F32, 1, &rope, b, 1, 1, 1, NULL, NULL, 1e-6f,
-                                          b, NULL, NULL, 0, NULL, NULL),
+    expect_prefix(oclf_qk_norm_rope_cache(c, q, OCLF_F32, 1, 1, 1, 1, &rope, b, NULL, NULL, b, NULL,
+                                          1e-6f, NULL, 0, NULL, NULL),
                   c, "oclf_qk_norm_rope_cache");
     expect_prefix(oclf_l2_topk(c, q, OCLF_F32, 1, 4, 0, 1, b, b, b, b, NULL, NULL, 0, NULL, NULL),
                   c, "oclf_l2_topk");
@@ -530,22 +782,22 @@ START_TEST(test_error_prefix)
     oclf_linear_epilogue epi;
     oclf_linear_epilogue_init(&epi);
     epi.act = (oclf_linear_act)9;
-    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 0, 4, b, OCLF_LINEAR_NONE, b, OCLF_WEIGHT_NK, yb,
+    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 0, 4, b, b, yb, OCLF_WEIGHT_NK, OCLF_LINEAR_NONE,
                               NULL, NULL, 0, NULL, NULL),
                   c, "oclf_linear");
-    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 4, 4, b, OCLF_LINEAR_NONE, b, OCLF_WEIGHT_NK, yb,
+    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 4, 4, b, b, yb, OCLF_WEIGHT_NK, OCLF_LINEAR_NONE,
                               &epi, NULL, 0, NULL, NULL),
                   c, "oclf_linear");
     oclf_choice mb3 = th_choice(OCLF_PATH_FUSED);
     TH_OK(oclf_params_set(&mb3.params, "MB", 3));
-    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 4, 4, b, OCLF_LINEAR_NONE, b, OCLF_WEIGHT_NK, yb,
+    expect_prefix(oclf_linear(c, q, OCLF_F32, 1, 4, 4, b, b, yb, OCLF_WEIGHT_NK, OCLF_LINEAR_NONE,
                               NULL, &mb3, 0, NULL, NULL),
                   c, "oclf_linear");
     ck_assert_ptr_nonnull(strstr(oclf_last_error(c), "MB = 3"));
     oclf_choice vec3 = th_choice(OCLF_PATH_FUSED);
     TH_OK(oclf_params_set(&vec3.params, "VEC", 3));
-    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, b, yb, NULL, 1e-6f, &vec3, 0, NULL, NULL),
-                  c, "oclf_rms_norm");
+    expect_prefix(oclf_rms_norm(c, q, OCLF_F32, 1, 64, b, NULL, yb, 1e-6f, &vec3, 0, NULL, NULL), c,
+                  "oclf_rms_norm");
     clReleaseMemObject(ym);
     oclf_expr *bad_ex;
     expect_prefix(oclf_expr_compile(c, "y = ;", in, 1, outs, 1, &bad_ex), c,
@@ -578,6 +830,9 @@ int main(void)
     tcase_add_test(t, test_context_options_size);
     tcase_add_test(t, test_l2_options_size);
     tcase_add_test(t, test_error_prefix);
+    tcase_add_test(t, test_division_option);
+    tcase_add_test(t, test_struct_sizes);
+    tcase_add_test(t, test_linear_ce_options);
     suite_add_tcase(s, t);
     return th_run_suite(s);
 }

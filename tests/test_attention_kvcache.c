@@ -167,7 +167,7 @@ static void run_write(const write_case *w)
     const void *vsrc = w->packed ? hk : hv;
 
     cl_event ev = NULL;
-    TH_OK(oclf_kv_cache_write(e->ctx, e->queue, dt, T, k, v, bs, &c.kv, 0, NULL, &ev));
+    TH_OK(oclf_kv_cache_write(e->ctx, e->queue, dt, T, k, v, bs, &c.kv, NULL, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -254,8 +254,8 @@ static void run_qkc(const qkc_case *q)
             pos[t] = t % 8 == 1 ? -2 : (int64_t)max_pos;
     }
     cl_mem mcs = th_upload(cs, max_pos * R * es), mpos = th_upload(pos, (T + 1) * 8);
-    oclf_rope rope = {q->gptj ? OCLF_ROPE_GPTJ : OCLF_ROPE_NEOX, hd, R, {mpos, 0, 0}, OCLF_INT64,
-                      {mcs, 0, 0}, dt, max_pos};
+    oclf_rope rope = {sizeof(oclf_rope), q->gptj ? OCLF_ROPE_GPTJ : OCLF_ROPE_NEOX, hd, R,
+                      {mpos, 0, 0}, OCLF_INT64, {mcs, 0, 0}, dt, max_pos};
     void *w = th_random(dt, 2 * hd, 0.5f, 1.0f);
     cl_mem mw = th_upload(w, 2 * hd * es);
     oclf_buf qw = {mw, 0, 0}, kw = {mw, hd, 0};
@@ -270,11 +270,11 @@ static void run_qkc(const qkc_case *q)
     void *x = th_random(dt, n, -2.0f, 2.0f);
     cl_mem ma = th_upload(x, n * es), mb = th_upload(x, n * es);
     const oclf_buf xa = {ma, off, ts}, xb = {mb, off, ts};
-    TH_OK(oclf_qk_norm_rope(e->ctx, e->queue, dt, T, &rope, xa, nq, nk, nk, &qw, &kw, 1e-6f,
+    TH_OK(oclf_qk_norm_rope(e->ctx, e->queue, dt, T, nq, nk, nk, &rope, xa, &qw, &kw, 1e-6f,
                             q->choice, 0, NULL, NULL));
     cl_event ev = NULL;
-    TH_OK(oclf_qk_norm_rope_cache(e->ctx, e->queue, dt, T, &rope, xb, nq, nk, nk, &qw, &kw,
-                                  1e-6f, bs, &c.kv, q->choice, 0, NULL, &ev));
+    TH_OK(oclf_qk_norm_rope_cache(e->ctx, e->queue, dt, T, nq, nk, nk, &rope, xb, &qw, &kw, bs,
+                                  &c.kv, 1e-6f, q->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -387,8 +387,8 @@ START_TEST(test_validate)
     cl_mem mx = th_upload(x, n * es);
     oclf_heads k = {{mx, nq * hd, (nq + 2 * H) * hd}, H, 0};
     oclf_heads v = {{mx, (nq + H) * hd, (nq + 2 * H) * hd}, H, 0};
-    oclf_status st = oclf_kv_cache_write(vctx, e->queue, OCLF_F32, T, k, v, bs, &c.kv, 0, NULL,
-                                         NULL);
+    oclf_status st =
+        oclf_kv_cache_write(vctx, e->queue, OCLF_F32, T, k, v, bs, &c.kv, NULL, 0, NULL, NULL);
     ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
     const char *msg = oclf_last_error(vctx);
     ck_assert_msg(strncmp(msg, "oclf_kv_cache_write: ", 21) == 0 && strstr(msg, "token 2 "),
@@ -400,11 +400,13 @@ START_TEST(test_validate)
             cs[p * hd + j] = 1.0f; /* cos 1, sin 0 */
     int64_t pos[4] = {0, 1, 2, 3};
     cl_mem mcs = th_upload(cs, 8 * hd * sizeof *cs), mpos = th_upload(pos, sizeof pos);
-    oclf_rope rope = {OCLF_ROPE_NEOX, hd, hd, {mpos, 0, 0}, OCLF_INT64, {mcs, 0, 0}, OCLF_F32, 8};
+    oclf_rope rope = {sizeof(oclf_rope), OCLF_ROPE_NEOX, hd, hd, {mpos, 0, 0}, OCLF_INT64,
+                      {mcs, 0, 0}, OCLF_F32, 8};
     for (int path = 0; path < 2; path++) {
         oclf_choice ch = th_choice(path ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED);
-        st = oclf_qk_norm_rope_cache(vctx, e->queue, OCLF_F32, T, &rope, (oclf_buf){mx, 0, 0},
-                                     nq, H, H, NULL, NULL, 1e-6f, bs, &c.kv, &ch, 0, NULL, NULL);
+        st = oclf_qk_norm_rope_cache(vctx, e->queue, OCLF_F32, T, nq, H, H, &rope,
+                                     (oclf_buf){mx, 0, 0}, NULL, NULL, bs, &c.kv, 1e-6f, &ch, 0,
+                                     NULL, NULL);
         ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
         msg = oclf_last_error(vctx);
         ck_assert_msg(strncmp(msg, "oclf_qk_norm_rope_cache: ", 25) == 0 &&
@@ -415,7 +417,7 @@ START_TEST(test_validate)
     check_same("validate: qkv", mx, x, n * es, es);
     check_same("validate: cache", c.mem, c.host, c.n * es, es);
     /* the good tokens alone go through */
-    TH_OK(oclf_kv_cache_write(vctx, e->queue, OCLF_F32, 2, k, v, bs, &c.kv, 0, NULL, NULL));
+    TH_OK(oclf_kv_cache_write(vctx, e->queue, OCLF_F32, 2, k, v, bs, &c.kv, NULL, 0, NULL, NULL));
     clFinish(e->queue);
     free(x), free(cs);
     clReleaseMemObject(mx), clReleaseMemObject(ms), clReleaseMemObject(mcs);
@@ -465,7 +467,8 @@ START_TEST(test_bad_arguments)
     bb.x = th_upload(bb.hx, bb.nx * 4);
     bb.cache = th_upload(bb.hcache, bb.ncache * 4);
     bb.slots = th_upload(hs, sizeof hs);
-    const oclf_kv_cache C = {bb.cache, bb.cache, 0, part + 8, nblk, bsz, H, hd};
+    const oclf_kv_cache C = {
+        sizeof(oclf_kv_cache), bb.cache, bb.cache, 0, part + 8, nblk, bsz, H, hd};
     oclf_kv_cache a;
     const oclf_buf S = {bb.slots, 0, 0}, X = {bb.x, 0, 0};
     const oclf_heads K = {{bb.x, nq * hd, nh * hd}, H, 0}, V = {{bb.x, (nq + H) * hd, nh * hd}, H, 0};
@@ -473,7 +476,8 @@ START_TEST(test_bad_arguments)
 
     /* kv_cache_write */
     bb.prefix = "oclf_kv_cache_write: ";
-#define KW(k_, v_, s_, c_) oclf_kv_cache_write(e->ctx, q, OCLF_F32, T, k_, v_, s_, c_, 0, NULL, NULL)
+#define KW(k_, v_, s_, c_)                                                                         \
+    oclf_kv_cache_write(e->ctx, q, OCLF_F32, T, k_, v_, s_, c_, NULL, 0, NULL, NULL)
     EXPECT(KW(K, V, S, NULL), OCLF_INVALID_ARGUMENT, "cache is NULL");
     a = C, a.heads = 0;
     EXPECT(KW(K, V, S, &a), OCLF_INVALID_ARGUMENT, "heads");
@@ -501,18 +505,18 @@ START_TEST(test_bad_arguments)
     h = V, h.buf = (oclf_buf){bb.cache, part + 8, H * hd};
     EXPECT(KW(K, h, S, &C), OCLF_INVALID_ARGUMENT, "v overlaps the cache");
     /* slots: too small a buffer, a NULL one, inside k, inside the cache */
-    EXPECT(oclf_kv_cache_write(e->ctx, q, OCLF_F32, T + 1, K, V, S, &C, 0, NULL, NULL),
+    EXPECT(oclf_kv_cache_write(e->ctx, q, OCLF_F32, T + 1, K, V, S, &C, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "slot_mapping");
     EXPECT(KW(K, V, ((oclf_buf){NULL, 0, 0}), &C), OCLF_INVALID_ARGUMENT, "slot_mapping");
     EXPECT(KW(K, V, ((oclf_buf){bb.x, nq * hd / 2, 0}), &C), OCLF_INVALID_ARGUMENT,
            "k overlaps slot_mapping");
     EXPECT(KW(K, V, ((oclf_buf){bb.cache, 0, 0}), &C), OCLF_INVALID_ARGUMENT,
            "slot_mapping overlaps the cache");
-    EXPECT(oclf_kv_cache_write(e->ctx, q, (oclf_dtype)5, T, K, V, S, &C, 0, NULL, NULL),
+    EXPECT(oclf_kv_cache_write(e->ctx, q, (oclf_dtype)5, T, K, V, S, &C, NULL, 0, NULL, NULL),
            OCLF_UNSUPPORTED, "dtype");
-    EXPECT(oclf_kv_cache_write(e->ctx, NULL, OCLF_F32, T, K, V, S, &C, 0, NULL, NULL),
+    EXPECT(oclf_kv_cache_write(e->ctx, NULL, OCLF_F32, T, K, V, S, &C, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "queue");
-    ck_assert_int_eq(oclf_kv_cache_write(NULL, q, OCLF_F32, T, K, V, S, &C, 0, NULL, NULL),
+    ck_assert_int_eq(oclf_kv_cache_write(NULL, q, OCLF_F32, T, K, V, S, &C, NULL, 0, NULL, NULL),
                      OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "oclf_kv_cache_write: ctx"));
 #undef KW
@@ -522,12 +526,12 @@ START_TEST(test_bad_arguments)
     float cs[4 * 16] = {0};
     int64_t pos[4] = {0, 1, 2, 3};
     cl_mem mcs = th_upload(cs, sizeof cs), mpos = th_upload(pos, sizeof pos);
-    const oclf_rope R = {OCLF_ROPE_NEOX, hd, hd, {mpos, 0, 0}, OCLF_INT64, {mcs, 0, 0},
-                         OCLF_F32, 4};
+    const oclf_rope R = {sizeof(oclf_rope), OCLF_ROPE_NEOX, hd, hd, {mpos, 0, 0}, OCLF_INT64,
+                         {mcs, 0, 0}, OCLF_F32, 4};
     oclf_rope r;
-#define QC(rope_, x_, nk_, nv_, w_, s_, c_)                                                  \
-    oclf_qk_norm_rope_cache(e->ctx, q, OCLF_F32, T, rope_, x_, nq, nk_, nv_, w_, NULL, 1e-6f, \
-                            s_, c_, NULL, 0, NULL, NULL)
+#define QC(rope_, x_, nk_, nv_, w_, s_, c_)                                                        \
+    oclf_qk_norm_rope_cache(e->ctx, q, OCLF_F32, T, nq, nk_, nv_, rope_, x_, w_, NULL, s_, c_,     \
+                            1e-6f, NULL, 0, NULL, NULL)
     EXPECT(QC(&R, X, H, H, NULL, S, NULL), OCLF_INVALID_ARGUMENT, "cache is NULL");
     EXPECT(QC(&R, X, H + 1, H - 1, NULL, S, &C), OCLF_INVALID_ARGUMENT, "nk (3) and nv (1)");
     a = C, a.heads = 1;

@@ -232,10 +232,10 @@ static void run_case(const pcase *c, attn_result *res)
         ch.params = *c->params;
     const oclf_kv_cache cache = paged_cache(&p);
     cl_event ev = NULL;
-    TH_OK(oclf_attention_paged(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->batch, tq, p.max_sq,
-                               (oclf_buf){p.mcuq, 0, 0}, (oclf_buf){p.mseq, 0, 0},
-                               paged_table(&p), p.max_blocks, q, &cache, o, &opt, &ch, 0, NULL,
-                               &ev));
+    TH_OK(oclf_attention_paged(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->batch, tq,
+                               p.max_sq, p.max_blocks, (oclf_buf){p.mcuq, 0, 0},
+                               (oclf_buf){p.mseq, 0, 0}, paged_table(&p), q, &cache, o, &opt,
+                               &ch, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -690,10 +690,9 @@ START_TEST(test_empty)
         /* no sequences; sequences without queries (max_seqlen_q 0) */
         for (size_t batch = 0; batch < 3; batch += 2) {
             cl_event ev = NULL;
-            TH_OK(oclf_attention_paged(e->ctx, e->queue, OCLF_F32, batch, 0, 0,
+            TH_OK(oclf_attention_paged(e->ctx, e->queue, OCLF_F32, batch, 0, 0, p.max_blocks,
                                        (oclf_buf){p.mcuq, 0, 0}, (oclf_buf){p.mseq, 0, 0},
-                                       paged_table(&p), p.max_blocks, h, &cache, h, NULL, &ch, 0,
-                                       NULL, &ev));
+                                       paged_table(&p), h, &cache, h, NULL, &ch, 0, NULL, &ev));
             ck_assert_ptr_nonnull(ev);
             ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
             clReleaseEvent(ev);
@@ -774,8 +773,8 @@ START_TEST(test_block_out_of_range)
             oclf_attention_options opt = OCLF_ATTENTION_OPTIONS_INIT;
             opt.lse = &blse;
             const oclf_status st = oclf_attention_paged(
-                e->ctx, e->queue, dt, 1, 1, 1, (oclf_buf){mcu, 0, 0}, (oclf_buf){ml, 0, 0},
-                (oclf_buf){mt, 0, 0}, 2, q, &kv, o, &opt, &chs[c], 0, NULL, NULL);
+                e->ctx, e->queue, dt, 1, 1, 1, 2, (oclf_buf){mcu, 0, 0}, (oclf_buf){ml, 0, 0},
+                (oclf_buf){mt, 0, 0}, q, &kv, o, &opt, &chs[c], 0, NULL, NULL);
             char got[8 * 2];
             float lse;
             th_download(mo, got, d * es);
@@ -842,8 +841,8 @@ START_TEST(test_bad_arguments)
     opt.alibi_slopes = &slb;
     oclf_attention_options bad;
     oclf_kv_cache kb;
-#define CALL(ctx_, dt, q_, cache_, o_, cq_, sl__, bt_, mx, opts, ch)                          \
-    oclf_attention_paged(ctx_, qu, dt, 2, T, 3, cq_, sl__, bt_, mx, q_, cache_, o_, opts, ch, 0, \
+#define CALL(ctx_, dt, q_, cache_, o_, cq_, sl__, bt_, mx, opts, ch)                               \
+    oclf_attention_paged(ctx_, qu, dt, 2, T, 3, mx, cq_, sl__, bt_, q_, cache_, o_, opts, ch, 0,   \
                          NULL, NULL)
 
     /* the good call goes through (then o and lse are reset) */
@@ -1119,9 +1118,8 @@ static int traffic(void)
                    pa ? "_decode" : "", oclf_dtype_name(dt), min);
             fflush(stdout);
             oclf_status st = oclf_attention_paged(
-                e->ctx, e->queue, dt, 2, tq, 1, (oclf_buf){p.mcuq, 0, 0},
-                (oclf_buf){p.mseq, 0, 0}, paged_table(&p), p.max_blocks, q, &cache, o, NULL, &ch,
-                0, NULL, NULL);
+                e->ctx, e->queue, dt, 2, tq, 1, p.max_blocks, (oclf_buf){p.mcuq, 0, 0},
+                (oclf_buf){p.mseq, 0, 0}, paged_table(&p), q, &cache, o, NULL, &ch, 0, NULL, NULL);
             clFinish(e->queue);
             fflush(stdout);
             printf("@@ end\n");

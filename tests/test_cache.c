@@ -51,8 +51,8 @@ static int child(const char *cache_dir)
     oclf_buf bx = {x, 0, 0}, by = {y, 0, 0};
     int rc = 0;
     for (int rep = 0; rep < 2 && rc == 0; rep++) {
-        oclf_status st = oclf_rms_norm(ctx, q, OCLF_F32, R, C, bx, by, NULL, 0.0f, NULL, 0, NULL,
-                                       NULL);
+        oclf_status st =
+            oclf_rms_norm(ctx, q, OCLF_F32, R, C, bx, NULL, by, 0.0f, NULL, 0, NULL, NULL);
         if (st != OCLF_SUCCESS) {
             fprintf(stderr, "child: %s\n", oclf_last_error(ctx));
             rc = 5;
@@ -67,7 +67,7 @@ static int child(const char *cache_dir)
                 rc = 6; /* a wrong kernel from a bad cache would show here */
         }
     }
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     oclf_context_get_stats(ctx, &s);
     printf("%d %llu %llu %llu %llu\n", rc, (unsigned long long)s.programs_compiled,
            (unsigned long long)s.programs_from_disk, (unsigned long long)s.program_hits,

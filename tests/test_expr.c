@@ -856,7 +856,7 @@ START_TEST(test_reuse_and_canonical)
     oclf_expr *e1 = NULL, *e2 = NULL;
     TH_OK(oclf_expr_compile(env->ctx, "hidden = relu(secret_input) * k;\nfirst = hidden + 1;\nsecond = hidden * hidden;",
                             in1, 2, o1, 2, &e1));
-    oclf_context_stats before, after;
+    oclf_context_stats before = OCLF_CONTEXT_STATS_INIT, after = OCLF_CONTEXT_STATS_INIT;
     TH_OK(oclf_context_get_stats(env->ctx, &before));
     TH_OK(oclf_expr_compile(env->ctx, "v = w * w; w = relu(a) * s; u = w + 1;", in2, 2, o2, 2, &e2));
     TH_OK(oclf_context_get_stats(env->ctx, &after));
@@ -1042,7 +1042,7 @@ static uint64_t run_counting(oclf_context *ctx, const char *src, double add, con
     TH_OK(oclf_expr_compile(ctx, src, &in, 1, &out, 1, &e));
     float *hx = th_random(OCLF_F32, n, -3, 3), *got = malloc(n * sizeof *got);
     cl_mem x = th_upload(hx, n * 4), y = th_alloc(n * 4);
-    oclf_context_stats before, after;
+    oclf_context_stats before = OCLF_CONTEXT_STATS_INIT, after = OCLF_CONTEXT_STATS_INIT;
     TH_OK(oclf_context_get_stats(ctx, &before));
     const oclf_expr_arg a = {{x, 0, 0}, 0};
     const oclf_buf ob = {y, 0, 0};
@@ -1128,7 +1128,7 @@ START_TEST(test_reuse_across_contexts)
     const oclf_expr_decl x = {"x", OCLF_EXPR_MATRIX, OCLF_F32}, y = {"y", OCLF_EXPR_MATRIX, OCLF_F32};
     const oclf_expr_decl p = {"p", OCLF_EXPR_MATRIX, OCLF_F32}, q = {"q", OCLF_EXPR_MATRIX, OCLF_F32};
     oclf_expr *e1 = NULL, *e2 = NULL;
-    oclf_context_stats sa, sb;
+    oclf_context_stats sa = OCLF_CONTEXT_STATS_INIT, sb = OCLF_CONTEXT_STATS_INIT;
     TH_OK(oclf_expr_compile(a, "y = sqrt(abs(x)) * 3;", &x, 1, &y, 1, &e1));
     TH_OK(oclf_expr_compile(b, "q = sqrt(abs(p)) * 3;", &p, 1, &q, 1, &e2));
     TH_OK(oclf_context_get_stats(a, &sa));

@@ -81,8 +81,8 @@ static void run_op(oclf_context *ctx, oclf_dtype dt)
     void *x = th_random(dt, R * C, -2, 2);
     cl_mem mx = th_upload(x, R * C * oclf_dtype_size(dt)), my = th_alloc(R * C * 4);
     oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
-    oclf_status st = oclf_layer_norm(ctx, e->queue, dt, R, C, bx, by, NULL, NULL, 1e-5f, NULL, 0,
-                                     NULL, NULL);
+    oclf_status st =
+        oclf_layer_norm(ctx, e->queue, dt, R, C, bx, NULL, NULL, by, 1e-5f, NULL, 0, NULL, NULL);
     ck_assert_msg(st == OCLF_SUCCESS, "%s", oclf_last_error(ctx));
     ck_assert_int_eq(clFinish(e->queue), CL_SUCCESS);
     double *want = malloc(R * C * sizeof *want);
@@ -98,7 +98,7 @@ static void run_op(oclf_context *ctx, oclf_dtype dt)
 
 static oclf_context_stats stats(oclf_context *ctx)
 {
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     ck_assert_int_eq(oclf_context_get_stats(ctx, &s), OCLF_SUCCESS);
     return s;
 }
@@ -299,7 +299,7 @@ START_TEST(test_out_of_resources)
     ch.path = OCLF_PATH_UNFUSED;
     oclf_buf b = {big, 0, 0};
     cl_event ev = NULL;
-    oclf_status st = oclf_layer_norm(e->ctx, e->queue, OCLF_F16, rows, 1, b, b, NULL, NULL, 1e-5f,
+    oclf_status st = oclf_layer_norm(e->ctx, e->queue, OCLF_F16, rows, 1, b, NULL, NULL, b, 1e-5f,
                                      &ch, 0, NULL, &ev);
     ck_assert_msg(st == OCLF_OUT_OF_RESOURCES, "got %s: %s", oclf_status_string(st),
                   oclf_last_error(e->ctx));

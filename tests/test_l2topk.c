@@ -337,6 +337,12 @@ START_TEST(test_structures)
     b.params = NULL;
     b.max_temp = 64 << 10;
     run_case(&b);
+    /* the same bound with the slices a 132-unit GPU's default takes (two a
+     * unit): 264 lists of 100 would not fit, fewer slices do */
+    oclf_params many = {0};
+    oclf_params_set(&many, "SLICES", 264);
+    b.params = &many;
+    run_case(&b);
 }
 END_TEST
 

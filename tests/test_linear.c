@@ -78,7 +78,7 @@ static void *run_case(const lin_case *c, double **scale_out)
                                c->before, c->act, NULL};
     oclf_ref_linear(&ra, want, scale);
     cl_event ev = NULL;
-    TH_OK(oclf_linear(e->ctx, e->queue, dt, m, n, k, bx, c->prologue, bw, c->layout, by, &epi,
+    TH_OK(oclf_linear(e->ctx, e->queue, dt, m, n, k, bx, bw, by, c->layout, c->prologue, &epi,
                       c->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev); /* even for zero rows */
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
@@ -293,8 +293,8 @@ START_TEST(test_nan_in_y)
     for (int p = OCLF_PATH_FUSED; p <= OCLF_PATH_UNFUSED; p++) {
         oclf_choice ch = th_choice((oclf_path)p);
         TH_OK(oclf_linear(e->ctx, e->queue, OCLF_F32, m, n, k, (oclf_buf){mx, 0, 0},
-                          OCLF_LINEAR_NONE, (oclf_buf){mw, 0, 0}, OCLF_WEIGHT_NK,
-                          (oclf_buf){my, 0, 0}, NULL, &ch, 0, NULL, NULL));
+                          (oclf_buf){mw, 0, 0}, (oclf_buf){my, 0, 0}, OCLF_WEIGHT_NK,
+                          OCLF_LINEAR_NONE, NULL, &ch, 0, NULL, NULL));
         float *got = malloc(m * n * 4);
         th_download(my, got, m * n * 4);
         for (size_t i = 0; i < m * n; i++)
@@ -356,7 +356,7 @@ START_TEST(test_bad_arguments)
     oclf_linear_epilogue ep;
     oclf_linear_epilogue_init(&ep);
 #define LIN(ctx_, q_, dt_, m_, n_, k_, x_, p_, w_, l_, y_, ep_, ch_, ne_)                     \
-    oclf_linear(ctx_, q_, dt_, m_, n_, k_, x_, p_, w_, l_, y_, ep_, ch_, ne_, NULL, NULL)
+    oclf_linear(ctx_, q_, dt_, m_, n_, k_, x_, w_, y_, l_, p_, ep_, ch_, ne_, NULL, NULL)
 
     ck_assert_int_eq(LIN(NULL, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, NULL, 0),
                      OCLF_INVALID_ARGUMENT);

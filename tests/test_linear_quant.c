@@ -307,8 +307,8 @@ static void *run_with(const qcase *c, const qdev *qw, double **scale_out)
         .wd = wd};
     oclf_ref_linear(&ra, want, scale);
     cl_event ev = NULL;
-    TH_OK(oclf_linear_q(e->ctx, e->queue, dt, m, n, k, bx, c->prologue, &qw->w, by, &epi,
-                        c->choice, 0, NULL, &ev));
+    TH_OK(oclf_linear_q(e->ctx, e->queue, dt, m, n, k, bx, &qw->w, by, c->prologue, &epi, c->choice,
+                        0, NULL, &ev));
     ck_assert_ptr_nonnull(ev); /* even for zero rows */
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -578,9 +578,9 @@ static void expect_identity(const known_case *kc, const qdev *qw, const char *fo
     };
     const int nch = th_quick() ? 2 : (int)(sizeof choices / sizeof *choices);
     for (int c = 0; c < nch; c++) {
-        TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, m, n, k, (oclf_buf){mx, 0, 0},
-                            OCLF_LINEAR_NONE, &qw->w, (oclf_buf){my, 0, 0}, NULL, &choices[c], 0,
-                            NULL, NULL));
+        TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, m, n, k, (oclf_buf){mx, 0, 0}, &qw->w,
+                            (oclf_buf){my, 0, 0}, OCLF_LINEAR_NONE, NULL, &choices[c], 0, NULL,
+                            NULL));
         th_download(my, y, m * n * 4);
         for (size_t i = 0; i < m; i++)
             for (size_t j = 0; j < n; j++)
@@ -890,9 +890,8 @@ START_TEST(test_nonfinite_scales)
     for (int p = 0; p < 5; p++) {
         if (th_quick() && (p == 2 || p == 3))
             continue;
-        TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, 1, n, k, (oclf_buf){mx, 0, 0},
-                            OCLF_LINEAR_NONE, &qw.w, (oclf_buf){my, 0, 0}, NULL, &chs[p], 0, NULL,
-                            NULL));
+        TH_OK(oclf_linear_q(e->ctx, e->queue, OCLF_F32, 1, n, k, (oclf_buf){mx, 0, 0}, &qw.w,
+                            (oclf_buf){my, 0, 0}, OCLF_LINEAR_NONE, NULL, &chs[p], 0, NULL, NULL));
         th_download(my, y, sizeof y);
         if (!(fabs(y[0] - want0) <= 1e-5 * (fabs(want0) + mag0) && isnan(y[1]) && !isfinite(y[2])) &&
             used < sizeof failures)
@@ -939,9 +938,9 @@ START_TEST(test_wide_weights)
             for (size_t i = 0; i < rows * k; i++)
                 oclf_ref_set(dt, x, i, xv);
             cl_mem mx = th_upload(x, rows * k * es), my = th_alloc(rows * es);
-            TH_OK(oclf_linear_q(e->ctx, e->queue, dt, rows, n, k, (oclf_buf){mx, 0, 0},
-                                OCLF_LINEAR_NONE, &qw.w, (oclf_buf){my, 0, 0}, NULL, &chs[p], 0,
-                                NULL, NULL));
+            TH_OK(oclf_linear_q(e->ctx, e->queue, dt, rows, n, k, (oclf_buf){mx, 0, 0}, &qw.w,
+                                (oclf_buf){my, 0, 0}, OCLF_LINEAR_NONE, NULL, &chs[p], 0, NULL,
+                                NULL));
             th_download(my, y, rows * es);
             for (size_t r = 0; r < rows; r++) {
                 const double got = oclf_ref_get(dt, y, r);
@@ -1015,7 +1014,8 @@ static void convert_into(const qdev *src, qdev *dst, int to_int4)
     host_convert(src, wq, dst->qoff, dst->qs, ws, dst->soff, dst->ss);
     qdev_upload(dst);
     cl_event ev = NULL;
-    TH_OK(oclf_qweight_convert(e->ctx, e->queue, src->n, src->k, &src->w, &dst->w, 0, NULL, &ev));
+    TH_OK(oclf_qweight_convert(e->ctx, e->queue, src->n, src->k, &src->w, &dst->w, NULL, 0, NULL,
+                               &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -1137,14 +1137,19 @@ START_TEST(test_bad_arguments)
     cl_mem big = th_upload(bytes, 8192), qshort = th_upload(bytes, N * K / 2 - 1);
     const oclf_buf X = {mx, 0, 0}, Y = {bad_y, 0, 0}, Znone = {NULL, 0, 0};
     oclf_buf zb = {z, 0, 0};
-    const oclf_qweight int8g32 = {OCLF_QFORMAT_INT8, 32, {q8, 0, 0}, {s16, 0, 0}, OCLF_F16, NULL};
-    const oclf_qweight int8g0 = {OCLF_QFORMAT_INT8, 0, {q8, 0, 0}, {sf32, 0, 0}, OCLF_F32, NULL};
-    const oclf_qweight int4z = {OCLF_QFORMAT_INT4, 32, {q4, 0, 0}, {s16, 0, 0}, OCLF_F16, &zb};
-    const oclf_qweight q80 = {OCLF_QFORMAT_Q8_0, 32, {qq8, 0, 0}, {NULL, 0, 0}, OCLF_F16, NULL};
-    const oclf_qweight q40 = {OCLF_QFORMAT_Q4_0, 0, {qq4, 0, 0}, {NULL, 0, 0}, OCLF_F16, NULL};
+    const oclf_qweight int8g32 = {sizeof(oclf_qweight), OCLF_QFORMAT_INT8, 32, {q8, 0, 0},
+                                  {s16, 0, 0}, OCLF_F16, NULL};
+    const oclf_qweight int8g0 = {sizeof(oclf_qweight), OCLF_QFORMAT_INT8, 0, {q8, 0, 0},
+                                 {sf32, 0, 0}, OCLF_F32, NULL};
+    const oclf_qweight int4z = {sizeof(oclf_qweight), OCLF_QFORMAT_INT4, 32, {q4, 0, 0},
+                                {s16, 0, 0}, OCLF_F16, &zb};
+    const oclf_qweight q80 = {sizeof(oclf_qweight), OCLF_QFORMAT_Q8_0, 32, {qq8, 0, 0},
+                              {NULL, 0, 0}, OCLF_F16, NULL};
+    const oclf_qweight q40 = {sizeof(oclf_qweight), OCLF_QFORMAT_Q4_0, 0, {qq4, 0, 0}, {NULL, 0, 0},
+                              OCLF_F16, NULL};
     oclf_qweight w;
-#define LQ(ctx_, q_, dt_, m_, n_, k_, x_, w_, y_, ep_, ch_, ne_)                                \
-    oclf_linear_q(ctx_, q_, dt_, m_, n_, k_, x_, OCLF_LINEAR_NONE, w_, y_, ep_, ch_, ne_, NULL, \
+#define LQ(ctx_, q_, dt_, m_, n_, k_, x_, w_, y_, ep_, ch_, ne_)                                   \
+    oclf_linear_q(ctx_, q_, dt_, m_, n_, k_, x_, w_, y_, OCLF_LINEAR_NONE, ep_, ch_, ne_, NULL,    \
                   NULL)
 #define CALL(w_) LQ(e->ctx, q, OCLF_F32, M, N, K, X, w_, Y, NULL, NULL, 0)
 
@@ -1322,12 +1327,12 @@ START_TEST(test_bad_arguments)
      * scales at [1024, 1056), the zero points at [1536, 1552); y is 128
      * bytes */
     oclf_buf zbig = {big, 1536, 0};
-    const oclf_qweight in_big = {OCLF_QFORMAT_INT4, 32, {big, 0, 0}, {big, 512, 0}, OCLF_F16,
-                                 &zbig};
-    const oclf_qweight in_big8 = {OCLF_QFORMAT_INT8, 32, {big, 0, 0}, {big, 512, 0}, OCLF_F16,
-                                  NULL};
-    const oclf_qweight in_big_q80 = {OCLF_QFORMAT_Q8_0, 32, {big, 0, 0}, {NULL, 0, 0}, OCLF_F16,
-                                     NULL};
+    const oclf_qweight in_big = {sizeof(oclf_qweight), OCLF_QFORMAT_INT4, 32, {big, 0, 0},
+                                 {big, 512, 0}, OCLF_F16, &zbig};
+    const oclf_qweight in_big8 = {sizeof(oclf_qweight), OCLF_QFORMAT_INT8, 32, {big, 0, 0},
+                                  {big, 512, 0}, OCLF_F16, NULL};
+    const oclf_qweight in_big_q80 = {sizeof(oclf_qweight), OCLF_QFORMAT_Q8_0, 32, {big, 0, 0},
+                                     {NULL, 0, 0}, OCLF_F16, NULL};
     const oclf_buf y_on_q = {big, 32, 0}, y_on_s = {big, 250, 0}, y_on_z = {big, 380, 0};
     const oclf_buf y_on_q80 = {big, 100, 0}, y_beside = {big, 600, 0};
     EXPECT(LQ(e->ctx, q, OCLF_F32, M, N, K, X, &in_big8, y_on_q, NULL, NULL, 0),
@@ -1348,8 +1353,8 @@ START_TEST(test_bad_arguments)
 
     /* M = 0 succeeds and writes nothing */
     cl_event ev = NULL;
-    TH_OK(oclf_linear_q(e->ctx, q, OCLF_F32, 0, N, K, X, OCLF_LINEAR_NONE, &int4z, Y, NULL, NULL,
-                        0, NULL, &ev));
+    TH_OK(oclf_linear_q(e->ctx, q, OCLF_F32, 0, N, K, X, &int4z, Y, OCLF_LINEAR_NONE, NULL, NULL, 0,
+                        NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     clWaitForEvents(1, &ev);
     clReleaseEvent(ev);
@@ -1379,17 +1384,22 @@ START_TEST(test_convert_bad_arguments)
     cl_mem sq8 = th_upload(bytes, N * 2 * 34), sq4 = th_upload(bytes, N * 2 * 18);
     cl_mem dq = th_upload(sentinel, N * K), ds = th_upload(sentinel, N * 2 * 2);
     cl_mem dsshort = th_upload(sentinel, N * 2 * 2 - 2), ss16 = th_upload(bytes, N * 2 * 2);
-    const oclf_qweight q80 = {OCLF_QFORMAT_Q8_0, 32, {sq8, 0, 0}, {NULL, 0, 0}, OCLF_F16, NULL};
-    const oclf_qweight q40 = {OCLF_QFORMAT_Q4_0, 32, {sq4, 0, 0}, {NULL, 0, 0}, OCLF_F16, NULL};
-    const oclf_qweight to8 = {OCLF_QFORMAT_INT8, 32, {dq, 0, 0}, {ds, 0, 0}, OCLF_F16, NULL};
-    const oclf_qweight to4 = {OCLF_QFORMAT_INT4, 32, {dq, 0, 0}, {ds, 0, 0}, OCLF_F16, NULL};
-    const oclf_qweight int8src = {OCLF_QFORMAT_INT8, 32, {sq8, 0, 0}, {ss16, 0, 0}, OCLF_F16,
-                                  NULL};
-    const oclf_qweight int4src = {OCLF_QFORMAT_INT4, 32, {sq4, 0, 0}, {ss16, 0, 0}, OCLF_F16,
-                                  NULL};
+    const oclf_qweight q80 = {sizeof(oclf_qweight), OCLF_QFORMAT_Q8_0, 32, {sq8, 0, 0},
+                              {NULL, 0, 0}, OCLF_F16, NULL};
+    const oclf_qweight q40 = {sizeof(oclf_qweight), OCLF_QFORMAT_Q4_0, 32, {sq4, 0, 0},
+                              {NULL, 0, 0}, OCLF_F16, NULL};
+    const oclf_qweight to8 = {sizeof(oclf_qweight), OCLF_QFORMAT_INT8, 32, {dq, 0, 0}, {ds, 0, 0},
+                              OCLF_F16, NULL};
+    const oclf_qweight to4 = {sizeof(oclf_qweight), OCLF_QFORMAT_INT4, 32, {dq, 0, 0}, {ds, 0, 0},
+                              OCLF_F16, NULL};
+    const oclf_qweight int8src = {sizeof(oclf_qweight), OCLF_QFORMAT_INT8, 32, {sq8, 0, 0},
+                                  {ss16, 0, 0}, OCLF_F16, NULL};
+    const oclf_qweight int4src = {sizeof(oclf_qweight), OCLF_QFORMAT_INT4, 32, {sq4, 0, 0},
+                                  {ss16, 0, 0}, OCLF_F16, NULL};
     oclf_buf zb = {ss16, 0, 0};
     oclf_qweight s, d;
-#define CONV(n_, k_, src_, dst_) oclf_qweight_convert(e->ctx, q, n_, k_, src_, dst_, 0, NULL, NULL)
+#define CONV(n_, k_, src_, dst_)                                                                   \
+    oclf_qweight_convert(e->ctx, q, n_, k_, src_, dst_, NULL, 0, NULL, NULL)
 #define EXPECT_CONV(call)                                                                      \
     do {                                                                                       \
         oclf_status st_ = (call);                                                              \
@@ -1411,12 +1421,12 @@ START_TEST(test_convert_bad_arguments)
                       __LINE__);                                                               \
     } while (0)
 
-    ck_assert_int_eq(oclf_qweight_convert(NULL, q, N, K, &q80, &to8, 0, NULL, NULL),
+    ck_assert_int_eq(oclf_qweight_convert(NULL, q, N, K, &q80, &to8, NULL, 0, NULL, NULL),
                      OCLF_INVALID_ARGUMENT);
-    EXPECT_CONV(oclf_qweight_convert(e->ctx, NULL, N, K, &q80, &to8, 0, NULL, NULL));
+    EXPECT_CONV(oclf_qweight_convert(e->ctx, NULL, N, K, &q80, &to8, NULL, 0, NULL, NULL));
     EXPECT_CONV(CONV(N, K, NULL, &to8));
     EXPECT_CONV(CONV(N, K, &q80, NULL));
-    EXPECT_CONV(oclf_qweight_convert(e->ctx, q, N, K, &q80, &to8, 1, NULL, NULL));
+    EXPECT_CONV(oclf_qweight_convert(e->ctx, q, N, K, &q80, &to8, NULL, 1, NULL, NULL));
     /* src not GGUF */
     EXPECT_CONV(CONV(N, K, &int8src, &to8));
     EXPECT_CONV(CONV(N, K, &int4src, &to4));

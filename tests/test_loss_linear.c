@@ -121,10 +121,13 @@ static lce_out run_case(const lce_case *c)
     oclf_choice ch = th_choice(c->path);
     if (c->chunk)
         oclf_params_set(&ch.params, "CHUNK", c->chunk);
+    opt.max_temp_bytes = c->max_temp;
+    o.info = (oclf_linear_cross_entropy_info)OCLF_LINEAR_CROSS_ENTROPY_INFO_INIT;
+    opt.info = &o.info;
     cl_event ev = NULL;
     TH_OK(oclf_linear_cross_entropy(e->ctx, e->queue, dt, T, H, V, bx, bw, bt, bl,
                                     c->want_gx ? &bgx : NULL, c->want_gw ? &bgw : NULL, &opt,
-                                    c->max_temp, &o.info, &ch, 0, NULL, &ev));
+                                    &ch, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -381,7 +384,7 @@ static double loss_of(cl_mem mx, cl_mem mw, cl_mem mt, size_t T, size_t H, size_
     oclf_buf bx = {mx, 0, 0}, bw = {mw, 0, 0}, bt = {mt, 0, 0}, bl = {ml, 0, 0};
     const oclf_choice ch = th_choice(OCLF_PATH_FUSED);
     TH_OK(oclf_linear_cross_entropy(e->ctx, e->queue, OCLF_F32, T, H, V, bx, bw, bt, bl, NULL,
-                                    NULL, o, 0, NULL, &ch, 0, NULL, NULL));
+                                    NULL, o, &ch, 0, NULL, NULL));
     float l = 0;
     th_download(ml, &l, 4);
     clReleaseMemObject(ml);
@@ -405,7 +408,7 @@ START_TEST(test_finite_difference)
     oclf_choice ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "CHUNK", 2);
     TH_OK(oclf_linear_cross_entropy(e->ctx, e->queue, OCLF_F32, T, H, V, bx, bw, bt, bl, &bgx,
-                                    &bgw, &o, 0, NULL, &ch, 0, NULL, NULL));
+                                    &bgw, &o, &ch, 0, NULL, NULL));
     float gx[30], gw[66];
     th_download(mgx, gx, sizeof gx);
     th_download(mgw, gw, sizeof gw);
@@ -477,6 +480,23 @@ static void bad_untouched(const bad_env *b)
 
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_untouched(&bb))
 
+
+/* The call with options->max_temp_bytes set to `mt` (opt copied). */
+static oclf_status lce_call(oclf_context *ctx, cl_command_queue q, oclf_dtype dt, size_t t,
+                            size_t h, size_t v, oclf_buf x, oclf_buf w, oclf_buf tg, oclf_buf l,
+                            const oclf_buf *gx, const oclf_buf *gw,
+                            const oclf_cross_entropy_options *opt, size_t mt,
+                            const oclf_choice *ch)
+{
+    oclf_cross_entropy_options o;
+    if (opt) {
+        o = *opt;
+        o.max_temp_bytes = mt;
+    }
+    return oclf_linear_cross_entropy(ctx, q, dt, t, h, v, x, w, tg, l, gx, gw, opt ? &o : NULL, ch,
+                                     0, NULL, NULL);
+}
+
 START_TEST(test_bad_arguments)
 {
     th_env *e = th_get();
@@ -489,8 +509,7 @@ START_TEST(test_bad_arguments)
     oclf_context *C = e->ctx;
     cl_command_queue Q = e->queue;
 #define LCE(ctx, q, dt, t, h, v, x, w, tg, l, gx, gw, opt, mt, ch)                              \
-    oclf_linear_cross_entropy(ctx, q, dt, t, h, v, x, w, tg, l, gx, gw, opt, mt, NULL, ch, 0,   \
-                              NULL, NULL)
+    lce_call(ctx, q, dt, t, h, v, x, w, tg, l, gx, gw, opt, mt, ch)
     ck_assert_int_eq(LCE(NULL, Q, OCLF_F32, T, H, V, X, W, Tg, L, &GX, &GW, &o, 0, NULL),
                      OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));

@@ -66,7 +66,7 @@ static norm_result run_case(const norm_case *c)
     oclf_context *ctx = case_ctx ? case_ctx : e->ctx;
     switch (c->op) {
     case RMS:
-        TH_OK(oclf_rms_norm(ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, eps, c->choice, 0,
+        TH_OK(oclf_rms_norm(ctx, e->queue, dt, c->rows, c->cols, bx, pw, by, eps, c->choice, 0,
                             NULL, &ev));
         break;
     case ADD_RMS:
@@ -74,11 +74,11 @@ static norm_result run_case(const norm_case *c)
                                 c->choice, 0, NULL, &ev));
         break;
     case LN:
-        TH_OK(oclf_layer_norm(ctx, e->queue, dt, c->rows, c->cols, bx, by, pw, pb, eps,
-                              c->choice, 0, NULL, &ev));
+        TH_OK(oclf_layer_norm(ctx, e->queue, dt, c->rows, c->cols, bx, pw, pb, by, eps, c->choice,
+                              0, NULL, &ev));
         break;
     case ADD_LN:
-        TH_OK(oclf_add_layer_norm(ctx, e->queue, dt, c->rows, c->cols, bx, br, by, pw, pb, eps,
+        TH_OK(oclf_add_layer_norm(ctx, e->queue, dt, c->rows, c->cols, bx, br, pw, pb, by, eps,
                                   c->choice, 0, NULL, &ev));
         break;
     }
@@ -342,11 +342,11 @@ START_TEST(test_in_place)
         cl_mem m = th_upload(x, rows * cols * 4);
         oclf_buf b = {m, 0, 0};
         if (op == 0) {
-            TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, b, b, NULL, 1e-6f, NULL,
-                                0, NULL, NULL));
+            TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, b, NULL, b, 1e-6f, NULL, 0,
+                                NULL, NULL));
             oclf_ref_rms_norm(OCLF_F32, rows, cols, x, cols, NULL, 1e-6f, want);
         } else {
-            TH_OK(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, rows, cols, b, b, NULL, NULL, 1e-6f,
+            TH_OK(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, rows, cols, b, NULL, NULL, b, 1e-6f,
                                   NULL, 0, NULL, NULL));
             oclf_ref_layer_norm(OCLF_F32, rows, cols, x, cols, NULL, NULL, 1e-6f, want);
         }
@@ -421,7 +421,7 @@ START_TEST(test_launch_range)
     cl_mem mx = th_upload(x, rows * 4), my = th_alloc(rows * 4);
     oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
     oclf_choice ch = th_row_choice(OCLF_PATH_FUSED, 1, 1024, 1, 0, 1);
-    TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 0.0f, &ch, 0, NULL,
+    TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, rows, cols, bx, NULL, by, 0.0f, &ch, 0, NULL,
                         NULL));
     float *y = malloc(rows * sizeof *y);
     th_download(my, y, rows * 4);
@@ -445,62 +445,62 @@ START_TEST(test_bad_arguments)
     oclf_buf Ahalf = {bb.a, C, 0}; /* rows 1.. of a */
 
     /* NULL context: the detail goes to oclf_last_error(NULL). */
-    ck_assert_int_eq(oclf_rms_norm(NULL, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 0,
-                                   NULL, NULL),
-                     OCLF_INVALID_ARGUMENT);
+    ck_assert_int_eq(
+        oclf_rms_norm(NULL, e->queue, OCLF_F32, R, C, A, NULL, B, 1e-5f, NULL, 0, NULL, NULL),
+        OCLF_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(oclf_last_error(NULL), "ctx"));
 
-    EXPECT(oclf_rms_norm(e->ctx, NULL, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, NULL, OCLF_F32, R, C, A, NULL, B, 1e-5f, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "queue");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, N, B, NULL, 1e-5f, NULL, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, N, NULL, B, 1e-5f, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "in");
-    EXPECT(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, A, N, NULL, NULL, 1e-5f, NULL, 0,
-                           NULL, NULL),
+    EXPECT(oclf_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, NULL, N, 1e-5f, NULL, 0, NULL,
+                           NULL),
            OCLF_INVALID_ARGUMENT, "out");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, 0, A, B, NULL, 1e-5f, NULL, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, 0, A, NULL, B, 1e-5f, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "cols is 0");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, strided, B, NULL, 1e-5f, NULL, 0, NULL,
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, strided, NULL, B, 1e-5f, NULL, 0, NULL,
                          NULL),
            OCLF_INVALID_ARGUMENT, "stride");
     EXPECT(oclf_add_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, S, NULL, 1e-5f, NULL, 0, NULL,
                              NULL),
            OCLF_INVALID_ARGUMENT, "do not fit");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, &S, 1e-5f, NULL, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, &S, B, 1e-5f, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "weight");
     EXPECT(oclf_add_rms_norm(e->ctx, e->queue, OCLF_F32, R / 2 + 1, C, A, Ahalf, NULL, 1e-5f, NULL,
                              0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "overlap");
-    EXPECT(oclf_add_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, A, A, B, NULL, NULL, 1e-5f, NULL,
+    EXPECT(oclf_add_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, A, A, NULL, NULL, B, 1e-5f, NULL,
                                0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "overlap");
-    EXPECT(oclf_add_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, B, A, A, NULL, NULL, 1e-5f, NULL,
+    EXPECT(oclf_add_layer_norm(e->ctx, e->queue, OCLF_F32, R, C, B, A, NULL, NULL, A, 1e-5f, NULL,
                                0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "residual");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R / 2 + 1, C, A, Ahalf, NULL, 1e-5f, NULL, 0,
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R / 2 + 1, C, A, NULL, Ahalf, 1e-5f, NULL, 0,
                          NULL, NULL),
            OCLF_INVALID_ARGUMENT, "overlap");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, B, A, &A, 1e-5f, NULL, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, B, &A, A, 1e-5f, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "weight or bias overlaps");
     /* a valid separate weight is accepted (the call after the failures works) */
-    TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 0, C, B, A, &W, 1e-5f, NULL, 0, NULL, NULL));
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, (oclf_dtype)7, R, C, A, B, NULL, 1e-5f, NULL, 0, NULL,
+    TH_OK(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, 0, C, B, &W, A, 1e-5f, NULL, 0, NULL, NULL));
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, (oclf_dtype)7, R, C, A, NULL, B, 1e-5f, NULL, 0, NULL,
                          NULL),
            OCLF_UNSUPPORTED, "dtype");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, NAN, NULL, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, B, NAN, NULL, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "eps");
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, NULL, 1, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, B, 1e-5f, NULL, 1, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "num_events");
 
     oclf_choice ch = th_choice((oclf_path)9);
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, B, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "path");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "WGS", 48);
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, B, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "WGS");
     ch = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&ch.params, "VEC", 3);
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, B, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "VEC");
     /* LAYOUT 0 stages a row per work-item: refused where WGS rows of cols
      * floats exceed the device's local memory, taken where they fit */
@@ -526,7 +526,7 @@ START_TEST(test_bad_arguments)
     oclf_params_set(&ch.params, "LAYOUT", 0);
     oclf_params_set(&ch.params, "STAGE", 0); /* a GPU's default stages */
     oclf_params_set(&ch.params, "ROWS", 2);
-    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, B, NULL, 1e-5f, &ch, 0, NULL, NULL),
+    EXPECT(oclf_rms_norm(e->ctx, e->queue, OCLF_F32, R, C, A, NULL, B, 1e-5f, &ch, 0, NULL, NULL),
            OCLF_INVALID_ARGUMENT, "ROWS");
     bad_free(&bb);
 }

@@ -90,11 +90,12 @@ static ng_result run_case(const ng_case *c)
     const oclf_buf *pw = c->weight ? &bw : NULL;
     const oclf_buf *pdw = c->want_dw ? &bdw : NULL, *pdb = c->want_db ? &bdb : NULL;
     if (c->ln)
-        TH_OK(oclf_layer_norm_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols, bx, bdy, pw, eps,
-                                       bdx, pdw, pdb, c->choice, 0, NULL, NULL));
+        TH_OK(oclf_layer_norm_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols,
+                                       bx, bdy, pw, bdx, pdw, pdb, eps, c->choice, 0, NULL, NULL));
     else
-        TH_OK(oclf_rms_norm_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols, bx, bdy, pw, eps,
-                                     bdx, pdw, c->dres ? &bdr : NULL, c->choice, 0, NULL, NULL));
+        TH_OK(oclf_rms_norm_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, c->cols,
+                                     bx, bdy, pw, c->dres ? &bdr : NULL, bdx, pdw, eps, c->choice,
+                                     0, NULL, NULL));
     void *got = malloc(n * es);
     float *gw = malloc((c->cols + 2) * 4), *gb = malloc((c->cols + 2) * 4);
     th_download(out, got, n * es);
@@ -323,11 +324,11 @@ START_TEST(test_finite_difference)
     oclf_buf bz = {mz, 0, 0}, bdy = {mdy, 0, 0}, bw = {mw, 0, 0}, bdz = {mdz, 0, 0};
     oclf_buf bdx = {mdx, 0, 0}, bdw = {mdw, 0, 0}, bdb = {mdb, 0, 0};
     if (kind == 1)
-        TH_OK(oclf_layer_norm_backward(e->ctx, e->queue, OCLF_F32, R, C, bz, bdy, &bw, eps, bdx,
-                                       &bdw, &bdb, NULL, 0, NULL, NULL));
+        TH_OK(oclf_layer_norm_backward(e->ctx, e->queue, OCLF_F32, R, C, bz, bdy, &bw, bdx, &bdw,
+                                       &bdb, eps, NULL, 0, NULL, NULL));
     else
-        TH_OK(oclf_rms_norm_backward(e->ctx, e->queue, OCLF_F32, R, C, bz, bdy, &bw, eps, bdx,
-                                     &bdw, kind == 2 ? &bdz : NULL, NULL, 0, NULL, NULL));
+        TH_OK(oclf_rms_norm_backward(e->ctx, e->queue, OCLF_F32, R, C, bz, bdy, &bw,
+                                     kind == 2 ? &bdz : NULL, bdx, &bdw, eps, NULL, 0, NULL, NULL));
     float dx[15], dw[5], db[5];
     th_download(mdx, dx, sizeof dx);
     th_download(mdw, dw, sizeof dw);
@@ -445,9 +446,9 @@ static void bad_free(bad_env *b)
 
 #define EXPECT(call, status, word) TH_EXPECT_FAIL(call, status, word, bad_check_untouched(&bb))
 #define RMS(ctx, q, dt, rows, cols, x, dy, w, e_, dx, dw, dres, ch)                            \
-    oclf_rms_norm_backward(ctx, q, dt, rows, cols, x, dy, w, e_, dx, dw, dres, ch, 0, NULL, NULL)
+    oclf_rms_norm_backward(ctx, q, dt, rows, cols, x, dy, w, dres, dx, dw, e_, ch, 0, NULL, NULL)
 #define LN(ctx, q, dt, rows, cols, x, dy, w, e_, dx, dw, db, ch)                               \
-    oclf_layer_norm_backward(ctx, q, dt, rows, cols, x, dy, w, e_, dx, dw, db, ch, 0, NULL, NULL)
+    oclf_layer_norm_backward(ctx, q, dt, rows, cols, x, dy, w, dx, dw, db, e_, ch, 0, NULL, NULL)
 
 START_TEST(test_bad_arguments)
 {

@@ -302,6 +302,47 @@ START_TEST(both_paths_then_seeds)
 }
 END_TEST
 
+/* A candidate that leaves the device unusable (a fault on a GPU ends the
+ * context; simulated here by OCLF_TUNE_LOSE_DEVICE at the fifth candidate
+ * verified, the first past both jobs' two defaults) ends its job alone:
+ * the journal names it as failed, the device is opened again, and the
+ * other job still gets its record. */
+START_TEST(lost_device_reopened)
+{
+    ck_assert_ptr_nonnull(getenv("OCLF_TUNE_BIN"));
+    make_dir();
+    unlink(db);
+    unlink(journal);
+    setenv("OCLF_TUNE_LOSE_DEVICE", "5", 1);
+    const int rc = tune_op("rms_norm", "3x64,4x64", "--strategy exhaustive");
+    unsetenv("OCLF_TUNE_LOSE_DEVICE");
+    ck_assert_int_eq(rc, 0);
+    char path[400], text[8192] = "";
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    const size_t got = fread(text, 1, sizeof text - 1, f);
+    text[got] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(text, "left the device unusable") != NULL, "no report of the loss:\n%s",
+                  text);
+    json_t *lines[64];
+    const int n = journal_candidates(lines, 64);
+    int lost = 0;
+    for (int i = 0; i < n; i++) {
+        const char *e = json_string_value(json_object_get(lines[i], "error"));
+        lost += e && strstr(e, "left the device unusable") != NULL;
+        json_decref(lines[i]);
+    }
+    ck_assert_int_eq(lost, 1);
+    json_error_t err;
+    json_t *root = json_load_file(db, 0, &err);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_int_eq(json_array_size(json_object_get(root, "records")), 1);
+    json_decref(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tune");
@@ -310,6 +351,7 @@ int main(void)
     tcase_add_test(tc, tune_and_resume);
     tcase_add_test(tc, tune_rope_record);
     tcase_add_test(tc, both_paths_then_seeds);
+    tcase_add_test(tc, lost_device_reopened);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -146,7 +146,7 @@ static void run_rms(oclf_context *ctx, size_t rows, size_t cols)
     float *x = th_random(OCLF_F32, rows * cols, -1, 1);
     cl_mem mx = th_upload(x, rows * cols * 4), my = th_alloc(rows * cols * 4);
     oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
-    oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f, NULL,
+    oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, NULL, by, 1e-6f, NULL,
                                    0, NULL, NULL);
     ck_assert_msg(st == OCLF_SUCCESS, "rms_norm: %s", oclf_last_error(ctx));
     float *y = malloc(rows * cols * 4);
@@ -448,7 +448,7 @@ START_TEST(l2_exact_resolves_once)
     oclf_l2_topk_options opt;
     oclf_l2_topk_options_init(&opt);
     opt.precision = OCLF_L2_EXACT;
-    oclf_context_stats st0, st1;
+    oclf_context_stats st0 = OCLF_CONTEXT_STATS_INIT, st1 = OCLF_CONTEXT_STATS_INIT;
     ck_assert_int_eq(oclf_context_get_stats(ctx, &st0), OCLF_SUCCESS);
     oclf_status st = oclf_l2_topk(ctx, e->queue, OCLF_F32, nq, n, d, k, bq, bx, bd, bi, &opt,
                                   NULL, 0, NULL, NULL);
@@ -506,7 +506,7 @@ START_TEST(params_valid_is_the_ops_rule)
                                                    OCLF_PATH_FUSED, &ch.params);
         char why[512];
         snprintf(why, sizeof why, "%s", oclf_last_error(ctx));
-        oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, by, NULL, 1e-6f,
+        oclf_status st = oclf_rms_norm(ctx, e->queue, OCLF_F32, rows, cols, bx, NULL, by, 1e-6f,
                                        &ch, 0, NULL, NULL);
         ck_assert_msg(valid == (sets[i].why == NULL), "set %zu: valid %d (%s)", i, valid, why);
         ck_assert_msg(valid == (st == OCLF_SUCCESS), "set %zu: call %s: %s", i,
@@ -552,7 +552,7 @@ START_TEST(bad_files)
         logbuf log = {"", 0};
         oclf_context *ctx = make_ctx(db, &log);
         run_rms(ctx, 4, 64);
-        oclf_context_stats s;
+        oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
         oclf_context_get_stats(ctx, &s);
         ck_assert_int_eq(s.tuning_db_errors, 1);
         ck_assert_int_eq(log.warnings, 1);
@@ -577,7 +577,7 @@ START_TEST(lookup_cache)
     oclf_context *ctx = make_ctx(db, NULL);
     for (int i = 0; i < 5; i++)
         run_rms(ctx, 8, 64);
-    oclf_context_stats s;
+    oclf_context_stats s = OCLF_CONTEXT_STATS_INIT;
     oclf_context_get_stats(ctx, &s);
     /* One search (and JSON parse) for the first call, hash hits after. */
     ck_assert_int_eq(s.tuning_lookups, 1);

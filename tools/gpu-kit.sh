@@ -512,9 +512,18 @@ import json, sys
 rows = []
 for p in sys.argv[2:]:
     try:
-        rows += json.load(open(p))
-    except (OSError, ValueError):
-        pass
+        text = open(p).read()
+    except OSError:
+        continue
+    try:
+        rows += json.loads(text)
+    except ValueError:
+        # an op cut by its time limit: the rows it finished, without the
+        # closing bracket
+        try:
+            rows += json.loads(text.rstrip().rstrip(',') + ']')
+        except ValueError:
+            pass
 json.dump(rows, open(sys.argv[1], 'w'), indent=1)
 print(f"gpu-kit: {len(rows)} bench results in {sys.argv[1]}", file=sys.stderr)
 PY
@@ -751,9 +760,18 @@ import json, sys
 rows = []
 for p in sys.argv[2:]:
     try:
-        rows += json.load(open(p))
-    except (OSError, ValueError):
-        pass
+        text = open(p).read()
+    except OSError:
+        continue
+    try:
+        rows += json.loads(text)
+    except ValueError:
+        # an op cut by its time limit: the rows it finished, without the
+        # closing bracket
+        try:
+            rows += json.loads(text.rstrip().rstrip(',') + ']')
+        except ValueError:
+            pass
 json.dump(rows, open(sys.argv[1], 'w'), indent=1)
 PY
   done <"$ldir/bench-jobs.txt"

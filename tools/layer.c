@@ -534,8 +534,8 @@ static oclf_status linear(layer_model *m, size_t l, int i, size_t rows, oclf_buf
     const dev_layer *L = &m->L[l];
     if (!m->c.int4)
         return oclf_linear(m->ctx, m->queue, m->c.dtype, rows, m->wn[i], m->wk[i], x,
-                           OCLF_LINEAR_NONE, (oclf_buf){L->w[i], 0, 0}, OCLF_WEIGHT_NK, y, epi,
-                           ch, 0, NULL, ev);
+                           (oclf_buf){L->w[i], 0, 0}, y, OCLF_WEIGHT_NK, OCLF_LINEAR_NONE, epi, ch,
+                           0, NULL, ev);
     oclf_qweight w;
     memset(&w, 0, sizeof w);
     w.format = OCLF_QFORMAT_INT4;
@@ -544,8 +544,8 @@ static oclf_status linear(layer_model *m, size_t l, int i, size_t rows, oclf_buf
     w.scale = (oclf_buf){L->s[i], 0, 0};
     w.scale_dtype = OCLF_F16;
     w.zero = NULL;
-    return oclf_linear_q(m->ctx, m->queue, m->c.dtype, rows, m->wn[i], m->wk[i], x,
-                         OCLF_LINEAR_NONE, &w, y, epi, ch, 0, NULL, ev);
+    return oclf_linear_q(m->ctx, m->queue, m->c.dtype, rows, m->wn[i], m->wk[i], x, &w, y,
+                         OCLF_LINEAR_NONE, epi, ch, 0, NULL, ev);
 }
 
 static uint64_t prof(cl_event e, cl_profiling_info what)
@@ -593,7 +593,7 @@ int layer_step(layer_model *m, size_t s, layer_step_stats *stats, char *err, siz
     oclf_linear_epilogue res;
     oclf_linear_epilogue_init(&res);
     res.residual = &x;
-    const oclf_activation silu = {OCLF_ACT_SILU, 0, 0, 0, 0};
+    const oclf_activation silu = {sizeof(oclf_activation), OCLF_ACT_SILU, 0, 0, 0, 0};
 
     size_t ne = 0;
     cl_event start = NULL;
@@ -620,36 +620,36 @@ int layer_step(layer_model *m, size_t s, layer_step_stats *stats, char *err, siz
         const dev_layer *L = &m->L[l];
         cl_event *ev = m->events;
         const oclf_buf w_in = {L->norm_in, 0, 0}, w_post = {L->norm_post, 0, 0};
-        CALL(LAYER_OP_NORM_IN, oclf_rms_norm(m->ctx, m->queue, c->dtype, T, H, x, n, &w_in, c->eps,
+        CALL(LAYER_OP_NORM_IN, oclf_rms_norm(m->ctx, m->queue, c->dtype, T, H, x, &w_in, n, c->eps,
                                              &ch, 0, NULL, &ev[ne]));
         CALL(LAYER_OP_QKV, linear(m, l, W_QKV, T, n, qkv, NULL, &ch, &ev[ne]));
         if (c->qk_norm) {
             CALL(LAYER_OP_ROPE,
-                 oclf_qk_norm_rope_cache(m->ctx, m->queue, c->dtype, T, &rope, qkv, c->q_heads,
-                                         c->kv_heads, c->kv_heads, NULL, NULL, c->eps, slots,
-                                         &L->cache, &ch, 0, NULL, &ev[ne]));
+                 oclf_qk_norm_rope_cache(m->ctx, m->queue, c->dtype, T, c->q_heads, c->kv_heads,
+                                         c->kv_heads, &rope, qkv, NULL, NULL, slots, &L->cache,
+                                         c->eps, &ch, 0, NULL, &ev[ne]));
         } else {
             CALL(LAYER_OP_ROPE, oclf_rotary_embedding(m->ctx, m->queue, c->dtype, T, &rope, qh,
                                                       &kh, &ch, 0, NULL, &ev[ne]));
             CALL(LAYER_OP_CACHE, oclf_kv_cache_write(m->ctx, m->queue, c->dtype, T, kh, vh, slots,
-                                                     &L->cache, 0, NULL, &ev[ne]));
+                                                     &L->cache, NULL, 0, NULL, &ev[ne]));
         }
         /* fused: the unfused path reads the metadata on the host */
         CALL(LAYER_OP_ATTN,
-             oclf_attention_paged(m->ctx, m->queue, c->dtype, B, T, s == 0 ? c->prefill : 1, cuq,
-                                  lens, bt, m->max_blocks, qh, &L->cache, oh, &ao, &fused, 0,
+             oclf_attention_paged(m->ctx, m->queue, c->dtype, B, T, s == 0 ? c->prefill : 1,
+                                  m->max_blocks, cuq, lens, bt, qh, &L->cache, oh, &ao, &fused, 0,
                                   NULL, &ev[ne]));
         if (c->o_residual) {
             CALL(LAYER_OP_O, linear(m, l, W_O, T, attn, x, &res, &ch, &ev[ne]));
-            CALL(LAYER_OP_NORM_POST, oclf_rms_norm(m->ctx, m->queue, c->dtype, T, H, x, ob,
-                                                   &w_post, c->eps, &ch, 0, NULL, &ev[ne]));
+            CALL(LAYER_OP_NORM_POST, oclf_rms_norm(m->ctx, m->queue, c->dtype, T, H, x, &w_post, ob,
+                                                   c->eps, &ch, 0, NULL, &ev[ne]));
         } else {
             CALL(LAYER_OP_O, linear(m, l, W_O, T, attn, ob, NULL, &ch, &ev[ne]));
             CALL(LAYER_OP_NORM_POST, oclf_add_rms_norm(m->ctx, m->queue, c->dtype, T, H, ob, x,
                                                        &w_post, c->eps, &ch, 0, NULL, &ev[ne]));
         }
         CALL(LAYER_OP_GATE_UP, linear(m, l, W_GU, T, ob, gu, NULL, &ch, &ev[ne]));
-        CALL(LAYER_OP_ACT, oclf_act_and_mul(m->ctx, m->queue, c->dtype, &silu, T, c->mlp, gu, act,
+        CALL(LAYER_OP_ACT, oclf_act_and_mul(m->ctx, m->queue, c->dtype, T, c->mlp, gu, act, &silu,
                                             &ch, 0, NULL, &ev[ne]));
         CALL(LAYER_OP_DOWN, linear(m, l, W_D, T, act, x, &res, &ch, &ev[ne]));
     }

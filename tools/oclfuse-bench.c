@@ -16,6 +16,7 @@
  * --json-file writes them to a file beside the table (tools/plot_bench.py
  * draws them).
  */
+#include "cli.h"
 #include "memory.h"
 #include "opdesc.h"
 #include "timing.h"
@@ -362,57 +363,28 @@ int main(int argc, char **argv)
     const char *platform = NULL, *device = NULL, *json_file = NULL;
     double min_time = -1; /* unset: 0.5, or 1 with --full */
     int samples = 15;
-    int json = 0, verify = 1, full = 0, short_run = 0, list_only = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define OPT(name, var)                                                 \
-    if (strcmp(a, name) == 0) {                                        \
-        if (!v) {                                                      \
-            fprintf(stderr, "oclfuse-bench: %s needs a value\n", a);   \
-            return 2;                                                  \
-        }                                                              \
-        var = v;                                                       \
-        i++;                                                           \
-        continue;                                                      \
-    }
-        OPT("--ops", ops)
-        OPT("--dtypes", dtypes)
-        OPT("--shapes", shapes)
-        OPT("--paths", paths)
-        OPT("--platform", platform)
-        OPT("--device", device)
-        OPT("--json-file", json_file)
-#undef OPT
-        if (strcmp(a, "--samples") == 0 && v) {
-            samples = atoi(v);
-            if (samples < 5 || samples > TM_MAX_SAMPLES) {
-                fprintf(stderr, "oclfuse-bench: --samples takes 5 to %d\n", TM_MAX_SAMPLES);
-                return 2;
-            }
-            i++;
-        } else if (strcmp(a, "--min-time") == 0 && v) {
-            min_time = atof(v);
-            i++;
-        } else if (strcmp(a, "--short") == 0) {
-            short_run = 1;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--full") == 0) {
-            full = 1;
-        } else if (strcmp(a, "--list-shapes") == 0) {
-            list_only = 1;
-        } else if (strcmp(a, "--no-verify") == 0) {
-            verify = 0;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "oclfuse-bench: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int json = 0, no_verify = 0, full = 0, short_run = 0, list_only = 0;
+    const cli_opt opts[] = {
+        {"--ops", CLI_STRING, &ops, 0, 0, NULL},
+        {"--dtypes", CLI_STRING, &dtypes, 0, 0, NULL},
+        {"--shapes", CLI_STRING, &shapes, 0, 0, NULL},
+        {"--paths", CLI_STRING, &paths, 0, 0, NULL},
+        {"--platform", CLI_STRING, &platform, 0, 0, NULL},
+        {"--device", CLI_STRING, &device, 0, 0, NULL},
+        {"--json-file", CLI_STRING, &json_file, 0, 0, NULL},
+        {"--samples", CLI_INT, &samples, 5, TM_MAX_SAMPLES, NULL},
+        {"--min-time", CLI_DOUBLE, &min_time, 0, 0, NULL},
+        {"--short", CLI_FLAG, &short_run, 0, 0, NULL},
+        {"--json", CLI_FLAG, &json, 0, 0, NULL},
+        {"--full", CLI_FLAG, &full, 0, 0, NULL},
+        {"--list-shapes", CLI_FLAG, &list_only, 0, 0, NULL},
+        {"--no-verify", CLI_FLAG, &no_verify, 0, 0, NULL},
+    };
+    const int rc = cli_parse("oclfuse-bench", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage);
+    if (rc >= 0)
+        return rc;
+    const int verify = !no_verify;
     /* A short run is a first look in a quarter of an hour: 0.2 s a path, still
      * 15 interleaved samples of batched calls, and a path whose calls are
      * too slow for them 3 calls rather than 5 (an unfused paged decode
@@ -617,6 +589,8 @@ int main(int argc, char **argv)
                 if (r.s[cp] && r.p[cp].med < 1e6 && !(op->blocks && op->blocks(inst)))
                     r.call_us = tm_call_us(&env, op, inst, &choice[cp], 64, 9);
                 print_row(op, inst, &shape, text, dt, &r, copy, llc, jf, !json, &first);
+                if (jf)
+                    fflush(jf); /* a run cut short keeps the rows it finished */
                 op_copy_destroy(pair.copy);
                 op->destroy(inst);
             }

@@ -178,9 +178,20 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r,
         c->time_ns = json_real_value(json_object_get(e, "time_ns"));
     } else {
         char msg[512] = "";
-        if (!op->verify(&t->env, inst, &c->ch, msg, sizeof msg)) {
+        t->verified++;
+        const int lose = t->lose_at > 0 && t->verified == t->lose_at;
+        if (lose || !op->verify(&t->env, inst, &c->ch, msg, sizeof msg)) {
             c->state = -1;
-            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0, msg);
+            /* A candidate that faulted on a GPU leaves the context unusable:
+             * every later call fails. Journaled as failed (a resumed run
+             * skips it), it ends the job; the run opens the device again. */
+            const cl_int fin = lose ? CL_OUT_OF_RESOURCES : clFinish(t->env.queue);
+            char lost[640];
+            snprintf(lost, sizeof lost, "left the device unusable, or found it so (clFinish: %d)%s%s",
+                     fin, *msg ? ": " : "", msg);
+            t->env_lost = fin != CL_SUCCESS;
+            journal_add(&t->j, c->key, c->ch.path, &c->ch.params, 0, 0,
+                        t->env_lost ? lost : msg);
         } else {
             /* Screening: a few batched samples, enough to rank candidates;
              * the winner is confirmed against the default afterwards. The
@@ -195,6 +206,8 @@ static void measure(tuner *t, const op_desc *op, void *inst, cand *c, result *r,
                              ? tm_median(s.host, s.n)
                              : -1;
             c->state = c->time_ns > 0 ? 1 : -1;
+            if (c->state < 0 && clFinish(t->env.queue) != CL_SUCCESS)
+                t->env_lost = 1;
             journal_add(&t->j, c->key, c->ch.path, &c->ch.params, c->state > 0, c->time_ns,
                         c->state > 0 ? NULL : oclf_last_error(t->env.ctx));
         }
@@ -280,7 +293,8 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
                                                          : n;
     int done = 0, cur = 0;
     double temp = 0.10; /* anneal: accepts a 10% worse point with p = 1/e at first */
-    for (int oi = 0; oi < cap && !tuner_interrupted && (oi < mandatory || tuner_now() < job_end);) {
+    for (int oi = 0; oi < cap && !tuner_interrupted && !t->env_lost &&
+                     (oi < mandatory || tuner_now() < job_end);) {
         /* The next batch: in list order, or the annealing walk once the
          * leading candidates (default, other paths, seeds) are measured. */
         cand *batch[BATCH];
@@ -303,6 +317,20 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
         }
         const double warm_start = tuner_now();
         warm(&t->env, op, small, batch, nb, t->threads);
+        if (small && clFinish(t->env.queue) != CL_SUCCESS) {
+            /* A point of the batch faulted while it ran ahead (on a GPU the
+             * context is then lost), and which one cannot be told: each
+             * fresh point of the batch is journaled as failed, the job ends. */
+            t->env_lost = 1;
+            for (int b = 0; b < nb; b++)
+                if (!json_object_get(t->j.done, batch[b]->key)) {
+                    batch[b]->state = -1;
+                    journal_add(&t->j, batch[b]->key, batch[b]->ch.path, &batch[b]->ch.params, 0,
+                                0, "left the device unusable: in a batch that faulted while it "
+                                   "ran ahead of timing");
+                }
+            break;
+        }
         int fresh = 0; /* a batch all from the journal compiled nothing new */
         for (int b = 0; b < nb; b++)
             fresh |= !json_object_get(t->j.done, batch[b]->key);
@@ -314,7 +342,7 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
         /* A compiled batch is measured in full even past the job's share:
          * the compile, the dear part, is spent, and a screening costs a
          * few calls. */
-        for (int b = 0; b < nb && done < cap && !tuner_interrupted; b++) {
+        for (int b = 0; b < nb && done < cap && !tuner_interrupted && !t->env_lost; b++) {
             double best_ns = 0;
             for (int i = 0; i < n; i++)
                 if (c[i].state > 0 && (best_ns == 0 || c[i].time_ns < best_ns))
@@ -331,7 +359,7 @@ void run_job(tuner *t, const op_desc *op, oclf_dtype dt, const op_shape *shape, 
 
     r->default_ns = c[0].state > 0 ? c[0].time_ns : -1;
     r->unfused_default_ns = op->has_unfused && c[1].state > 0 ? c[1].time_ns : -1;
-    if (defaults_only) {
+    if (defaults_only || t->env_lost) {
         op->destroy(inst);
         if (small)
             op->destroy(small);

@@ -55,9 +55,11 @@
  * tune/journal.c and tune/records.c write the journal, the records and the
  * closing table.
  */
+#include "cli.h"
 #include "tuner.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -143,61 +145,51 @@ static char *shape_list(const op_desc *op, const char *spec)
     return out;
 }
 
+/* After a candidate left the device unusable: the job was abandoned; the
+ * device is opened again for the jobs after it. 0 when it could be. */
+static int reopen_device(tuner *t, const char *what, int quiet)
+{
+    fprintf(stderr, "%soclfuse-tune: %s: a candidate left the device unusable; the job is "
+            "abandoned (the journal names the candidate) and the device opened again\n",
+            t->tty && !quiet ? "\n" : "", what);
+    op_env_close(&t->env);
+    t->env_lost = 0;
+    char err[512];
+    if (op_env_open_opts(&t->env, t->platform, t->device, &t->opts, err, sizeof err) != 0) {
+        fprintf(stderr, "oclfuse-tune: cannot open the device again: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *ops = NULL, *dtypes = "f32,f16,bf16", *shapes = NULL, *platform = NULL,
                *device = NULL, *db = NULL, *strategy = "random";
     double budget = 600, min_time = 0.05;
     int resume = 0, quiet = 0, budget_given = 0, max_candidates = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define OPT(name, var)                                                 \
-    if (strcmp(a, name) == 0) {                                        \
-        if (!v) {                                                      \
-            fprintf(stderr, "oclfuse-tune: %s needs a value\n", a);    \
-            return 2;                                                  \
-        }                                                              \
-        var = v;                                                       \
-        i++;                                                           \
-        continue;                                                      \
-    }
-        OPT("--ops", ops)
-        OPT("--dtypes", dtypes)
-        OPT("--shapes", shapes)
-        OPT("--platform", platform)
-        OPT("--device", device)
-        OPT("--db", db)
-        OPT("--strategy", strategy)
-#undef OPT
-        if (strcmp(a, "--budget") == 0 && v) {
-            budget = atof(v);
-            budget_given = 1;
-            i++;
-        } else if (strcmp(a, "--max-candidates") == 0 && v) {
-            max_candidates = atoi(v);
-            if (max_candidates < 1) {
-                fprintf(stderr, "oclfuse-tune: --max-candidates takes a count of 1 or more\n");
-                return 2;
-            }
-            i++;
-        } else if (strcmp(a, "--min-time") == 0 && v) {
-            min_time = atof(v);
-            i++;
-        } else if (strcmp(a, "--resume") == 0) {
-            resume = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-        } else if (strcmp(a, "--list") == 0) {
-            return op_list_devices("oclfuse-tune");
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "oclfuse-tune: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int list = 0;
+    const cli_opt cli[] = {
+        {"--ops", CLI_STRING, &ops, 0, 0, NULL},
+        {"--dtypes", CLI_STRING, &dtypes, 0, 0, NULL},
+        {"--shapes", CLI_STRING, &shapes, 0, 0, NULL},
+        {"--platform", CLI_STRING, &platform, 0, 0, NULL},
+        {"--device", CLI_STRING, &device, 0, 0, NULL},
+        {"--db", CLI_STRING, &db, 0, 0, NULL},
+        {"--strategy", CLI_STRING, &strategy, 0, 0, NULL},
+        {"--budget", CLI_DOUBLE, &budget, 0, 0, &budget_given},
+        {"--max-candidates", CLI_INT, &max_candidates, 1, LONG_MAX, NULL},
+        {"--min-time", CLI_DOUBLE, &min_time, 0, 0, NULL},
+        {"--resume", CLI_FLAG, &resume, 0, 0, NULL},
+        {"--quiet", CLI_FLAG, &quiet, 0, 0, NULL},
+        {"--list", CLI_FLAG, &list, 0, 0, NULL},
+    };
+    const int rc_cli = cli_parse("oclfuse-tune", argc, argv, cli, (int)(sizeof cli / sizeof cli[0]),
+                                 usage);
+    if (rc_cli >= 0)
+        return rc_cli;
+    if (list)
+        return op_list_devices("oclfuse-tune");
     if (!strategy_known(strategy)) {
         fprintf(stderr, "oclfuse-tune: unknown strategy '%s'\n", strategy);
         return 2;
@@ -224,6 +216,11 @@ int main(int argc, char **argv)
     oclf_context_options_init(&opts);
     opts.no_tuning_db = 1; /* every candidate, the default included, as the heuristic has it */
     char err[512];
+    t.platform = platform;
+    t.device = device;
+    t.opts = opts;
+    const char *lose = getenv("OCLF_TUNE_LOSE_DEVICE");
+    t.lose_at = lose ? atoi(lose) : 0;
     if (op_env_open_opts(&t.env, platform, device, &opts, err, sizeof err) != 0) {
         fprintf(stderr, "oclfuse-tune: %s\n", err);
         return 1;
@@ -311,6 +308,10 @@ int main(int argc, char **argv)
         snprintf(scratch.shape, sizeof scratch.shape, "%s", jobs[i].text);
         run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, &scratch, c, 1);
         t.jobs_done++;
+        if (t.env_lost && reopen_device(&t, jobs[i].text, quiet) != 0) {
+            rc = 1;
+            break;
+        }
         /* log(unfused / fused) of the defaults: below 0 where the unfused
          * path looked faster; ops without one (or a failed default) last. */
         lean[i] = scratch.default_ns > 0 && scratch.unfused_default_ns > 0
@@ -340,6 +341,10 @@ int main(int argc, char **argv)
         snprintf(r->shape, sizeof r->shape, "%s", jobs[i].text);
         run_job(&t, jobs[i].op, jobs[i].dt, &jobs[i].shape, r, c, 0);
         t.jobs_done++;
+        if (t.env_lost && reopen_device(&t, jobs[i].text, quiet) != 0) {
+            rc = 1;
+            break;
+        }
         if (!r->have)
             continue;
         /* Merged per job, so an interrupted run keeps what it finished. */

@@ -66,8 +66,8 @@ static void *act_create(const op_env *env, const op_shape *s, oclf_dtype dt, cha
 static oclf_status act_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
 {
     act_inst *a = p;
-    return oclf_act_and_mul(env->ctx, env->queue, a->dtype, &a->act, a->rows, a->d,
-                            (oclf_buf){a->in, 0, 0}, (oclf_buf){a->out, 0, 0}, ch, 0, NULL, ev);
+    return oclf_act_and_mul(env->ctx, env->queue, a->dtype, a->rows, a->d, (oclf_buf){a->in, 0, 0},
+                            (oclf_buf){a->out, 0, 0}, &a->act, ch, 0, NULL, ev);
 }
 
 static int act_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)
@@ -154,9 +154,9 @@ static void *actb_create(const op_env *env, const op_shape *s, oclf_dtype dt, ch
 static oclf_status actb_run(const op_env *env, void *p, const oclf_choice *ch, cl_event *ev)
 {
     act_inst *a = p;
-    return oclf_act_and_mul_backward(env->ctx, env->queue, a->dtype, &a->act, a->rows, a->d,
+    return oclf_act_and_mul_backward(env->ctx, env->queue, a->dtype, a->rows, a->d,
                                      (oclf_buf){a->in, 0, 0}, (oclf_buf){a->dout, 0, 0},
-                                     (oclf_buf){a->din, 0, 0}, ch, 0, NULL, ev);
+                                     (oclf_buf){a->din, 0, 0}, &a->act, ch, 0, NULL, ev);
 }
 
 static int actb_verify(const op_env *env, void *p, const oclf_choice *ch, char *msg, size_t len)

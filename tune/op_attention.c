@@ -155,11 +155,13 @@ static oclf_status attn_run(const op_env *env, void *p, const oclf_choice *ch, c
     oclf_heads q = {{in->q, 0, 0}, in->hq, 0}, k = {{in->k, 0, 0}, in->hk, 0};
     oclf_heads v = {{in->v, 0, 0}, in->hk, 0}, o = {{in->o, 0, 0}, in->hq, 0};
     if (in->paged) {
-        const oclf_kv_cache cache = {in->kc, in->vc, 0, 0, in->nblk, in->bs, in->hk, in->d};
-        return oclf_attention_paged(env->ctx, env->queue, in->dtype, in->b, in->tq, in->sq,
+        oclf_kv_cache cache = OCLF_KV_CACHE_INIT;
+        cache.k = in->kc, cache.v = in->vc;
+        cache.num_blocks = in->nblk, cache.block_size = in->bs, cache.heads = in->hk;
+        cache.head_dim = in->d;
+        return oclf_attention_paged(env->ctx, env->queue, in->dtype, in->b, in->tq, in->sq, in->nbs,
                                     (oclf_buf){in->mcq, 0, 0}, (oclf_buf){in->mlen, 0, 0},
-                                    (oclf_buf){in->mbt, 0, 0}, in->nbs, q, &cache, o, &opt, ch,
-                                    0, NULL, ev);
+                                    (oclf_buf){in->mbt, 0, 0}, q, &cache, o, &opt, ch, 0, NULL, ev);
     }
     return oclf_attention(env->ctx, env->queue, in->dtype, in->b, in->d, in->tq, in->tk, in->sq,
                           (oclf_buf){in->mcq, 0, 0}, (oclf_buf){in->mck, 0, 0}, q, k, v, o, &opt,

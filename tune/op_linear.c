@@ -129,8 +129,8 @@ static oclf_status lin_run(const op_env *env, void *p, const oclf_choice *ch, cl
     oclf_linear_epilogue e;
     lin_epilogue(a, &b, &r, &e);
     return oclf_linear(env->ctx, env->queue, a->dtype, a->m, a->n, a->k, (oclf_buf){a->x, 0, 0},
-                       OCLF_LINEAR_NONE, (oclf_buf){a->w, 0, 0}, OCLF_WEIGHT_NK,
-                       (oclf_buf){a->y, 0, 0}, &e, ch, 0, NULL, ev);
+                       (oclf_buf){a->w, 0, 0}, (oclf_buf){a->y, 0, 0}, OCLF_WEIGHT_NK,
+                       OCLF_LINEAR_NONE, &e, ch, 0, NULL, ev);
 }
 
 /* The first, a middle and the last row of y against the reference (all
@@ -497,12 +497,12 @@ static oclf_status linq_run(const op_env *env, void *p, const oclf_choice *ch, c
     oclf_linear_epilogue e;
     lin_epilogue(d, &b, &r, &e);
     if (ch && oclf_params_get(&ch->params, OP_YARDSTICK_PARAM, &yard) && yard)
-        return oclf_linear(env->ctx, env->queue, d->dtype, d->m, d->n, d->k,
-                           (oclf_buf){d->x, 0, 0}, OCLF_LINEAR_NONE, (oclf_buf){d->w, 0, 0},
-                           OCLF_WEIGHT_NK, (oclf_buf){d->y, 0, 0}, &e, NULL, 0, NULL, ev);
+        return oclf_linear(env->ctx, env->queue, d->dtype, d->m, d->n, d->k, (oclf_buf){d->x, 0, 0},
+                           (oclf_buf){d->w, 0, 0}, (oclf_buf){d->y, 0, 0}, OCLF_WEIGHT_NK,
+                           OCLF_LINEAR_NONE, &e, NULL, 0, NULL, ev);
     const oclf_qweight w = linq_weight(a);
     return oclf_linear_q(env->ctx, env->queue, d->dtype, d->m, d->n, d->k, (oclf_buf){d->x, 0, 0},
-                         OCLF_LINEAR_NONE, &w, (oclf_buf){d->y, 0, 0}, &e, ch, 0, NULL, ev);
+                         &w, (oclf_buf){d->y, 0, 0}, OCLF_LINEAR_NONE, &e, ch, 0, NULL, ev);
 }
 
 /* As lin_verify, over the fp64 dequantized weight. */

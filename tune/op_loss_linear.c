@@ -89,10 +89,11 @@ static oclf_status lce_run(const op_env *env, void *p, const oclf_choice *ch, cl
     oclf_cross_entropy_options o = OCLF_CROSS_ENTROPY_OPTIONS_INIT;
     o.reduction = OCLF_REDUCTION_NONE;
     o.lse = &lse;
-    oclf_linear_cross_entropy_info info;
-    const oclf_status st =
-        oclf_linear_cross_entropy(env->ctx, env->queue, in->dtype, in->t, in->h, in->v, x, w, t,
-                                  l, &gx, &gw, &o, 0, &info, ch, 0, NULL, ev);
+    oclf_linear_cross_entropy_info info = OCLF_LINEAR_CROSS_ENTROPY_INFO_INIT;
+    o.info = &info;
+    const oclf_status st = oclf_linear_cross_entropy(env->ctx, env->queue, in->dtype, in->t, in->h,
+                                                     in->v, x, w, t, l, &gx, &gw, &o, ch, 0, NULL,
+                                                     ev);
     if (st == OCLF_SUCCESS && ch && (unsigned)ch->path < 3)
         in->temp[ch->path] = info.temp_bytes;
     return st;

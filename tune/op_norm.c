@@ -77,17 +77,17 @@ static oclf_status norm_run(const op_env *env, void *p, const oclf_choice *ch, c
     oclf_buf w = {in->w, 0, 0}, b = {in->b, 0, 0};
     switch (in->kind) {
     case RMS:
-        return oclf_rms_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, y, &w, eps,
-                             ch, 0, NULL, ev);
+        return oclf_rms_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, &w, y, eps, ch,
+                             0, NULL, ev);
     case ADD_RMS:
         return oclf_add_rms_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, r, &w,
                                  eps, ch, 0, NULL, ev);
     case LN:
-        return oclf_layer_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, y, &w, &b,
+        return oclf_layer_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, &w, &b, y,
                                eps, ch, 0, NULL, ev);
     default:
-        return oclf_add_layer_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, r, y,
-                                   &w, &b, eps, ch, 0, NULL, ev);
+        return oclf_add_layer_norm(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, r, &w,
+                                   &b, y, eps, ch, 0, NULL, ev);
     }
 }
 

@@ -76,10 +76,10 @@ static oclf_status ng_run(const op_env *env, void *p, const oclf_choice *ch, cl_
     oclf_buf x = {in->x, 0, 0}, dy = {in->dy, 0, 0}, w = {in->w, 0, 0}, dx = {in->dx, 0, 0};
     oclf_buf dw = {in->dw, 0, 0}, db = {in->db, 0, 0};
     if (in->ln)
-        return oclf_layer_norm_backward(env->ctx, env->queue, in->dtype, in->rows, in->cols, x,
-                                        dy, &w, eps, dx, &dw, &db, ch, 0, NULL, ev);
+        return oclf_layer_norm_backward(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, dy,
+                                        &w, dx, &dw, &db, eps, ch, 0, NULL, ev);
     return oclf_rms_norm_backward(env->ctx, env->queue, in->dtype, in->rows, in->cols, x, dy, &w,
-                                  eps, dx, &dw, NULL, ch, 0, NULL, ev);
+                                  NULL, dx, &dw, eps, ch, 0, NULL, ev);
 }
 
 /* A column sum of rows fp32 terms of size about 1: the fp32 error grows

@@ -107,9 +107,9 @@ static oclf_status rope_run(const op_env *env, void *p, const oclf_choice *ch, c
     const size_t ts = (in->nq + in->nk + in->nv) * in->hd;
     if (in->kind == QK_NORM_ROPE) {
         oclf_buf w = {in->w, 0, 0};
-        return oclf_qk_norm_rope(env->ctx, env->queue, in->dtype, in->tokens, &in->rope,
-                                 (oclf_buf){in->x, 0, 0}, in->nq, in->nk, in->nv, &w, &w, eps,
-                                 ch, 0, NULL, ev);
+        return oclf_qk_norm_rope(env->ctx, env->queue, in->dtype, in->tokens, in->nq, in->nk,
+                                 in->nv, &in->rope, (oclf_buf){in->x, 0, 0}, &w, &w, eps, ch, 0,
+                                 NULL, ev);
     }
     oclf_heads q = {{in->x, 0, ts}, in->nq, 0}, k = {{in->x, in->nq * in->hd, ts}, in->nk, 0};
     if (in->kind == ROTARY_BACKWARD)

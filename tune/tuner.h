@@ -42,6 +42,14 @@ typedef struct tuner {
     double warm_s[2];
     int warms[2];
     int jobs_total, jobs_done;
+    /* What the device was opened with, to open it again where a candidate
+     * left it unusable (a GPU's fault ends its context): env_lost is set
+     * by run_job, which then abandons its job; the run reopens and goes
+     * on. lose_at: the test seam OCLF_TUNE_LOSE_DEVICE=N treats the Nth
+     * candidate verified as such a fault (0: never); verified counts. */
+    const char *platform, *device;
+    oclf_context_options opts;
+    int env_lost, lose_at, verified;
 } tuner;
 
 /* ---- one job (tune/job.c) ---- */

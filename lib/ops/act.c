@@ -54,10 +54,19 @@ static oclf_status oclf_act_validate(oclf_context *ctx, oclf_op op, oclf_dtype d
 
 const oclf_op_hooks oclf_act_hooks = {oclf_act_heuristic, oclf_act_validate};
 
-static oclf_status check_activation(oclf_context *ctx, const char *op, const oclf_activation *a)
+/* The caller's activation, read into *a (its size checked as every sized
+ * struct's), then checked. */
+static oclf_status check_activation(oclf_context *ctx, const char *op,
+                                    const oclf_activation *act, oclf_activation *a)
 {
-    if (!a)
+    if (!act)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: act is NULL", op);
+    char what[64];
+    snprintf(what, sizeof what, "%s: act", op);
+    oclf_status st = oclf_options_read(ctx, what, act, sizeof *a, a, sizeof *a,
+                                       _Alignof(oclf_activation));
+    if (st != OCLF_SUCCESS)
+        return st;
     if ((unsigned)a->kind >= OCLF_ACT_COUNT_)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown activation %d", op,
                          (int)a->kind);
@@ -113,15 +122,16 @@ static void act_split(const oclf_context *ctx, const act_cfg *cfg, size_t rows, 
     *nsplit = (cl_uint)((d + c - 1) / c);
 }
 
-/* What both entry points check first: the call, the activation, d. */
+/* What both entry points check first: the call, the activation (read into
+ * *a), d. */
 static oclf_status check_act_call(oclf_context *ctx, const char *op, cl_command_queue queue,
                                   cl_uint num_events, const cl_event *wait_list,
                                   oclf_dtype dtype, cl_event *event, const oclf_activation *act,
-                                  size_t d)
+                                  oclf_activation *a, size_t d)
 {
     oclf_status st;
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
-        (st = check_activation(ctx, op, act)))
+        (st = check_activation(ctx, op, act, a)))
         return st;
     if (d == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: d is 0", op);
@@ -131,14 +141,23 @@ static oclf_status check_act_call(oclf_context *ctx, const char *op, cl_command_
     return OCLF_SUCCESS;
 }
 
+void oclf_activation_init(oclf_activation *act)
+{
+    if (act)
+        *act = (oclf_activation)OCLF_ACTIVATION_INIT;
+}
+
 oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                             const oclf_activation *act, size_t rows, size_t d, oclf_buf in,
-                             oclf_buf out, const oclf_choice *choice, cl_uint num_events,
-                             const cl_event *wait_list, cl_event *event)
+                             size_t rows, size_t d, oclf_buf in, oclf_buf out,
+                             const oclf_activation *activation, const oclf_choice *choice,
+                             cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL);
     oclf_status st;
-    if ((st = check_act_call(ctx, op, queue, num_events, wait_list, dtype, event, act, d)))
+    oclf_activation a;
+    const oclf_activation *act = &a;
+    if ((st = check_act_call(ctx, op, queue, num_events, wait_list, dtype, event, activation, &a,
+                             d)))
         return st;
     const size_t el = oclf_dtype_size(dtype);
     oclf_operand oi, oo;
@@ -221,14 +240,17 @@ oclf_status oclf_act_and_mul(oclf_context *ctx, cl_command_queue queue, oclf_dty
 }
 
 oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                      const oclf_activation *act, size_t rows, size_t d,
-                                      oclf_buf in, oclf_buf dout, oclf_buf din,
+                                      size_t rows, size_t d, oclf_buf in, oclf_buf dout,
+                                      oclf_buf din, const oclf_activation *activation,
                                       const oclf_choice *choice, cl_uint num_events,
                                       const cl_event *wait_list, cl_event *event)
 {
     const char *op = oclf_op_name(OCLF_OP_ACT_AND_MUL_BACKWARD);
     oclf_status st;
-    if ((st = check_act_call(ctx, op, queue, num_events, wait_list, dtype, event, act, d)))
+    oclf_activation a;
+    const oclf_activation *act = &a;
+    if ((st = check_act_call(ctx, op, queue, num_events, wait_list, dtype, event, activation, &a,
+                             d)))
         return st;
     const size_t el = oclf_dtype_size(dtype);
     oclf_operand oi, og, od;

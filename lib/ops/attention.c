@@ -24,7 +24,7 @@
  * from the block table's reach; 0 no split). The unfused path has none: the GEMM
  * library tunes itself.
  */
-#include "../internal.h"
+#include "attention.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -33,13 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTN_MAX_D 256
-/* Scores in one unfused tile: 16 MiB of f32. */
-#define ATTN_TILE_SCORES ((size_t)1 << 22)
-/* Work-group size of the unfused kernels. */
-#define ATTN_ELEM_WGS 64
 /* Split KV's partial outputs and LSEs: PART doubles until they fit. */
 #define ATTN_SPLIT_TEMP ((size_t)64 << 20)
+
 /* A GPU takes the decode structure up to this many query tokens: beyond,
  * the staged structure shares each K/V block among more rows. */
 #define ATTN_DECODE_ROWS 64
@@ -58,16 +54,6 @@ static const oclf_param_spec attn_params[] = {
 };
 enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_STAGE, P_QR, P_FILL, P_COUNT };
 _Static_assert(sizeof attn_params / sizeof attn_params[0] == P_COUNT, "one spec per parameter");
-
-typedef struct attn_cfg {
-    int wgs, bk, vec, acc, dp, paged, stage;
-    /* STAGE 2: rows per group, work-items per key, elements per 16 bytes,
-     * the partitions' target */
-    int qr, tpk, ke, fill;
-    size_t part;
-    char defines[OCLF_DEFINES_MAX];
-} attn_cfg;
-OCLF_CFG_FITS(attn_cfg);
 
 static size_t pad_dim(size_t d, size_t vec) { return (d + vec - 1) / vec * vec; }
 
@@ -203,8 +189,8 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
 /* wgs_default: WGS is the heuristic's, not the caller's or a record's, so
  * it may give way (halve) where a BK that was asked for leaves its rows no
  * room in local memory. */
-static oclf_status attn_config(const oclf_context *ctx, oclf_dtype dtype, const oclf_params *p,
-                               size_t d, int paged, int wgs_default, attn_cfg *cfg)
+oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oclf_params *p,
+                             size_t d, int paged, int wgs_default, attn_cfg *cfg)
 {
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
@@ -273,8 +259,8 @@ static oclf_status attn_program_aligned(oclf_context *ctx, oclf_dtype dtype, con
     return oclf_program_get(ctx, "attention.cl", opts, prog);
 }
 
-static oclf_status attn_program(oclf_context *ctx, oclf_dtype dtype, const char *defines,
-                                oclf_program **prog)
+oclf_status oclf_attn_program(oclf_context *ctx, oclf_dtype dtype, const char *defines,
+                              oclf_program **prog)
 {
     return attn_program_aligned(ctx, dtype, defines, 0, prog);
 }
@@ -291,15 +277,15 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
             memset(out, 0, sizeof(attn_cfg));
         if (!deep)
             return OCLF_SUCCESS;
-        if ((st = attn_program(ctx, dtype, "-DOCLF_UNFUSED=1", &prog)))
+        if ((st = oclf_attn_program(ctx, dtype, "-DOCLF_UNFUSED=1", &prog)))
             return st;
         static const char *const names[] = {"attn_widen", "attn_softmax", "attn_store",
                                             "attn_gather"};
         return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), ATTN_ELEM_WGS);
     }
     attn_cfg cfg;
-    if ((st = attn_config(ctx, dtype, &r->params, (size_t)shape->dim[3], paged, r->wgs_default,
-                          &cfg)))
+    if ((st = oclf_attn_config(ctx, dtype, &r->params, (size_t)shape->dim[3], paged,
+                               r->wgs_default, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
@@ -312,7 +298,7 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
      * call takes it where its K and V allow) */
     if (cfg.stage == 2)
         oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, cfg.defines, cfg.ke);
-    if ((st = attn_program(ctx, dtype, cfg.defines, &prog)) ||
+    if ((st = oclf_attn_program(ctx, dtype, cfg.defines, &prog)) ||
         (st = oclf_check_kernel_wgs(ctx, prog, cfg.stage == 2 ? decode : fused, 1,
                                     (size_t)cfg.wgs)))
         return st;
@@ -328,35 +314,10 @@ void oclf_attention_options_init(oclf_attention_options *options)
         *options = (oclf_attention_options)OCLF_ATTENTION_OPTIONS_INIT;
 }
 
-/* ---- argument checks ---------------------------------------------------- */
+/* ---- argument checks shared by both entry points ---------------------- */
 
-/* A checked head view. */
-typedef struct attn_heads {
-    oclf_operand op;
-    oclf_blocks blocks;
-    size_t hs; /* head stride */
-} attn_heads;
-
-typedef struct attn_call {
-    const char *op; /* "attention" or "attention_paged", for messages */
-    oclf_dtype dtype;
-    /* tk: contiguous, the key tokens; paged, the block table's reach
-     * (max_blocks x block_size), the most keys a sequence can have */
-    size_t batch, d, tq, tk, max_sq, hq, hk;
-    attn_heads q, k, v, o;
-    /* cuk: contiguous, cu_seqlens_k; paged, seq_lens */
-    oclf_operand cuq, cuk, slopes, sinks, lse;
-    int has_alibi, has_sinks, has_lse, has_drop;
-    float scale, cap, drop_p;
-    uint64_t seed, doff;
-    int64_t left, right; /* causal folded in; -1 unbounded */
-    int paged;
-    oclf_operand bt; /* block tables */
-    size_t bts, bs, nblk, maxb;
-} attn_call;
-
-static oclf_status check_heads(oclf_context *ctx, const attn_call *c, const char *name,
-                               oclf_heads h, size_t tokens, size_t el, attn_heads *out)
+oclf_status oclf_attn_check_heads(oclf_context *ctx, const attn_call *c, const char *name,
+                                  oclf_heads h, size_t tokens, size_t el, attn_heads *out)
 {
     char what[64];
     snprintf(what, sizeof what, "%s: %s", c->op, name);
@@ -372,9 +333,9 @@ static int heads_meet(const attn_heads *a, const attn_heads *b)
 /* What both entry points check the same way: options, the head dim,
  * sizes, q and o, the query offsets and the optional operands. c->op, d,
  * batch, tq and hk are set by the caller. */
-static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max_sq, oclf_buf cuq,
-                                 oclf_heads q, oclf_heads o,
-                                 const oclf_attention_options *options, attn_call *c)
+oclf_status oclf_attn_check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max_sq,
+                                    oclf_buf cuq, oclf_heads q, oclf_heads o,
+                                    const oclf_attention_options *options, attn_call *c)
 {
     const char *op = c->op;
     oclf_attention_options opt;
@@ -405,8 +366,8 @@ static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max
                          "%s: window sides (%lld, %lld) must be -1 (unbounded) or >= 0", op,
                          (long long)opt.window_left, (long long)opt.window_right);
     const size_t el = oclf_dtype_size(dtype);
-    if ((st = check_heads(ctx, c, "q", q, c->tq, el, &c->q)) ||
-        (st = check_heads(ctx, c, "o", o, c->tq, el, &c->o)))
+    if ((st = oclf_attn_check_heads(ctx, c, "q", q, c->tq, el, &c->q)) ||
+        (st = oclf_attn_check_heads(ctx, c, "o", o, c->tq, el, &c->o)))
         return st;
     if (q.count != o.count)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: q has %zu heads and o %zu", op, q.count,
@@ -449,7 +410,7 @@ static oclf_status check_queries(oclf_context *ctx, oclf_dtype dtype, size_t max
 }
 
 /* o and lse against everything else, once every operand is checked. */
-static oclf_status check_outputs(oclf_context *ctx, const attn_call *c)
+oclf_status oclf_attn_check_outputs(oclf_context *ctx, const attn_call *c)
 {
     const char *op = c->op;
     if (heads_meet(&c->o, &c->q) || heads_meet(&c->o, &c->k) || heads_meet(&c->o, &c->v))
@@ -468,78 +429,11 @@ static oclf_status check_outputs(oclf_context *ctx, const attn_call *c)
     return OCLF_SUCCESS;
 }
 
-static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t batch, size_t d,
-                              size_t tq, size_t tk, size_t max_sq, oclf_buf cuq, oclf_buf cuk,
-                              oclf_heads q, oclf_heads k, oclf_heads v, oclf_heads o,
-                              const oclf_attention_options *options, attn_call *c)
-{
-    memset(c, 0, sizeof *c);
-    c->op = "attention";
-    c->batch = batch, c->d = d, c->tq = tq, c->tk = tk;
-    c->hk = k.count ? k.count : 1;
-    oclf_status st;
-    if ((st = check_queries(ctx, dtype, max_sq, cuq, q, o, options, c)))
-        return st;
-    const size_t el = oclf_dtype_size(dtype);
-    if ((st = check_heads(ctx, c, "k", k, tk, el, &c->k)) ||
-        (st = check_heads(ctx, c, "v", v, tk, el, &c->v)))
-        return st;
-    if (k.count != v.count)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: k has %zu heads and v %zu",
-                         k.count, v.count);
-    if ((st = oclf_check_vector(ctx, "attention: cu_seqlens_k", cuk, batch + 1, 4, &c->cuk)))
-        return st;
-    return check_outputs(ctx, c);
-}
-
-static oclf_status check_paged_args(oclf_context *ctx, oclf_dtype dtype, size_t batch, size_t tq,
-                                    size_t max_sq, oclf_buf cuq, oclf_buf seq_lens, oclf_buf bt,
-                                    size_t maxb, oclf_heads q, const oclf_kv_cache *cache,
-                                    oclf_heads o, const oclf_attention_options *options,
-                                    attn_call *c)
-{
-    memset(c, 0, sizeof *c);
-    c->op = "attention_paged";
-    c->paged = 1;
-    oclf_status st;
-    oclf_operand ck, cv;
-    if ((st = oclf_check_kv_cache(ctx, "attention_paged: cache", cache, oclf_dtype_size(dtype),
-                                  &ck, &cv)))
-        return st;
-    if (maxb == 0)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention_paged: max_blocks is 0");
-    size_t reach;
-    if (__builtin_mul_overflow(maxb, cache->block_size, &reach) || reach > INT_MAX)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED,
-                         "attention_paged: max_blocks x block_size (%zu x %zu) must be below 2^31",
-                         maxb, cache->block_size);
-    c->batch = batch, c->d = cache->head_dim, c->tq = tq, c->tk = reach, c->hk = cache->heads;
-    if ((st = check_queries(ctx, dtype, max_sq, cuq, q, o, options, c)))
-        return st;
-    if ((st = oclf_check_vector(ctx, "attention_paged: seq_lens", seq_lens, batch, 4, &c->cuk)))
-        return st;
-    if (bt.stride && bt.stride < maxb)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "attention_paged: block_tables stride %zu is below max_blocks %zu",
-                         bt.stride, maxb);
-    if (!bt.stride)
-        bt.stride = maxb;
-    if ((st = oclf_check_2d(ctx, "attention_paged: block_tables", bt, batch, maxb, 4, &c->bt)))
-        return st;
-    /* The cache as two head views: a token is a slot, heads packed. */
-    const size_t w = cache->heads * cache->head_dim;
-    c->k = (attn_heads){ck, {cache->heads, cache->head_dim, cache->head_dim}, cache->head_dim};
-    c->v = (attn_heads){cv, {cache->heads, cache->head_dim, cache->head_dim}, cache->head_dim};
-    c->k.op.stride = c->v.op.stride = w;
-    c->bts = bt.stride, c->bs = cache->block_size, c->nblk = cache->num_blocks, c->maxb = maxb;
-    return check_outputs(ctx, c);
-}
-
 /* Cumulative offsets `a` of batch + 1 entries, read on the host, against
  * the contract: from 0, non-decreasing, at most max_sq apart (0: no bound),
  * ending at total. `name` names the array in the message. */
-static oclf_status check_offsets(oclf_context *ctx, const attn_call *c, const char *name,
-                                 const int32_t *a, size_t max_sq, size_t total)
+oclf_status oclf_attn_check_offsets(oclf_context *ctx, const attn_call *c, const char *name,
+                                    const int32_t *a, size_t max_sq, size_t total)
 {
     if (a[0] != 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s[0] is %d, not 0", c->op, name,
@@ -561,106 +455,11 @@ static oclf_status check_offsets(oclf_context *ctx, const attn_call *c, const ch
     return OCLF_SUCCESS;
 }
 
-/* Reads both offset arrays (blocking, after the wait list) into cu (2 x
- * (batch + 1)) and checks them against the contract. */
-static oclf_status read_offsets(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
-                                cl_uint num_events, const cl_event *wait_list, int32_t *cu)
-{
-    const size_t n = c->batch + 1;
-    cl_int err = clEnqueueReadBuffer(queue, c->cuq.mem, CL_TRUE, c->cuq.lo, n * 4, cu,
-                                      num_events, wait_list, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(queue, c->cuk.mem, CL_TRUE, c->cuk.lo, n * 4, cu + n,
-                                  num_events, wait_list, NULL);
-    if (err != CL_SUCCESS)
-        return oclf_fail_cl(ctx, err, "reading cu_seqlens");
-    oclf_status st = check_offsets(ctx, c, "cu_seqlens_q", cu, c->max_sq, c->tq);
-    return st ? st : check_offsets(ctx, c, "cu_seqlens_k", cu + n, 0, c->tk);
-}
-
-/* The paged form of read_offsets: cu_seqlens_q, then seq_lens turned into
- * cumulative key offsets (cu + batch + 1), and into *slots the cache slot
- * of every key of every sequence in that order (for the unfused gather),
- * checking the lengths against the table's reach and each block id used
- * against the cache. *slots is malloc'ed (NULL when there are no keys). */
-static oclf_status read_paged(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
-                              cl_uint num_events, const cl_event *wait_list, int32_t *cu,
-                              int64_t **slots)
-{
-    const size_t n = c->batch + 1;
-    *slots = NULL;
-    int32_t *lens = malloc((c->batch ? c->batch : 1) * sizeof *lens);
-    const size_t btn = c->batch * c->bts;
-    int32_t *bt = malloc((btn ? btn : 1) * sizeof *bt);
-    oclf_status st = OCLF_SUCCESS;
-    if (!lens || !bt) {
-        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention_paged: out of host memory");
-        goto done;
-    }
-    /* the table's rows are read whole, padding included: c->bt spans them */
-    cl_int err = clEnqueueReadBuffer(queue, c->cuq.mem, CL_TRUE, c->cuq.lo, n * 4, cu, num_events,
-                                     wait_list, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(queue, c->cuk.mem, CL_TRUE, c->cuk.lo, c->batch * 4, lens,
-                                  num_events, wait_list, NULL);
-    if (err == CL_SUCCESS && c->bt.hi > c->bt.lo)
-        err = clEnqueueReadBuffer(queue, c->bt.mem, CL_TRUE, c->bt.lo, c->bt.hi - c->bt.lo, bt,
-                                  num_events, wait_list, NULL);
-    if (err != CL_SUCCESS) {
-        st = oclf_fail_cl(ctx, err, "reading cu_seqlens_q, seq_lens and block_tables");
-        goto done;
-    }
-    if ((st = check_offsets(ctx, c, "cu_seqlens_q", cu, c->max_sq, c->tq)))
-        goto done;
-    int32_t *cuk = cu + n;
-    cuk[0] = 0;
-    for (size_t b = 0; b < c->batch; b++) {
-        if (lens[b] < 0 || (size_t)lens[b] > c->tk) {
-            st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                           "attention_paged: sequence %zu has seq_lens %d, outside 0..%zu "
-                           "(max_blocks x block_size)",
-                           b, (int)lens[b], c->tk);
-            goto done;
-        }
-        if ((int64_t)cuk[b] + lens[b] > INT_MAX) {
-            st = oclf_fail(ctx, OCLF_UNSUPPORTED, "attention_paged: 2^31 keys or more in all");
-            goto done;
-        }
-        cuk[b + 1] = cuk[b] + lens[b];
-    }
-    const size_t total = (size_t)cuk[c->batch];
-    if (total && !(*slots = malloc(total * sizeof **slots))) {
-        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention_paged: out of host memory");
-        goto done;
-    }
-    for (size_t b = 0; b < c->batch; b++)
-        for (size_t blk = 0; blk * c->bs < (size_t)lens[b]; blk++) {
-            const int32_t id = bt[b * c->bts + blk];
-            if (id < 0 || (size_t)id >= c->nblk) {
-                st = oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                               "attention_paged: sequence %zu reads block_tables[%zu][%zu] = %d, "
-                               "outside the cache's %zu blocks",
-                               b, b, blk, (int)id, c->nblk);
-                goto done;
-            }
-            for (size_t j = blk * c->bs; j < (blk + 1) * c->bs && j < (size_t)lens[b]; j++)
-                (*slots)[(size_t)cuk[b] + j] = (int64_t)id * (int64_t)c->bs + (int64_t)(j % c->bs);
-        }
-done:
-    if (st != OCLF_SUCCESS) {
-        free(*slots);
-        *slots = NULL;
-    }
-    free(lens);
-    free(bt);
-    return st;
-}
-
 /* ---- fused -------------------------------------------------------------- */
 
-static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
-                             const attn_cfg *cfg, cl_uint num_events, const cl_event *wait_list,
-                             cl_event *event)
+oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const attn_call *c,
+                                const attn_cfg *cfg, cl_uint num_events, const cl_event *wait_list,
+                                cl_event *event)
 {
     const size_t g = c->hq / c->hk, wgs = (size_t)cfg->wgs;
     /* rows of a query in one group: its heads of one KV head (STAGE 1 and
@@ -688,6 +487,7 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const at
             part = part < 256 ? 256 : part;
         }
     }
+
     const size_t row_floats = c->tq * c->hq * (c->d + 1);
     while (part && part < c->tk) {
         nparts = (c->tk + part - 1) / part;
@@ -785,310 +585,5 @@ done:
         clReleaseMemObject(pout); /* freed by OpenCL once the launches finish */
     if (plse)
         clReleaseMemObject(plse);
-    return st;
-}
-/* ---- unfused ------------------------------------------------------------ */
-
-static oclf_status gemm(oclf_chain *ch, int trans_b, size_t m, size_t n, size_t kd, float alpha,
-                        cl_mem a, size_t ao, size_t lda, cl_mem b, size_t bo, size_t ldb,
-                        cl_mem cm, size_t ldc)
-{
-    return oclf_chain_sgemm(ch, "attention", trans_b, m, n, kd, alpha, a, ao, lda, b, bo, ldb, cm,
-                            0, ldc);
-}
-
-/* Where the GEMMs read one operand's heads: the caller's f32 buffer as it
- * is, or its packed f32 copy. */
-typedef struct gemm_view {
-    cl_mem mem;
-    size_t off, ts, hs;
-} gemm_view;
-
-static oclf_status widen(oclf_chain *ch, oclf_program *prog, const attn_heads *h, size_t heads,
-                         size_t d, size_t tokens, cl_mem dst, gemm_view *out)
-{
-    cl_ulong so = h->op.offset, sts = h->op.stride, shs = h->hs, t = tokens;
-    cl_uint nh = (cl_uint)heads, d32 = (cl_uint)d;
-    oclf_arg a[] = {OCLF_ARG(h->op.mem), OCLF_ARG(so), OCLF_ARG(sts), OCLF_ARG(shs),
-                    OCLF_ARG(nh),        OCLF_ARG(d32), OCLF_ARG(t),  OCLF_ARG(dst)};
-    *out = (gemm_view){dst, 0, heads * d, d};
-    return oclf_chain_launch(ch, prog, "attn_widen", a, OCLF_NARGS(a),
-                             oclf_round_up(tokens * heads * d, ATTN_ELEM_WGS), ATTN_ELEM_WGS);
-}
-
-/* `kv`: the keys and values already as packed f32 (the paged path's
- * gathered copies), or NULL to read k and v (widened when 16-bit). */
-static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const attn_call *c,
-                               const int32_t *cu, const gemm_view *kv)
-{
-    oclf_program *prog;
-    oclf_status st = attn_program(ctx, c->dtype, "-DOCLF_UNFUSED=1", &prog);
-    if (st != OCLF_SUCCESS)
-        return st;
-    const int32_t *cuq = cu, *cuk = cu + c->batch + 1;
-    size_t max_sk = 0, max_sq = 0;
-    for (size_t b = 0; b < c->batch; b++) {
-        max_sk = (size_t)(cuk[b + 1] - cuk[b]) > max_sk ? (size_t)(cuk[b + 1] - cuk[b]) : max_sk;
-        max_sq = (size_t)(cuq[b + 1] - cuq[b]) > max_sq ? (size_t)(cuq[b + 1] - cuq[b]) : max_sq;
-    }
-    /* A tile of queries whose scores fit the bound (one row at least). */
-    size_t tile = max_sk ? ATTN_TILE_SCORES / max_sk : max_sq;
-    tile = tile < 1 ? 1 : tile > max_sq ? max_sq : tile;
-    const size_t cap = (size_t)ctx->info.max_alloc;
-    const int conv = c->dtype != OCLF_F32;
-    cl_mem qf = NULL, kf = NULL, vf = NULL, sc = NULL, ot = NULL;
-    if (tile * (max_sk ? max_sk : 1) * 4 > cap || (conv && c->tq * c->hq * c->d * 4 > cap) ||
-        (conv && !kv && c->tk * c->hk * c->d * 4 > cap)) {
-        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
-                       "%s: an unfused temporary exceeds the device's largest allocation", c->op);
-        goto done;
-    }
-    gemm_view gq = {c->q.op.mem, c->q.op.offset, c->q.op.stride, c->q.hs};
-    gemm_view gk = {c->k.op.mem, c->k.op.offset, c->k.op.stride, c->k.hs};
-    gemm_view gv = {c->v.op.mem, c->v.op.offset, c->v.op.stride, c->v.hs};
-    if (kv)
-        gk = kv[0], gv = kv[1];
-    const float zero = 0.0f;
-    if ((st = oclf_temp_buffer(ctx, tile * (max_sk ? max_sk : 1) * 4, &sc)) ||
-        (st = oclf_temp_buffer(ctx, tile * c->d * 4, &ot)))
-        goto done;
-    /* The GEMMs compute alpha A B + 0 C: C starts cleared so that no stale
-     * NaN of a fresh allocation can survive a multiplication by 0. */
-    for (int i = 0; i < 2; i++) {
-        cl_event ev = NULL;
-        cl_int err = clEnqueueFillBuffer(ch->queue, i ? ot : sc, &zero, sizeof zero, 0,
-                                         i ? tile * c->d * 4 : tile * (max_sk ? max_sk : 1) * 4,
-                                         ch->prev ? 1 : ch->num_events,
-                                         ch->prev ? &ch->prev : ch->wait_list, &ev);
-        if (err != CL_SUCCESS) {
-            st = oclf_fail_cl(ctx, err, "clEnqueueFillBuffer(attention tile)");
-            goto done;
-        }
-        if (ch->prev)
-            clReleaseEvent(ch->prev);
-        ch->prev = ev;
-    }
-    /* (paged: every key is in the gathered copies, and none means no GEMM) */
-    if (conv && kv && max_sk > 0) {
-        if ((st = oclf_temp_buffer(ctx, c->tq * c->hq * c->d * 4, &qf)) ||
-            (st = widen(ch, prog, &c->q, c->hq, c->d, c->tq, qf, &gq)))
-            goto done;
-    } else if (conv && c->tk > 0) {
-        if ((st = oclf_temp_buffer(ctx, c->tq * c->hq * c->d * 4, &qf)) ||
-            (st = oclf_temp_buffer(ctx, c->tk * c->hk * c->d * 4, &kf)) ||
-            (st = oclf_temp_buffer(ctx, c->tk * c->hk * c->d * 4, &vf)) ||
-            (st = widen(ch, prog, &c->q, c->hq, c->d, c->tq, qf, &gq)) ||
-            (st = widen(ch, prog, &c->k, c->hk, c->d, c->tk, kf, &gk)) ||
-            (st = widen(ch, prog, &c->v, c->hk, c->d, c->tk, vf, &gv)))
-            goto done;
-    }
-    const size_t g = c->hq / c->hk;
-    for (size_t b = 0; b < c->batch; b++) {
-        const size_t q0 = (size_t)cuq[b], sq = (size_t)(cuq[b + 1] - cuq[b]);
-        const size_t k0 = (size_t)cuk[b], sk = (size_t)(cuk[b + 1] - cuk[b]);
-        for (size_t h = 0; h < c->hq; h++) {
-            const size_t kh = h / g;
-            for (size_t i0 = 0; i0 < sq; i0 += tile) {
-                const size_t rows = sq - i0 < tile ? sq - i0 : tile, t0 = q0 + i0;
-                if (sk && (st = gemm(ch, 1, rows, sk, c->d, c->scale, gq.mem,
-                                     gq.off + t0 * gq.ts + h * gq.hs, gq.ts, gk.mem,
-                                     gk.off + k0 * gk.ts + kh * gk.hs, gk.ts, sc, sk)))
-                    goto done;
-                cl_uint rows32 = (cl_uint)rows, sk32 = (cl_uint)sk;
-                cl_long i0l = (cl_long)i0, shift = (cl_long)sk - (cl_long)sq;
-                cl_long left = c->left, right = c->right;
-                cl_mem sl = c->has_alibi ? c->slopes.mem : sc, si = c->has_sinks ? c->sinks.mem : sc;
-                cl_mem lm = c->has_lse ? c->lse.mem : sc;
-                cl_ulong sli = c->slopes.offset + h, sii = c->sinks.offset + h;
-                cl_ulong lsi = c->lse.offset + h * c->lse.stride + t0;
-                cl_uint ha = (cl_uint)c->has_alibi, hs = (cl_uint)c->has_sinks;
-                cl_uint hl = (cl_uint)c->has_lse, head = (cl_uint)h, hd = (cl_uint)c->has_drop;
-                cl_ulong t0l = t0, seed = c->seed, doff = c->doff;
-                oclf_arg a[] = {OCLF_ARG(sc),   OCLF_ARG(rows32), OCLF_ARG(sk32), OCLF_ARG(i0l),
-                                OCLF_ARG(shift), OCLF_ARG(c->cap), OCLF_ARG(left), OCLF_ARG(right),
-                                OCLF_ARG(sl),   OCLF_ARG(sli),    OCLF_ARG(ha),   OCLF_ARG(si),
-                                OCLF_ARG(sii),  OCLF_ARG(hs),     OCLF_ARG(lm),   OCLF_ARG(lsi),
-                                OCLF_ARG(hl),   OCLF_ARG(t0l),    OCLF_ARG(head), OCLF_ARG(c->drop_p),
-                                OCLF_ARG(seed), OCLF_ARG(doff),   OCLF_ARG(hd)};
-                if ((st = oclf_chain_launch(ch, prog, "attn_softmax", a, OCLF_NARGS(a),
-                                            oclf_round_up(rows, ATTN_ELEM_WGS), ATTN_ELEM_WGS)))
-                    goto done;
-                if (sk && (st = gemm(ch, 0, rows, c->d, sk, 1.0f, sc, 0, sk, gv.mem,
-                                     gv.off + k0 * gv.ts + kh * gv.hs, gv.ts, ot, c->d)))
-                    goto done;
-                cl_uint d32 = (cl_uint)c->d, zero_out = sk == 0;
-                cl_ulong oo = c->o.op.offset + t0 * c->o.op.stride + h * c->o.hs;
-                cl_ulong ots = c->o.op.stride;
-                oclf_arg s[] = {OCLF_ARG(ot),       OCLF_ARG(rows32), OCLF_ARG(d32),
-                                OCLF_ARG(zero_out), OCLF_ARG(c->o.op.mem), OCLF_ARG(oo),
-                                OCLF_ARG(ots)};
-                if ((st = oclf_chain_launch(ch, prog, "attn_store", s, OCLF_NARGS(s),
-                                            oclf_round_up(rows * c->d, ATTN_ELEM_WGS),
-                                            ATTN_ELEM_WGS)))
-                    goto done;
-            }
-        }
-    }
-done:;
-    cl_mem all[] = {qf, kf, vf, sc, ot};
-    for (int i = 0; i < 5; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]); /* freed by OpenCL once the launches finish */
-    return st;
-}
-
-oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                           size_t batch, size_t head_dim, size_t total_q, size_t total_k,
-                           size_t max_seqlen_q, oclf_buf cu_seqlens_q, oclf_buf cu_seqlens_k,
-                           oclf_heads q, oclf_heads k, oclf_heads v, oclf_heads o,
-                           const oclf_attention_options *options, const oclf_choice *choice,
-                           cl_uint num_events, const cl_event *wait_list, cl_event *event)
-{
-    oclf_status st;
-    attn_call c;
-    if ((st = oclf_check_call(ctx, "attention", queue, num_events, wait_list, dtype, event)) ||
-        (st = check_args(ctx, dtype, batch, head_dim, total_q, total_k, max_seqlen_q,
-                         cu_seqlens_q, cu_seqlens_k, q, k, v, o, options, &c)))
-        return st;
-    oclf_shape shape = {{total_q, c.hq, c.hk, head_dim}};
-    oclf_resolved r;
-    attn_cfg cfg;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ATTENTION, &oclf_attention_hooks, dtype, &shape,
-                                     choice, &r)))
-        return st;
-    if (r.path == OCLF_PATH_FUSED) {
-        if (r.has_cfg)
-            memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = attn_config(ctx, dtype, &r.params, head_dim, 0, r.wgs_default, &cfg)))
-            return st;
-    }
-    if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
-        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    int32_t *cu = NULL;
-    if (ctx->validate || r.path == OCLF_PATH_UNFUSED) {
-        if (!(cu = malloc(2 * (batch + 1) * sizeof *cu)))
-            return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention: out of host memory");
-        if ((st = read_offsets(ctx, queue, &c, num_events, wait_list, cu))) {
-            free(cu);
-            return st;
-        }
-    }
-    if (r.path == OCLF_PATH_FUSED) {
-        free(cu);
-        return run_fused(ctx, queue, &c, &cfg, num_events, wait_list, event);
-    }
-    oclf_chain ch;
-    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = run_unfused(ctx, &ch, &c, cu, NULL);
-    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
-    free(cu);
-    return st;
-}
-
-/* The paged unfused path: every sequence's keys gathered from the cache
- * into packed f32 K and V (in sequence order, so the cumulative lengths
- * index them as cu_seqlens_k would), then the contiguous unfused path. */
-static oclf_status run_paged_unfused(oclf_context *ctx, oclf_chain *ch, const attn_call *c,
-                                     const int32_t *cu, const int64_t *slots)
-{
-    const size_t total = (size_t)cu[2 * c->batch + 1], w = c->hk * c->d;
-    if (total == 0)
-        return run_unfused(ctx, ch, c, cu, (gemm_view[2]){{c->k.op.mem, 0, w, c->d},
-                                                          {c->v.op.mem, 0, w, c->d}});
-    oclf_program *prog;
-    oclf_status st = attn_program(ctx, c->dtype, "-DOCLF_UNFUSED=1", &prog);
-    if (st != OCLF_SUCCESS)
-        return st;
-    cl_mem ms = NULL, kf = NULL, vf = NULL;
-    if (total * w * 4 > ctx->info.max_alloc) {
-        st = oclf_fail(ctx, OCLF_OUT_OF_RESOURCES,
-                       "attention_paged: the gathered keys (%zu x %zu floats) exceed the device's "
-                       "largest allocation",
-                       total, w);
-        goto done;
-    }
-    if ((st = oclf_temp_buffer(ctx, total * 8, &ms)) ||
-        (st = oclf_temp_buffer(ctx, total * w * 4, &kf)) ||
-        (st = oclf_temp_buffer(ctx, total * w * 4, &vf)))
-        goto done;
-    /* blocking: `slots` is the caller's host memory */
-    cl_int err = clEnqueueWriteBuffer(ch->queue, ms, CL_TRUE, 0, total * 8, slots,
-                                      ch->prev ? 1 : ch->num_events,
-                                      ch->prev ? &ch->prev : ch->wait_list, NULL);
-    if (err != CL_SUCCESS) {
-        st = oclf_fail_cl(ctx, err, "clEnqueueWriteBuffer(attention_paged slots)");
-        goto done;
-    }
-    cl_uint heads = (cl_uint)c->hk, d32 = (cl_uint)c->d;
-    cl_ulong tokens = total;
-    for (int i = 0; i < 2; i++) {
-        const attn_heads *h = i ? &c->v : &c->k;
-        cl_ulong so = h->op.offset;
-        cl_mem dst = i ? vf : kf;
-        oclf_arg a[] = {OCLF_ARG(h->op.mem), OCLF_ARG(so),     OCLF_ARG(heads), OCLF_ARG(d32),
-                        OCLF_ARG(ms),        OCLF_ARG(tokens), OCLF_ARG(dst)};
-        if ((st = oclf_chain_launch(ch, prog, "attn_gather", a, OCLF_NARGS(a),
-                                    oclf_round_up(total * w, ATTN_ELEM_WGS), ATTN_ELEM_WGS)))
-            goto done;
-    }
-    st = run_unfused(ctx, ch, c, cu, (gemm_view[2]){{kf, 0, w, c->d}, {vf, 0, w, c->d}});
-done:;
-    cl_mem all[] = {ms, kf, vf};
-    for (int i = 0; i < 3; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
-    return st;
-}
-
-oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                 size_t batch, size_t total_q, size_t max_seqlen_q,
-                                 oclf_buf cu_seqlens_q, oclf_buf seq_lens, oclf_buf block_tables,
-                                 size_t max_blocks, oclf_heads q, const oclf_kv_cache *cache,
-                                 oclf_heads o, const oclf_attention_options *options,
-                                 const oclf_choice *choice, cl_uint num_events,
-                                 const cl_event *wait_list, cl_event *event)
-{
-    oclf_status st;
-    attn_call c;
-    if ((st = oclf_check_call(ctx, "attention_paged", queue, num_events, wait_list, dtype,
-                              event)) ||
-        (st = check_paged_args(ctx, dtype, batch, total_q, max_seqlen_q, cu_seqlens_q, seq_lens,
-                               block_tables, max_blocks, q, cache, o, options, &c)))
-        return st;
-    oclf_shape shape = {{total_q, c.hq, c.hk, c.d}};
-    oclf_resolved r;
-    attn_cfg cfg;
-    if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_ATTENTION_PAGED, &oclf_attention_hooks, dtype,
-                                     &shape, choice, &r)))
-        return st;
-    if (r.path == OCLF_PATH_FUSED) {
-        if (r.has_cfg)
-            memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = attn_config(ctx, dtype, &r.params, c.d, 1, r.wgs_default, &cfg)))
-            return st;
-    }
-    if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
-        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    int32_t *cu = NULL;
-    int64_t *slots = NULL;
-    if (ctx->validate || r.path == OCLF_PATH_UNFUSED) {
-        if (!(cu = malloc(2 * (batch + 1) * sizeof *cu)))
-            return oclf_fail(ctx, OCLF_OUT_OF_RESOURCES, "attention_paged: out of host memory");
-        if ((st = read_paged(ctx, queue, &c, num_events, wait_list, cu, &slots))) {
-            free(cu);
-            return st;
-        }
-    }
-    if (r.path == OCLF_PATH_FUSED) {
-        free(cu);
-        free(slots);
-        return run_fused(ctx, queue, &c, &cfg, num_events, wait_list, event);
-    }
-    oclf_chain ch;
-    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = run_paged_unfused(ctx, &ch, &c, cu, slots);
-    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
-    free(cu);
-    free(slots);
     return st;
 }

@@ -59,6 +59,16 @@ oclf_status oclf_l2_run_unfused(oclf_context *ctx, oclf_chain *ch, oclf_program 
      * the distance column (twice), the norm, and the X row (twice, plus the
      * f32 conversion for f16/bf16). */
     size_t per_row_x = 4 + 4 * c->d * (conv ? 3 : 2);
+    {
+        /* Slices are parallelism, not a contract: where one query's lists
+         * and a minimal tile would not fit the caller's bound (a GPU's two
+         * slices per compute unit are 264 lists on 132 units), fewer
+         * slices, each scanning more of the tile. */
+        const size_t t_min = c->n < 1024 ? c->n : 1024;
+        while (slices > 1 && slices * c->k * HEAP_ENTRY_BYTES + 4 + c->d * 8 +
+                                     t_min * (per_row_x + 8) > bound)
+            slices = (slices + 1) / 2;
+    }
     size_t cq = c->nq;
     for (;;) {
         size_t fixed = cq * slices * c->k * HEAP_ENTRY_BYTES + cq * 4 + cq * c->d * 4 * 2;

@@ -14,9 +14,10 @@
  * oclf_linear_q (op linear_q) runs the same kernels built with a quantized
  * W (OCLF_QW), dequantized at its load; its unfused path dequantizes a tile
  * of W's rows at a time (lin_dequant) into an f32 temporary and runs the
- * unfused path above on each tile. oclf_qweight_convert is lin_qconvert.
+ * unfused path above on each tile. Its entry, the quantized weight's checks
+ * and oclf_qweight_convert (lin_qconvert) are in linear_q.c.
  */
-#include "../internal.h"
+#include "linear.h"
 
 #include <limits.h>
 #include <math.h>
@@ -59,9 +60,6 @@ typedef struct lin_cfg {
     char defines[OCLF_DEFINES_MAX];
 } lin_cfg;
 OCLF_CFG_FITS(lin_cfg);
-
-/* Work-group size of the unfused elementwise kernels. */
-#define LIN_ELEM_WGS 64
 
 /* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
  * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds WGN
@@ -158,20 +156,6 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
     }
 }
 
-/* How a quantized W is read: the kernels' OCLF_QW defines. fmt 0: W in
- * the call's dtype. */
-typedef struct lin_qkind {
-    int fmt;         /* oclf_qformat, or 0 */
-    unsigned group;  /* 32 for Q8_0/Q4_0; 0 for INT8 per channel */
-    int zero, sf32;  /* INT4 zero points; f32 scales */
-} lin_qkind;
-
-/* The weight's format as a shape dim of linear_q (its "qformat"): the
- * format times 1000 plus the group, 1000 for INT8 per output channel, 2128
- * for INT4 in groups of 128, 4032 for Q4_0. Never 1 (KN) or 0 (NK), so the
- * heuristic, which reads dim 3 as linear's layout, sees NK. */
-#define LIN_QCODE(fmt, group) ((uint64_t)(fmt) * 1000u + (uint64_t)(group))
-
 /* `q`: a quantized W (NULL or fmt 0: none), whose group VEC must divide
  * (twice VEC for the 4-bit formats' pairs of nibble vectors), so that no
  * step straddles two scales. */
@@ -265,8 +249,8 @@ static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prolog
     return oclf_program_get(ctx, "linear.cl", opts, prog);
 }
 
-static oclf_status unfused_program(oclf_context *ctx, oclf_dtype dtype, const lin_qkind *q,
-                                   oclf_program **prog)
+oclf_status oclf_lin_unfused_program(oclf_context *ctx, oclf_dtype dtype, const lin_qkind *q,
+                                     oclf_program **prog)
 {
     char qd[96], defines[160], opts[OCLF_OPTIONS_MAX];
     lin_qdefines(q, qd, sizeof qd);
@@ -304,7 +288,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
         /* No parameters: the GEMM library tunes itself. */
         if (out)
             memset(out, 0, sizeof(lin_cfg));
-        if (!deep || (st = unfused_program(ctx, dtype, &q, &prog)))
+        if (!deep || (st = oclf_lin_unfused_program(ctx, dtype, &q, &prog)))
             return deep ? st : OCLF_SUCCESS;
         static const char *const names[] = {"lin_prep", "lin_bias", "lin_res",  "lin_act",
                                             "lin_store", "lin_dequant"};
@@ -325,7 +309,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
                                 &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
             return st;
-        if (cfg.pre && ((st = unfused_program(ctx, OCLF_F32, &q, &prog)) ||
+        if (cfg.pre && ((st = oclf_lin_unfused_program(ctx, OCLF_F32, &q, &prog)) ||
                         (st = oclf_check_kernel_wgs(ctx, prog, &dequant, 1, LIN_ELEM_WGS))))
             return st;
         return OCLF_SUCCESS;
@@ -351,123 +335,37 @@ const oclf_op_hooks oclf_linear_hooks = {oclf_linear_heuristic, oclf_linear_vali
 
 void oclf_linear_epilogue_init(oclf_linear_epilogue *epilogue)
 {
-    if (!epilogue)
-        return;
-    memset(epilogue, 0, sizeof *epilogue);
-    epilogue->alpha = 1.0f;
-    epilogue->beta = 1.0f;
+    if (epilogue)
+        *epilogue = (oclf_linear_epilogue)OCLF_LINEAR_EPILOGUE_INIT;
 }
 
-/* A checked call. */
-typedef struct lin_call {
-    oclf_dtype dtype;
-    size_t m, n, k;
-    int wkn, prologue, has_bias, has_res, inplace;
-    oclf_operand x, w, y, bias, res;
-    float alpha, beta;
-    cl_uint act, before;
-    /* A quantized W: its kind, scales and zero points (w holds its bytes). */
-    lin_qkind q;
-    oclf_operand qscale, qzero;
-    /* A quantized W's unfused path and PRE: w is a packed f32 tile
-     * already. */
-    int w_f32;
-} lin_call;
-
-/* Bytes of one row of a quantized W of k weights. */
-static size_t qrow_bytes(int fmt, size_t k)
-{
-    switch (fmt) {
-    case OCLF_QFORMAT_INT8: return k;
-    case OCLF_QFORMAT_INT4: return k / 2;
-    case OCLF_QFORMAT_Q8_0: return k / 32 * 34;
-    default: return k / 32 * 18;
-    }
-}
-
-/* The weight of oclf_linear_q against the header's rules, into c->w,
- * c->qscale, c->qzero and c->q. */
-static oclf_status check_qweight(oclf_context *ctx, const char *op, const char *what,
-                                 const oclf_qweight *w, size_t n, size_t k, lin_call *c)
-{
-    char nq[64], ns[64], nz[64];
-    snprintf(nq, sizeof nq, "%s: %s.q", op, what);
-    snprintf(ns, sizeof ns, "%s: %s.scale", op, what);
-    snprintf(nz, sizeof nz, "%s: %s.zero", op, what);
-    if (!w)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s is NULL", op, what);
-    const int fmt = (int)w->format;
-    if (fmt < OCLF_QFORMAT_INT8 || fmt >= OCLF_QFORMAT_COUNT_)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown weight format %d", op, fmt);
-    static const char *const names[] = {"", "INT8", "INT4", "Q8_0", "Q4_0"};
-    const int gguf = fmt >= OCLF_QFORMAT_Q8_0;
-    unsigned g = w->group;
-    if (gguf && g == 0)
-        g = 32;
-    const int group_ok = gguf ? g == 32
-                              : (g == 32 || g == 64 || g == 128 || (fmt == OCLF_QFORMAT_INT8 && !g));
-    if (!group_ok)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s does not take a group of %u (%s)", op,
-                         names[fmt], w->group,
-                         gguf ? "blocks are 32" : fmt == OCLF_QFORMAT_INT8 ? "0, 32, 64 or 128"
-                                                                           : "32, 64 or 128");
-    if (g && k % g)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: K = %zu is not a multiple of %s's group "
-                                                     "of %u",
-                         op, k, names[fmt], g);
-    if (w->zero && fmt != OCLF_QFORMAT_INT4)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "%s: %s is symmetric and takes no zero points", op, names[fmt]);
-    oclf_status st;
-    if ((st = oclf_check_2d(ctx, nq, w->q, n, qrow_bytes(fmt, k), 1, &c->w)))
-        return st;
-    if (gguf) {
-        if (w->scale.mem)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "%s: %s carries its scales in its blocks; scale.mem must be NULL",
-                             op, names[fmt]);
-        /* the f16 d of every block sits at an even byte */
-        if (c->w.offset % 2 || c->w.stride % 2)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "%s: %s's q offset (%zu) and row stride (%zu) must be even", op,
-                             names[fmt], c->w.offset, c->w.stride);
-    } else {
-        const int f32_ok = fmt == OCLF_QFORMAT_INT8 && !g;
-        if (w->scale_dtype != OCLF_F16 && !(f32_ok && w->scale_dtype == OCLF_F32))
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s%s takes %s scales, not dtype %d",
-                             op, names[fmt], g ? " in groups" : " per channel",
-                             f32_ok ? "f32 or f16" : "f16", (int)w->scale_dtype);
-        const size_t es = oclf_dtype_size(w->scale_dtype);
-        st = g ? oclf_check_2d(ctx, ns, w->scale, n, k / g, es, &c->qscale)
-               : oclf_check_vector(ctx, ns, w->scale, n, es, &c->qscale);
-        if (st)
-            return st;
-        if (!g)
-            c->qscale.stride = 1; /* row r's one scale */
-        if (w->zero &&
-            (st = oclf_check_2d(ctx, nz, *w->zero, n, k / g, 1, &c->qzero)))
-            return st;
-    }
-    c->q.fmt = fmt;
-    c->q.group = g;
-    c->q.zero = w->zero != NULL;
-    c->q.sf32 = !gguf && w->scale_dtype == OCLF_F32;
-    return OCLF_SUCCESS;
-}
-
-/* `qw` NULL: W is `w` in the call's dtype (oclf_linear); else the
- * quantized weight of oclf_linear_q (`w` and `layout` unused). */
-static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, size_t n, size_t k,
-                              oclf_buf x, oclf_linear_act prologue, oclf_buf w,
-                              oclf_weight_layout layout, const oclf_qweight *qw, int quant,
-                              oclf_buf y, const oclf_linear_epilogue *epi, lin_call *c)
+/* quant 0: W is `w` in the call's dtype (oclf_linear); 1: the quantized
+ * weight of oclf_linear_q, already checked into c (`w` and `layout`
+ * unused). The epilogue is read (its size checked) before anything else. */
+oclf_status oclf_lin_check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, size_t n, size_t k,
+                                oclf_buf x, oclf_linear_act prologue, oclf_buf w,
+                                oclf_weight_layout layout, int quant, oclf_buf y,
+                                const oclf_linear_epilogue *epi, lin_call *c)
 {
     const char *op = quant ? "linear_q" : "linear";
+    /* linear_q's weight is checked already (lib/ops/linear_q.c), into c */
+    const lin_call qw = quant ? *c : (lin_call){0};
     memset(c, 0, sizeof *c);
+    if (quant) {
+        c->w = qw.w, c->qscale = qw.qscale, c->qzero = qw.qzero;
+        c->q = qw.q;
+    }
     oclf_linear_epilogue plain;
     oclf_linear_epilogue_init(&plain);
-    if (!epi)
-        epi = &plain;
+    if (epi) {
+        char what[32];
+        snprintf(what, sizeof what, "%s: epilogue", op);
+        oclf_status st = oclf_options_read(ctx, what, epi, sizeof plain, &plain, sizeof plain,
+                                           _Alignof(oclf_linear_epilogue));
+        if (st != OCLF_SUCCESS)
+            return st;
+    }
+    epi = &plain;
     if ((unsigned)prologue >= OCLF_LINEAR_ACT_COUNT_)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: unknown prologue activation %d", op,
                          (int)prologue);
@@ -498,8 +396,7 @@ static oclf_status check_args(oclf_context *ctx, oclf_dtype dtype, size_t m, siz
     snprintf(nb, sizeof nb, "%s: bias", op);
     snprintf(nr, sizeof nr, "%s: residual", op);
     if ((st = oclf_check_2d(ctx, nx, x, m, k, el, &c->x)) ||
-        (st = quant ? check_qweight(ctx, op, "w", qw, n, k, c)
-                    : oclf_check_2d(ctx, nw, w, wkn ? k : n, wkn ? n : k, el, &c->w)) ||
+        (!quant && (st = oclf_check_2d(ctx, nw, w, wkn ? k : n, wkn ? n : k, el, &c->w))) ||
         (st = oclf_check_2d(ctx, ny, y, m, n, el, &c->y)))
         return st;
     if (epi->bias && (st = oclf_check_vector(ctx, nb, *epi->bias, n, el, &c->bias)))
@@ -595,7 +492,7 @@ static oclf_status elem_launch(oclf_chain *ch, oclf_program *prog, const char *n
 static oclf_status run_unfused(oclf_context *ctx, oclf_chain *ch, const lin_call *c)
 {
     oclf_program *prog;
-    oclf_status st = unfused_program(ctx, c->dtype, NULL, &prog);
+    oclf_status st = oclf_lin_unfused_program(ctx, c->dtype, NULL, &prog);
     if (st != OCLF_SUCCESS)
         return st;
     const int conv = c->dtype != OCLF_F32;
@@ -714,7 +611,7 @@ static oclf_status launch_dequant(oclf_chain *ch, oclf_program *prog, const char
 static oclf_status run_unfused_q(oclf_context *ctx, oclf_chain *ch, const lin_call *c)
 {
     oclf_program *prog;
-    oclf_status st = unfused_program(ctx, c->dtype, &c->q, &prog);
+    oclf_status st = oclf_lin_unfused_program(ctx, c->dtype, &c->q, &prog);
     if (st != OCLF_SUCCESS)
         return st;
     size_t tile = c->k ? LIN_QTILE_BYTES / (c->k * 4) : c->n;
@@ -750,7 +647,7 @@ static oclf_status run_fused_pre(oclf_context *ctx, oclf_chain *ch, const lin_ca
                                  const lin_cfg *cfg)
 {
     oclf_program *prog;
-    oclf_status st = unfused_program(ctx, OCLF_F32, &c->q, &prog);
+    oclf_status st = oclf_lin_unfused_program(ctx, OCLF_F32, &c->q, &prog);
     if (st != OCLF_SUCCESS)
         return st;
     const size_t el = sizeof(float);
@@ -800,9 +697,9 @@ static oclf_status resolved_cfg(oclf_context *ctx, const oclf_resolved *r, const
 }
 
 /* Everything after the checks, shared by both entry points. */
-static oclf_status lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op, const lin_call *c,
-                           const oclf_shape *shape, const oclf_choice *choice, cl_uint num_events,
-                           const cl_event *wait_list, cl_event *event)
+oclf_status oclf_lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op, const lin_call *c,
+                         const oclf_shape *shape, const oclf_choice *choice, cl_uint num_events,
+                         const cl_event *wait_list, cl_event *event)
 {
     oclf_status st;
     oclf_resolved r;
@@ -831,84 +728,17 @@ static oclf_status lin_run(oclf_context *ctx, cl_command_queue queue, oclf_op op
 }
 
 oclf_status oclf_linear(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
-                        size_t n, size_t k, oclf_buf x, oclf_linear_act prologue, oclf_buf w,
-                        oclf_weight_layout layout, oclf_buf y, const oclf_linear_epilogue *epilogue,
-                        const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
-                        cl_event *event)
+                        size_t n, size_t k, oclf_buf x, oclf_buf w, oclf_buf y,
+                        oclf_weight_layout layout, oclf_linear_act prologue,
+                        const oclf_linear_epilogue *epilogue, const oclf_choice *choice,
+                        cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
     oclf_status st;
     lin_call c;
     if ((st = oclf_check_call(ctx, "linear", queue, num_events, wait_list, dtype, event)) ||
-        (st = check_args(ctx, dtype, m, n, k, x, prologue, w, layout, NULL, 0, y, epilogue, &c)))
+        (st = oclf_lin_check_args(ctx, dtype, m, n, k, x, prologue, w, layout, 0, y, epilogue, &c)))
         return st;
     const oclf_shape shape = {{m, n, k, (uint64_t)layout}};
-    return lin_run(ctx, queue, OCLF_OP_LINEAR, &c, &shape, choice, num_events, wait_list, event);
-}
-
-oclf_status oclf_linear_q(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t m,
-                          size_t n, size_t k, oclf_buf x, oclf_linear_act prologue,
-                          const oclf_qweight *w, oclf_buf y, const oclf_linear_epilogue *epilogue,
-                          const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
-                          cl_event *event)
-{
-    oclf_status st;
-    lin_call c;
-    const oclf_buf none = {NULL, 0, 0};
-    if ((st = oclf_check_call(ctx, "linear_q", queue, num_events, wait_list, dtype, event)) ||
-        (st = check_args(ctx, dtype, m, n, k, x, prologue, none, OCLF_WEIGHT_NK, w, 1, y, epilogue,
-                         &c)))
-        return st;
-    const oclf_shape shape = {{m, n, k, LIN_QCODE(c.q.fmt, c.q.group)}};
-    return lin_run(ctx, queue, OCLF_OP_LINEAR_Q, &c, &shape, choice, num_events, wait_list, event);
-}
-
-oclf_status oclf_qweight_convert(oclf_context *ctx, cl_command_queue queue, size_t n, size_t k,
-                                 const oclf_qweight *src, const oclf_qweight *dst,
-                                 cl_uint num_events, const cl_event *wait_list, cl_event *event)
-{
-    const char *op = "qweight_convert";
-    oclf_status st;
-    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, OCLF_F32, event)))
-        return st;
-    if (!src || !dst)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: src or dst is NULL", op);
-    if (src->format != OCLF_QFORMAT_Q8_0 && src->format != OCLF_QFORMAT_Q4_0)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "%s: src must be Q8_0 or Q4_0 (format %d)", op, (int)src->format);
-    const int fmt = src->format;
-    const oclf_qformat want = fmt == OCLF_QFORMAT_Q8_0 ? OCLF_QFORMAT_INT8 : OCLF_QFORMAT_INT4;
-    if (dst->format != want || dst->group != 32 || dst->scale_dtype != OCLF_F16 || dst->zero)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "%s: %s converts into %s with group 32, f16 scales and no zero points",
-                         op, fmt == OCLF_QFORMAT_Q8_0 ? "Q8_0" : "Q4_0",
-                         want == OCLF_QFORMAT_INT8 ? "INT8" : "INT4");
-    if (n > INT_MAX || k > INT_MAX)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: N and K must be below 2^31", op);
-    lin_call s, d;
-    memset(&s, 0, sizeof s);
-    memset(&d, 0, sizeof d);
-    if ((st = check_qweight(ctx, op, "src", src, n, k, &s)) ||
-        (st = check_qweight(ctx, op, "dst", dst, n, k, &d)))
-        return st;
-    if (oclf_overlap(&d.w, &s.w) || oclf_overlap(&d.qscale, &s.w) ||
-        oclf_overlap(&d.w, &d.qscale))
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: the arrays of src and dst overlap", op);
-    const size_t blocks = k / 32;
-    if (n * blocks == 0)
-        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    if (n * blocks > OCLF_MAX_LAUNCH_ITEMS - LIN_ELEM_WGS)
-        return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu blocks exceed the launch range", op,
-                         n * blocks);
-    oclf_program *prog;
-    if ((st = unfused_program(ctx, OCLF_F32, &s.q, &prog)))
-        return st;
-    cl_ulong wo = s.w.offset, ws = s.w.stride, qo = d.w.offset, qs = d.w.stride;
-    cl_ulong so = d.qscale.offset, ss = d.qscale.stride;
-    cl_uint rows = (cl_uint)n, nb = (cl_uint)blocks;
-    oclf_arg a[] = {OCLF_ARG(s.w.mem), OCLF_ARG(wo),          OCLF_ARG(ws), OCLF_ARG(d.w.mem),
-                    OCLF_ARG(qo),      OCLF_ARG(qs),          OCLF_ARG(d.qscale.mem),
-                    OCLF_ARG(so),      OCLF_ARG(ss),          OCLF_ARG(rows), OCLF_ARG(nb)};
-    return oclf_enqueue(ctx, queue, prog, "lin_qconvert", a, OCLF_NARGS(a),
-                        oclf_round_up(n * blocks, LIN_ELEM_WGS), LIN_ELEM_WGS, num_events,
-                        wait_list, event);
+    return oclf_lin_run(ctx, queue, OCLF_OP_LINEAR, &c, &shape, choice, num_events, wait_list,
+                        event);
 }

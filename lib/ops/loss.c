@@ -91,7 +91,7 @@ oclf_status oclf_ce_options(oclf_context *ctx, const char *op,
         o->reduction != OCLF_REDUCTION_MEAN)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: reduction %d is not NONE (0), SUM (1) or MEAN (2)", op,
-                         o->reduction);
+                         (int)o->reduction);
     if (!(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: label_smoothing %g is not in [0, 1]",
                          op, (double)o->label_smoothing);

@@ -197,7 +197,7 @@ static oclf_status chain_gemm(oclf_chain *ch, oclf_dtype dtype, size_t m, size_t
     static const oclf_choice fused = {.path = OCLF_PATH_FUSED};
     cl_event ev = NULL;
     const oclf_status st =
-        oclf_linear(ch->ctx, ch->queue, dtype, m, n, k, a, OCLF_LINEAR_NONE, b, layout, y, epi,
+        oclf_linear(ch->ctx, ch->queue, dtype, m, n, k, a, b, y, layout, OCLF_LINEAR_NONE, epi,
                     &fused, ch->prev ? 1 : ch->num_events, ch->prev ? &ch->prev : ch->wait_list,
                     &ev);
     oclf_enter("linear_cross_entropy");
@@ -230,27 +230,51 @@ static lce_sizes lce_temp_sizes(oclf_dtype dtype, size_t tokens, size_t hidden, 
     return s;
 }
 
+/* The report's size (options->info, NULL: none), checked as an option
+ * struct's: 0 the first layout, else a multiple of its alignment of at
+ * least a size_t; a newer caller's larger struct gets this library's
+ * fields. *bytes: what the call writes (the size field included). */
+static oclf_status check_info(oclf_context *ctx, const char *op,
+                              const oclf_linear_cross_entropy_info *info, size_t *bytes)
+{
+    *bytes = 0;
+    if (!info)
+        return OCLF_SUCCESS;
+    size_t size = info->size ? info->size : sizeof *info;
+    if (size < sizeof size || size % _Alignof(oclf_linear_cross_entropy_info))
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "%s: options.info->size %zu is not the size of a layout of this struct "
+                         "(a multiple of %zu, at least %zu)",
+                         op, info->size, _Alignof(oclf_linear_cross_entropy_info), sizeof size);
+    *bytes = size < sizeof *info ? size : sizeof *info;
+    return OCLF_SUCCESS;
+}
+
 oclf_status oclf_linear_cross_entropy(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                       size_t tokens, size_t hidden, size_t vocab, oclf_buf x,
                                       oclf_buf w, oclf_buf targets, oclf_buf loss,
                                       const oclf_buf *grad_x, const oclf_buf *grad_w,
-                                      const oclf_cross_entropy_options *options, size_t max_temp,
-                                      oclf_linear_cross_entropy_info *info,
+                                      const oclf_cross_entropy_options *options,
                                       const oclf_choice *choice, cl_uint num_events,
                                       const cl_event *wait_list, cl_event *event)
 {
     const char *op = "linear_cross_entropy";
     oclf_status st;
-    if (info)
-        memset(info, 0, sizeof *info);
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)))
         return st;
     oclf_cross_entropy_options o;
     lce_operands ops;
+    size_t info_size = 0;
     if ((st = oclf_ce_options(ctx, op, options, &o)) ||
+        (st = check_info(ctx, op, o.info, &info_size)) ||
         (st = check_args(ctx, dtype, tokens, hidden, vocab, x, w, targets, loss, grad_x, grad_w,
                          &o, &ops)))
         return st;
+    const size_t max_temp = o.max_temp_bytes;
+    oclf_linear_cross_entropy_info done_info = {sizeof done_info, 0, 0, 0};
+    if (o.info) /* what a call that fails from here on reports: nothing */
+        memcpy((char *)o.info + sizeof(size_t), (const char *)&done_info + sizeof(size_t),
+               info_size - sizeof(size_t));
     const oclf_shape shape = {{tokens, hidden, vocab, 0}};
     oclf_resolved r;
     if ((st = oclf_dispatch_resolve(ctx, OCLF_OP_LINEAR_CROSS_ENTROPY, &oclf_loss_linear_hooks,
@@ -281,7 +305,7 @@ oclf_status oclf_linear_cross_entropy(oclf_context *ctx, cl_command_queue queue,
     if (max_temp) {
         if (max_temp < sz.fixed + sz.per_token * (unfused ? tokens : 1))
             return oclf_fail(ctx, unfused ? OCLF_OUT_OF_RESOURCES : OCLF_INVALID_ARGUMENT,
-                             "%s: max_temp (%zu bytes) holds no %s: %zu bytes needed", op,
+                             "%s: options.max_temp_bytes (%zu) holds no %s: %zu bytes needed", op,
                              max_temp, unfused ? "unfused call" : "chunk",
                              sz.fixed + sz.per_token * (unfused ? tokens : 1));
         const size_t fit = (max_temp - sz.fixed) / sz.per_token;
@@ -418,10 +442,12 @@ oclf_status oclf_linear_cross_entropy(oclf_context *ctx, cl_command_queue queue,
                                                ops.loss.offset, tokens,
                                                o.reduction == OCLF_REDUCTION_MEAN)))
         goto done;
-    if (info) {
-        info->chunk_tokens = chunk;
-        info->chunks = nchunks;
-        info->temp_bytes = sz.fixed + sz.per_token * chunk + 2 * sizeof(cl_uint);
+    if (o.info) {
+        done_info.chunk_tokens = chunk;
+        done_info.chunks = nchunks;
+        done_info.temp_bytes = sz.fixed + sz.per_token * chunk + 2 * sizeof(cl_uint);
+        memcpy((char *)o.info + sizeof(size_t), (const char *)&done_info + sizeof(size_t),
+               info_size - sizeof(size_t));
     }
 done:
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? &last : NULL);

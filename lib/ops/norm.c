@@ -368,7 +368,7 @@ done:
 }
 
 oclf_status oclf_rms_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype, size_t rows,
-                          size_t cols, oclf_buf in, oclf_buf out, const oclf_buf *weight, float eps,
+                          size_t cols, oclf_buf in, const oclf_buf *weight, oclf_buf out, float eps,
                           const oclf_choice *choice, cl_uint num_events, const cl_event *wait_list,
                           cl_event *event)
 {
@@ -386,8 +386,8 @@ oclf_status oclf_add_rms_norm(oclf_context *ctx, cl_command_queue queue, oclf_dt
 }
 
 oclf_status oclf_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                            size_t rows, size_t cols, oclf_buf in, oclf_buf out,
-                            const oclf_buf *weight, const oclf_buf *bias, float eps,
+                            size_t rows, size_t cols, oclf_buf in, const oclf_buf *weight,
+                            const oclf_buf *bias, oclf_buf out, float eps,
                             const oclf_choice *choice, cl_uint num_events,
                             const cl_event *wait_list, cl_event *event)
 {
@@ -397,7 +397,7 @@ oclf_status oclf_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtyp
 
 oclf_status oclf_add_layer_norm(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                 size_t rows, size_t cols, oclf_buf input, oclf_buf residual,
-                                oclf_buf out, const oclf_buf *weight, const oclf_buf *bias,
+                                const oclf_buf *weight, const oclf_buf *bias, oclf_buf out,
                                 float eps, const oclf_choice *choice, cl_uint num_events,
                                 const cl_event *wait_list, cl_event *event)
 {

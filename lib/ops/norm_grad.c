@@ -286,10 +286,10 @@ done:
 
 oclf_status oclf_rms_norm_backward(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                    size_t rows, size_t cols, oclf_buf x, oclf_buf dy,
-                                   const oclf_buf *weight, float eps, oclf_buf dx,
-                                   const oclf_buf *dw, const oclf_buf *dres,
-                                   const oclf_choice *choice, cl_uint num_events,
-                                   const cl_event *wait_list, cl_event *event)
+                                   const oclf_buf *weight, const oclf_buf *dres, oclf_buf dx,
+                                   const oclf_buf *dw, float eps, const oclf_choice *choice,
+                                   cl_uint num_events, const cl_event *wait_list,
+                                   cl_event *event)
 {
     ng_call c = {"rms_norm_backward", 0, dtype, rows, cols, x, dy, dx, weight, dw, NULL, dres,
                  eps};
@@ -298,10 +298,10 @@ oclf_status oclf_rms_norm_backward(oclf_context *ctx, cl_command_queue queue, oc
 
 oclf_status oclf_layer_norm_backward(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
                                      size_t rows, size_t cols, oclf_buf x, oclf_buf dy,
-                                     const oclf_buf *weight, float eps, oclf_buf dx,
-                                     const oclf_buf *dw, const oclf_buf *db,
-                                     const oclf_choice *choice, cl_uint num_events,
-                                     const cl_event *wait_list, cl_event *event)
+                                     const oclf_buf *weight, oclf_buf dx, const oclf_buf *dw,
+                                     const oclf_buf *db, float eps, const oclf_choice *choice,
+                                     cl_uint num_events, const cl_event *wait_list,
+                                     cl_event *event)
 {
     ng_call c = {"layer_norm_backward", 1, dtype, rows, cols, x, dy, dx, weight, dw, db, NULL,
                  eps};

@@ -9,7 +9,7 @@
  *                       tuning space; no unfused form either
  *   qk_norm_rope        fused: qk_norm_rope
  *                       unfused: head_rms_norm -> rotary_embedding
- *   kv_cache_write      one kernel (kv_cache_write)
+ *   kv_cache_write      one kernel (kv_cache_write), in rope_kvcache.c
  *   qk_norm_rope_cache  fused: qk_norm_rope built with OCLF_CACHE_WRITE=1
  *                       unfused: head_rms_norm -> rotary_embedding ->
  *                       kv_cache_write
@@ -23,7 +23,7 @@
  * weights, cos/sin rows and heads in local memory, so each is read from
  * global memory once), ROWS (tokens per staged work-group).
  */
-#include "../internal.h"
+#include "rope.h"
 
 #include <limits.h>
 #include <math.h>
@@ -158,18 +158,34 @@ static oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
 
 const oclf_op_hooks oclf_rope_hooks = {oclf_rope_heuristic, oclf_rope_validate};
 
+void oclf_rope_init(oclf_rope *rope)
+{
+    if (rope)
+        *rope = (oclf_rope)OCLF_ROPE_INIT;
+}
+
 /* The checked rope description. */
 typedef struct rope_operands {
+    oclf_rope rope; /* the caller's, as read */
     oclf_operand pos, cache;
     size_t psize; /* bytes per position */
 } rope_operands;
 
+/* Reads the caller's rope into o->rope (its size checked as every sized
+ * struct's) and checks it; the caller goes on with o->rope. */
 static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
-                              const oclf_rope *rope, rope_operands *o)
+                              const oclf_rope *src, rope_operands *o)
 {
     oclf_status st;
-    if (!rope)
+    if (!src)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: rope is NULL", op);
+    memset(o, 0, sizeof *o);
+    char what[64];
+    snprintf(what, sizeof what, "%s: rope", op);
+    if ((st = oclf_options_read(ctx, what, src, sizeof o->rope, &o->rope, sizeof o->rope,
+                                _Alignof(oclf_rope))))
+        return st;
+    const oclf_rope *rope = &o->rope;
     if (oclf_dtype_size(rope->cache_dtype) == 0)
         return oclf_fail(ctx, OCLF_UNSUPPORTED,
                          "%s: unsupported cache dtype %d (expected f32, f16 or bf16)", op,
@@ -193,9 +209,7 @@ static oclf_status check_rope(oclf_context *ctx, const char *op, size_t tokens,
                          rope->rot_dim, rope->head_dim);
     if (rope->max_pos == 0)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: max_pos is 0", op);
-    memset(o, 0, sizeof *o);
     o->psize = rope->pos_type == OCLF_INT64 ? 8 : 4;
-    char what[64];
     snprintf(what, sizeof what, "%s: positions", op);
     if ((st = oclf_check_vector(ctx, what, rope->positions, tokens, o->psize, &o->pos)))
         return st;
@@ -246,15 +260,6 @@ typedef struct rope_args {
     cl_uint hd, rot, neox;
 } rope_args;
 
-/* The launch shape rope_prepare sizes, and the two trailing arguments every
- * rope kernel takes: tokens per staged group and the stage's size. */
-typedef struct rope_launch {
-    size_t global, local;
-    int layout;
-    cl_uint rpg;
-    size_t stage_size;
-} rope_launch;
-
 static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, size_t tokens)
 {
     rope_args a;
@@ -276,10 +281,10 @@ static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, s
  * heads are hd elements with a rotary part of rot and a cos/sin cache of
  * cdtype; with cache_write the fused path's program is the one whose
  * qk_norm_rope also writes the KV cache. `name` names the call in errors. */
-static oclf_status rope_prepare(oclf_context *ctx, const char *name, oclf_op op, oclf_dtype dtype,
-                                size_t tokens, size_t heads, size_t hd, size_t rot,
-                                oclf_dtype cdtype, int cache_write, const oclf_choice *choice,
-                                oclf_resolved *r, oclf_program **prog, rope_launch *l)
+oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op, oclf_dtype dtype,
+                              size_t tokens, size_t heads, size_t hd, size_t rot, oclf_dtype cdtype,
+                              int cache_write, const oclf_choice *choice, oclf_resolved *r,
+                              oclf_program **prog, rope_launch *l)
 {
     oclf_shape shape = {{tokens, heads, hd, rot}};
     rope_cfg cfg;
@@ -339,7 +344,7 @@ static unsigned rotary_arglist(oclf_arg *a, const rotary_views *v, const rope_ar
 
 /* oclf_rotary_embedding (ROTARY_EMBEDDING) and its backward
  * (ROTARY_EMBEDDING_BACKWARD): one set of checks and one kernel, whose
- * program the op picks (rope_prepare). */
+ * program the op picks (oclf_rope_prepare). */
 static oclf_status rotary_run(oclf_context *ctx, oclf_op op_id, cl_command_queue queue,
                               oclf_dtype dtype, size_t tokens, const oclf_rope *rope,
                               oclf_heads q, const oclf_heads *k, const oclf_choice *choice,
@@ -351,6 +356,7 @@ static oclf_status rotary_run(oclf_context *ctx, oclf_op op_id, cl_command_queue
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
         (st = check_rope(ctx, op, tokens, rope, &ro)))
         return st;
+    rope = &ro.rope;
     const size_t hd = rope->head_dim, el = oclf_dtype_size(dtype);
     oclf_operand oq, ok;
     memset(&ok, 0, sizeof ok);
@@ -378,8 +384,8 @@ static oclf_status rotary_run(oclf_context *ctx, oclf_op op_id, cl_command_queue
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
-    if ((st = rope_prepare(ctx, op, op_id, dtype, tokens, heads, hd,
-                           rope->rot_dim, rope->cache_dtype, 0, choice, &r, &prog, &l)) ||
+    if ((st = oclf_rope_prepare(ctx, op, op_id, dtype, tokens, heads, hd, rope->rot_dim,
+                                rope->cache_dtype, 0, choice, &r, &prog, &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
         return st;
     if (tokens == 0)
@@ -431,6 +437,7 @@ static oclf_status check_qk(oclf_context *ctx, const char *op, oclf_dtype dtype,
     oclf_status st;
     if ((st = check_rope(ctx, op, tokens, rope, &o->ro)))
         return st;
+    rope = &o->ro.rope;
     if (!(eps >= 0.0f) || !isfinite(eps))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: eps must be finite and >= 0", op);
     if (nq == 0)
@@ -460,23 +467,17 @@ static oclf_status check_qk(oclf_context *ctx, const char *op, oclf_dtype dtype,
     return OCLF_SUCCESS;
 }
 
-/* A checked paged-cache write: the cache's K and V ranges, the slots, and
- * the number of slots (num_blocks x block_size). */
-typedef struct cache_operands {
-    oclf_operand k, v, slots;
-    cl_mem kmem, vmem;
-    cl_ulong ko, vo, so, nslots;
-} cache_operands;
-
-static oclf_status check_cache(oclf_context *ctx, const char *op, oclf_dtype dtype, size_t tokens,
-                               oclf_buf slot_mapping, const oclf_kv_cache *cache,
-                               cache_operands *c)
+oclf_status oclf_rope_check_cache(oclf_context *ctx, const char *op, oclf_dtype dtype,
+                                  size_t tokens, oclf_buf slot_mapping, const oclf_kv_cache *cache,
+                                  cache_operands *c)
 {
     oclf_status st;
     char what[64];
     snprintf(what, sizeof what, "%s: cache", op);
-    if ((st = oclf_check_kv_cache(ctx, what, cache, oclf_dtype_size(dtype), &c->k, &c->v)))
+    if ((st = oclf_check_kv_cache(ctx, what, cache, oclf_dtype_size(dtype), &c->k, &c->v,
+                                  &c->cache)))
         return st;
+    cache = &c->cache;
     snprintf(what, sizeof what, "%s: slot_mapping", op);
     if ((st = oclf_check_vector(ctx, what, slot_mapping, tokens, sizeof(int64_t), &c->slots)))
         return st;
@@ -489,7 +490,7 @@ static oclf_status check_cache(oclf_context *ctx, const char *op, oclf_dtype dty
 }
 
 /* 1 when `a` shares a byte with the cache's K or V. */
-static int overlaps_cache(const oclf_operand *a, const cache_operands *c)
+int oclf_rope_overlaps_cache(const oclf_operand *a, const cache_operands *c)
 {
     return oclf_overlap(a, &c->k) || oclf_overlap(a, &c->v);
 }
@@ -497,9 +498,9 @@ static int overlaps_cache(const oclf_operand *a, const cache_operands *c)
 /* With ctx->validate: reads the slots (after the caller's wait list) and
  * names the first token whose slot lies beyond the cache (negative slots
  * are padding, skipped by design). */
-static oclf_status validate_slots(oclf_context *ctx, const char *op, cl_command_queue queue,
-                                  size_t tokens, const cache_operands *c,
-                                  cl_uint num_events, const cl_event *wait_list)
+oclf_status oclf_rope_validate_slots(oclf_context *ctx, const char *op, cl_command_queue queue,
+                                     size_t tokens, const cache_operands *c, cl_uint num_events,
+                                     const cl_event *wait_list)
 {
     if (!ctx->validate || tokens == 0)
         return OCLF_SUCCESS;
@@ -524,18 +525,11 @@ static oclf_status validate_slots(oclf_context *ctx, const char *op, cl_command_
     return st;
 }
 
-/* The K and V heads kv_cache_write copies. */
-typedef struct kv_views {
-    cl_mem k, v;
-    cl_ulong ko, kts, khs, vo, vts, vhs;
-    cl_uint heads, hd;
-} kv_views;
-
 /* kv_cache_write's launch over tokens x heads (token, head) items, as the
  * next link of a chain. */
-static oclf_status launch_cache_write(oclf_chain *ch, const char *op, oclf_program *prog,
-                                      const rope_launch *l, size_t tokens, const kv_views *v,
-                                      const cache_operands *c)
+oclf_status oclf_rope_launch_cache_write(oclf_chain *ch, const char *op, oclf_program *prog,
+                                         const rope_launch *l, size_t tokens, const kv_views *v,
+                                         const cache_operands *c)
 {
     const size_t items = tokens * v->heads;
     if (items > OCLF_MAX_LAUNCH_ITEMS / l->local)
@@ -566,10 +560,11 @@ static oclf_status run_qk(oclf_context *ctx, const char *op, cl_command_queue qu
     oclf_program *prog = NULL;
     rope_launch l;
     oclf_status st;
-    if ((st = rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, o->heads, hd,
-                           rope->rot_dim, rope->cache_dtype, c != NULL, choice, &r, &prog, &l)) ||
+    if ((st = oclf_rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, o->heads, hd,
+                                rope->rot_dim, rope->cache_dtype, c != NULL, choice, &r, &prog,
+                                &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &o->ro, num_events, wait_list)) ||
-        (c && (st = validate_slots(ctx, op, queue, tokens, c, num_events, wait_list))))
+        (c && (st = oclf_rope_validate_slots(ctx, op, queue, tokens, c, num_events, wait_list))))
         return st;
     if (tokens == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
@@ -628,15 +623,15 @@ static oclf_status run_qk(oclf_context *ctx, const char *op, cl_command_queue qu
         v.ko = xo + nq * hd, v.vo = xo + (nq + nk) * hd;
         v.kts = v.vts = ts, v.khs = v.vhs = hd;
         v.heads = nk32, v.hd = (cl_uint)hd;
-        st = launch_cache_write(&ch, op, prog, &l, tokens, &v, c);
+        st = oclf_rope_launch_cache_write(&ch, op, prog, &l, tokens, &v, c);
     }
     oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
     return st;
 }
 
 oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                              size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
-                              size_t nk, size_t nv, const oclf_buf *q_weight,
+                              size_t tokens, size_t nq, size_t nk, size_t nv,
+                              const oclf_rope *rope, oclf_buf qkv, const oclf_buf *q_weight,
                               const oclf_buf *k_weight, float eps, const oclf_choice *choice,
                               cl_uint num_events, const cl_event *wait_list, cl_event *event)
 {
@@ -647,17 +642,17 @@ oclf_status oclf_qk_norm_rope(oclf_context *ctx, cl_command_queue queue, oclf_dt
         (st = check_qk(ctx, op, dtype, tokens, rope, qkv, nq, nk, nv, q_weight, k_weight, eps,
                        &o)))
         return st;
-    return run_qk(ctx, op, queue, dtype, tokens, rope, nq, nk, q_weight, k_weight, eps, &o, NULL,
-                  choice, num_events, wait_list, event);
+    return run_qk(ctx, op, queue, dtype, tokens, &o.ro.rope, nq, nk, q_weight, k_weight, eps, &o,
+                  NULL, choice, num_events, wait_list, event);
 }
 
 oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                    size_t tokens, const oclf_rope *rope, oclf_buf qkv, size_t nq,
-                                    size_t nk, size_t nv, const oclf_buf *q_weight,
-                                    const oclf_buf *k_weight, float eps, oclf_buf slot_mapping,
-                                    const oclf_kv_cache *cache, const oclf_choice *choice,
-                                    cl_uint num_events, const cl_event *wait_list,
-                                    cl_event *event)
+                                    size_t tokens, size_t nq, size_t nk, size_t nv,
+                                    const oclf_rope *rope, oclf_buf qkv,
+                                    const oclf_buf *q_weight, const oclf_buf *k_weight,
+                                    oclf_buf slot_mapping, const oclf_kv_cache *cache, float eps,
+                                    const oclf_choice *choice, cl_uint num_events,
+                                    const cl_event *wait_list, cl_event *event)
 {
     const char *op = "qk_norm_rope_cache";
     oclf_status st;
@@ -666,8 +661,10 @@ oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue, o
     if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
         (st = check_qk(ctx, op, dtype, tokens, rope, qkv, nq, nk, nv, q_weight, k_weight, eps,
                        &o)) ||
-        (st = check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
+        (st = oclf_rope_check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
         return st;
+    rope = &o.ro.rope;
+    cache = &c.cache;
     if (nk != cache->heads || nv != cache->heads)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: nk (%zu) and nv (%zu) must both be the cache's %zu heads", op, nk,
@@ -676,68 +673,14 @@ oclf_status oclf_qk_norm_rope_cache(oclf_context *ctx, cl_command_queue queue, o
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: the cache's head_dim %zu is not rope->head_dim %zu", op,
                          cache->head_dim, rope->head_dim);
-    if (overlaps_cache(&o.x, &c))
+    if (oclf_rope_overlaps_cache(&o.x, &c))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: the cache overlaps qkv", op);
-    if (overlaps_cache(&o.qw, &c) || overlaps_cache(&o.kw, &c) || overlaps_cache(&o.ro.pos, &c) ||
-        overlaps_cache(&o.ro.cache, &c))
+    if (oclf_rope_overlaps_cache(&o.qw, &c) || oclf_rope_overlaps_cache(&o.kw, &c) ||
+        oclf_rope_overlaps_cache(&o.ro.pos, &c) || oclf_rope_overlaps_cache(&o.ro.cache, &c))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "%s: a weight, positions or cos_sin overlaps the cache", op);
     if (oclf_overlap(&c.slots, &o.x))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: slot_mapping overlaps qkv", op);
     return run_qk(ctx, op, queue, dtype, tokens, rope, nq, nk, q_weight, k_weight, eps, &o, &c,
                   choice, num_events, wait_list, event);
-}
-
-oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue, oclf_dtype dtype,
-                                size_t tokens, oclf_heads k, oclf_heads v, oclf_buf slot_mapping,
-                                const oclf_kv_cache *cache, cl_uint num_events,
-                                const cl_event *wait_list, cl_event *event)
-{
-    const char *op = "kv_cache_write";
-    oclf_status st;
-    cache_operands c;
-    if ((st = oclf_check_call(ctx, op, queue, num_events, wait_list, dtype, event)) ||
-        (st = check_cache(ctx, op, dtype, tokens, slot_mapping, cache, &c)))
-        return st;
-    const size_t hd = cache->head_dim, el = oclf_dtype_size(dtype);
-    const oclf_heads *sets[2] = {&k, &v};
-    oclf_operand ops[2];
-    size_t hs[2];
-    for (int i = 0; i < 2; i++) {
-        const char *name = i ? "v" : "k";
-        if (sets[i]->count != cache->heads)
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s has %zu heads, the cache %zu",
-                             op, name, sets[i]->count, cache->heads);
-        char what[64];
-        oclf_blocks b;
-        snprintf(what, sizeof what, "%s: %s", op, name);
-        if ((st = oclf_check_heads(ctx, what, *sets[i], tokens, hd, el, &ops[i], &b, &hs[i])))
-            return st;
-        if (overlaps_cache(&ops[i], &c))
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s overlaps the cache", op, name);
-        if (oclf_overlap(&ops[i], &c.slots))
-            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "%s: %s overlaps slot_mapping", op,
-                             name);
-    }
-
-    /* No parameters of its own: the copy runs in the row structure
-     * qk_norm_rope would take for these heads, from the same program. */
-    oclf_resolved r;
-    oclf_program *prog = NULL;
-    rope_launch l;
-    if ((st = rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, cache->heads, hd,
-                           hd - hd % 2, dtype, 0, NULL, &r, &prog, &l)) ||
-        (st = validate_slots(ctx, op, queue, tokens, &c, num_events, wait_list)))
-        return st;
-    if (tokens == 0)
-        return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
-    kv_views kv;
-    kv.k = ops[0].mem, kv.ko = ops[0].offset, kv.kts = ops[0].stride, kv.khs = hs[0];
-    kv.v = ops[1].mem, kv.vo = ops[1].offset, kv.vts = ops[1].stride, kv.vhs = hs[1];
-    kv.heads = (cl_uint)cache->heads, kv.hd = (cl_uint)hd;
-    oclf_chain ch;
-    oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = launch_cache_write(&ch, op, prog, &l, tokens, &kv, &c);
-    oclf_chain_end(&ch, st == OCLF_SUCCESS ? event : NULL);
-    return st;
 }

@@ -76,7 +76,7 @@ class oclf_context_options(ctypes.Structure):
 
 
 class oclf_context_stats(ctypes.Structure):
-    _fields_ = [(name, c_uint64) for name in (
+    _fields_ = [("size", c_size_t)] + [(name, c_uint64) for name in (
         "programs_compiled", "programs_from_disk", "program_hits", "disk_cache_rejected",
         "kernels_enqueued", "tuning_lookups", "tuning_cache_hits", "tuning_db_errors")]
 
@@ -103,6 +103,7 @@ class oclf_buf(ctypes.Structure):
 
 class oclf_activation(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("kind", c_enum),
         ("act_on_second", c_int),
         ("threshold", c_float),
@@ -113,6 +114,7 @@ class oclf_activation(ctypes.Structure):
 
 class oclf_rope(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("style", c_enum),
         ("head_dim", c_size_t),
         ("rot_dim", c_size_t),
@@ -154,6 +156,7 @@ class oclf_l2_shard(ctypes.Structure):
 
 class oclf_linear_epilogue(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("alpha", c_float),
         ("bias", POINTER(oclf_buf)),
         ("residual", POINTER(oclf_buf)),
@@ -165,6 +168,7 @@ class oclf_linear_epilogue(ctypes.Structure):
 
 class oclf_qweight(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("format", c_enum),
         ("group", c_uint),
         ("q", oclf_buf),
@@ -194,6 +198,7 @@ class oclf_attention_options(ctypes.Structure):
 
 class oclf_kv_cache(ctypes.Structure):
     _fields_ = [
+        ("size", c_size_t),
         ("k", cl_handle),
         ("v", cl_handle),
         ("k_offset", c_size_t),
@@ -205,22 +210,25 @@ class oclf_kv_cache(ctypes.Structure):
     ]
 
 
+class oclf_linear_cross_entropy_info(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("chunk_tokens", c_size_t), ("chunks", c_size_t),
+                ("temp_bytes", c_size_t)]
+
+
 class oclf_cross_entropy_options(ctypes.Structure):
     _fields_ = [
         ("size", c_size_t),
         ("ignore_index", c_int64),
-        ("reduction", c_int),
+        ("reduction", c_enum),
         ("label_smoothing", c_float),
         ("softcap", c_float),
         ("z_loss", c_float),
         ("lse", POINTER(oclf_buf)),
         ("compute_grad", c_int),
         ("grad_output", POINTER(oclf_buf)),
+        ("max_temp_bytes", c_size_t),
+        ("info", POINTER(oclf_linear_cross_entropy_info)),
     ]
-
-
-class oclf_linear_cross_entropy_info(ctypes.Structure):
-    _fields_ = [("chunk_tokens", c_size_t), ("chunks", c_size_t), ("temp_bytes", c_size_t)]
 
 
 class oclf_expr_decl(ctypes.Structure):
@@ -272,39 +280,41 @@ FUNCTIONS = {
     "oclf_tuning_params_valid": (c_int, (c_void_p, c_char_p, c_enum, P(c_uint64), c_uint,
                                          c_enum, P(oclf_params))),
     "oclf_rms_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
-                                oclf_buf, P(oclf_buf), c_float, P(oclf_choice)) + _wait + (_ev,)),
+                                P(oclf_buf), oclf_buf, c_float, P(oclf_choice)) + _wait + (_ev,)),
     "oclf_add_rms_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
                                     oclf_buf, P(oclf_buf), c_float, P(oclf_choice)) + _wait
                           + (_ev,)),
     "oclf_layer_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
-                                  oclf_buf, P(oclf_buf), P(oclf_buf), c_float, P(oclf_choice))
+                                  P(oclf_buf), P(oclf_buf), oclf_buf, c_float, P(oclf_choice))
                         + _wait + (_ev,)),
     "oclf_add_layer_norm": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
-                                      oclf_buf, oclf_buf, P(oclf_buf), P(oclf_buf), c_float,
+                                      oclf_buf, P(oclf_buf), P(oclf_buf), oclf_buf, c_float,
                                       P(oclf_choice)) + _wait + (_ev,)),
     "oclf_rms_norm_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
-                                         oclf_buf, oclf_buf, P(oclf_buf), c_float, oclf_buf,
-                                         P(oclf_buf), P(oclf_buf), P(oclf_choice)) + _wait
+                                         oclf_buf, oclf_buf, P(oclf_buf), P(oclf_buf), oclf_buf,
+                                         P(oclf_buf), c_float, P(oclf_choice)) + _wait
                                + (_ev,)),
     "oclf_layer_norm_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
-                                           oclf_buf, oclf_buf, P(oclf_buf), c_float, oclf_buf,
-                                           P(oclf_buf), P(oclf_buf), P(oclf_choice)) + _wait
-                                 + (_ev,)),
-    "oclf_act_and_mul": (_status, (c_void_p, cl_handle, c_enum, P(oclf_activation), c_size_t,
-                                   c_size_t, oclf_buf, oclf_buf, P(oclf_choice)) + _wait
+                                           oclf_buf, oclf_buf, P(oclf_buf), oclf_buf,
+                                           P(oclf_buf), P(oclf_buf), c_float, P(oclf_choice))
+                                 + _wait + (_ev,)),
+    "oclf_activation_init": (None, (P(oclf_activation),)),
+    "oclf_act_and_mul": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
+                                   oclf_buf, P(oclf_activation), P(oclf_choice)) + _wait
                          + (_ev,)),
-    "oclf_act_and_mul_backward": (_status, (c_void_p, cl_handle, c_enum, P(oclf_activation),
-                                            c_size_t, c_size_t, oclf_buf, oclf_buf, oclf_buf,
+    "oclf_act_and_mul_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
+                                            oclf_buf, oclf_buf, oclf_buf, P(oclf_activation),
                                             P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_rope_init": (None, (P(oclf_rope),)),
     "oclf_rotary_embedding": (_status, (c_void_p, cl_handle, c_enum, c_size_t, P(oclf_rope),
                                         oclf_heads, P(oclf_heads), P(oclf_choice)) + _wait
                               + (_ev,)),
     "oclf_rotary_embedding_backward": (_status, (c_void_p, cl_handle, c_enum, c_size_t,
                                                  P(oclf_rope), oclf_heads, P(oclf_heads),
                                                  P(oclf_choice)) + _wait + (_ev,)),
-    "oclf_qk_norm_rope": (_status, (c_void_p, cl_handle, c_enum, c_size_t, P(oclf_rope),
-                                    oclf_buf, c_size_t, c_size_t, c_size_t, P(oclf_buf),
-                                    P(oclf_buf), c_float, P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_qk_norm_rope": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
+                                    c_size_t, P(oclf_rope), oclf_buf, P(oclf_buf), P(oclf_buf),
+                                    c_float, P(oclf_choice)) + _wait + (_ev,)),
     "oclf_l2_topk_options_init": (None, (P(oclf_l2_topk_options),)),
     "oclf_l2_topk": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
                                c_size_t, oclf_buf, oclf_buf, oclf_buf, oclf_buf,
@@ -316,27 +326,30 @@ FUNCTIONS = {
                                      P(P(c_int64)), P(c_size_t), P(c_float), P(c_int64))),
     "oclf_linear_epilogue_init": (None, (P(oclf_linear_epilogue),)),
     "oclf_linear": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
-                              oclf_buf, c_enum, oclf_buf, c_enum, oclf_buf,
+                              oclf_buf, oclf_buf, oclf_buf, c_enum, c_enum,
                               P(oclf_linear_epilogue), P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_qweight_init": (None, (P(oclf_qweight),)),
     "oclf_linear_q": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
-                                oclf_buf, c_enum, P(oclf_qweight), oclf_buf,
+                                oclf_buf, P(oclf_qweight), oclf_buf, c_enum,
                                 P(oclf_linear_epilogue), P(oclf_choice)) + _wait + (_ev,)),
     "oclf_qweight_convert": (_status, (c_void_p, cl_handle, c_size_t, c_size_t, P(oclf_qweight),
-                                       P(oclf_qweight)) + _wait + (_ev,)),
+                                       P(oclf_qweight), P(oclf_choice)) + _wait + (_ev,)),
     "oclf_attention_options_init": (None, (P(oclf_attention_options),)),
     "oclf_attention": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
                                  c_size_t, c_size_t, oclf_buf, oclf_buf, oclf_heads, oclf_heads,
                                  oclf_heads, oclf_heads, P(oclf_attention_options),
                                  P(oclf_choice)) + _wait + (_ev,)),
     "oclf_attention_paged": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, c_size_t,
-                                       oclf_buf, oclf_buf, oclf_buf, c_size_t, oclf_heads,
+                                       c_size_t, oclf_buf, oclf_buf, oclf_buf, oclf_heads,
                                        P(oclf_kv_cache), oclf_heads, P(oclf_attention_options),
                                        P(oclf_choice)) + _wait + (_ev,)),
+    "oclf_kv_cache_init": (None, (P(oclf_kv_cache),)),
     "oclf_kv_cache_write": (_status, (c_void_p, cl_handle, c_enum, c_size_t, oclf_heads,
-                                      oclf_heads, oclf_buf, P(oclf_kv_cache)) + _wait + (_ev,)),
-    "oclf_qk_norm_rope_cache": (_status, (c_void_p, cl_handle, c_enum, c_size_t, P(oclf_rope),
-                                          oclf_buf, c_size_t, c_size_t, c_size_t, P(oclf_buf),
-                                          P(oclf_buf), c_float, oclf_buf, P(oclf_kv_cache),
+                                      oclf_heads, oclf_buf, P(oclf_kv_cache), P(oclf_choice))
+                            + _wait + (_ev,)),
+    "oclf_qk_norm_rope_cache": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
+                                          c_size_t, c_size_t, P(oclf_rope), oclf_buf, P(oclf_buf),
+                                          P(oclf_buf), oclf_buf, P(oclf_kv_cache), c_float,
                                           P(oclf_choice)) + _wait + (_ev,)),
     "oclf_cross_entropy_options_init": (None, (P(oclf_cross_entropy_options),)),
     "oclf_cross_entropy": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t, oclf_buf,
@@ -345,8 +358,7 @@ FUNCTIONS = {
     "oclf_linear_cross_entropy": (_status, (c_void_p, cl_handle, c_enum, c_size_t, c_size_t,
                                             c_size_t, oclf_buf, oclf_buf, oclf_buf, oclf_buf,
                                             P(oclf_buf), P(oclf_buf),
-                                            P(oclf_cross_entropy_options), c_size_t,
-                                            P(oclf_linear_cross_entropy_info), P(oclf_choice))
+                                            P(oclf_cross_entropy_options), P(oclf_choice))
                                   + _wait + (_ev,)),
     "oclf_expr_compile": (_status, (c_void_p, c_char_p, P(oclf_expr_decl), c_uint,
                                     P(oclf_expr_decl), c_uint, P(c_void_p))),

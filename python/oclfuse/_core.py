@@ -45,7 +45,7 @@ def check(status, ctx_ptr=None):
 
 
 def version():
-    """The loaded library's version string, "0.1.0"."""
+    """The loaded library's version string, "0.9.0"."""
     return lib.oclf_version_string().decode()
 
 
@@ -182,9 +182,9 @@ class Context:
 
     def stats(self):
         """oclf_context_stats as a dict."""
-        s = C.oclf_context_stats()
+        s = C.init_struct(C.oclf_context_stats())
         check(lib.oclf_context_get_stats(self.ptr, ctypes.byref(s)), self.ptr)
-        return {name: getattr(s, name) for name, _ in s._fields_}
+        return {name: getattr(s, name) for name, _ in s._fields_ if name != "size"}
 
 
 _lock = threading.Lock()

@@ -68,7 +68,7 @@ def rms_norm(x, weight=None, *, eps=1e-6, out=None, path=None, params=None, ctx=
     dx = call.dev(x, write=out is x)
     do = call.dev(out, write=True, init=not new)
     dw = call.dev(weight) if weight is not None else None
-    call.run(lib.oclf_rms_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(do), buf_ptr(dw),
+    call.run(lib.oclf_rms_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf_ptr(dw), buf(do),
              eps, make_choice(path, params))
     return out
 
@@ -99,8 +99,8 @@ def layer_norm(x, weight=None, bias=None, *, eps=1e-5, out=None, path=None, para
     do = call.dev(out, write=True, init=not new)
     dw = call.dev(weight) if weight is not None else None
     db = call.dev(bias) if bias is not None else None
-    call.run(lib.oclf_layer_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(do),
-             buf_ptr(dw), buf_ptr(db), eps, make_choice(path, params))
+    call.run(lib.oclf_layer_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf_ptr(dw),
+             buf_ptr(db), buf(do), eps, make_choice(path, params))
     return out
 
 
@@ -118,7 +118,7 @@ def add_layer_norm(x, residual, weight=None, bias=None, *, eps=1e-5, out=None, p
     dw = call.dev(weight) if weight is not None else None
     db = call.dev(bias) if bias is not None else None
     call.run(lib.oclf_add_layer_norm, oclf_dtype(x.dtype), rows, cols, buf(dx), buf(dr),
-             buf(do), buf_ptr(dw), buf_ptr(db), eps, make_choice(path, params))
+             buf_ptr(dw), buf_ptr(db), buf(do), eps, make_choice(path, params))
     return out, residual
 
 
@@ -164,7 +164,7 @@ def rms_norm_backward(x, dy, weight=None, *, eps=1e-6, dres=None, dx=None, weigh
     out, d_out = _norm_backward_outputs(call, x, dy, dx, dres)
     dw, d_dw = _grad_vector(call, weight_grad, cols)
     call.run(lib.oclf_rms_norm_backward, oclf_dtype(x.dtype), rows, cols, buf(d_x), buf(d_dy),
-             buf_ptr(d_w), eps, buf(d_out), buf_ptr(d_dw), buf_ptr(d_dr),
+             buf_ptr(d_w), buf_ptr(d_dr), buf(d_out), buf_ptr(d_dw), eps,
              make_choice(path, params))
     return out, dw
 
@@ -188,7 +188,7 @@ def layer_norm_backward(x, dy, weight=None, *, eps=1e-5, dx=None, weight_grad=Tr
     dw, d_dw = _grad_vector(call, weight_grad, cols)
     db, d_db = _grad_vector(call, bias_grad, cols)
     call.run(lib.oclf_layer_norm_backward, oclf_dtype(x.dtype), rows, cols, buf(d_x), buf(d_dy),
-             buf_ptr(d_w), eps, buf(d_out), buf_ptr(d_dw), buf_ptr(d_db),
+             buf_ptr(d_w), buf(d_out), buf_ptr(d_dw), buf_ptr(d_db), eps,
              make_choice(path, params))
     return out, dw, db
 
@@ -210,8 +210,8 @@ def act_and_mul(x, act="silu", *, act_on_second=False, threshold=0.0, alpha=1.70
     a.kind = _lookup(_ACTS, act, "act")
     a.act_on_second, a.threshold, a.alpha, a.limit = int(act_on_second), threshold, alpha, limit
     dx, do = call.dev(x), call.dev(out, write=True, init=not new)
-    call.run(lib.oclf_act_and_mul, oclf_dtype(x.dtype), ctypes.byref(a), rows, d, buf(dx),
-             buf(do), make_choice(path, params))
+    call.run(lib.oclf_act_and_mul, oclf_dtype(x.dtype), rows, d, buf(dx), buf(do), ctypes.byref(a),
+             make_choice(path, params))
     return out
 
 
@@ -240,8 +240,8 @@ def act_and_mul_backward(x, dout, act="silu", *, act_on_second=False, threshold=
     dx = call.dev(x, write=out is x)
     dg = call.dev(dout)
     do = call.dev(out, write=True, init=not new)
-    call.run(_fn("oclf_act_and_mul_backward"), oclf_dtype(x.dtype), ctypes.byref(a), rows, d,
-             buf(dx), buf(dg), buf(do), make_choice(path, params))
+    call.run(_fn("oclf_act_and_mul_backward"), oclf_dtype(x.dtype), rows, d, buf(dx), buf(dg),
+             buf(do), ctypes.byref(a), make_choice(path, params))
     return out
 
 
@@ -340,8 +340,8 @@ def qk_norm_rope(qkv, positions, cos_sin, *, nq, nk, q_weight=None, k_weight=Non
     r = _rope(call, positions, cos_sin, style, head_dim)
     qw = buf_ptr(call.dev(q_weight)) if q_weight is not None else None
     kw = buf_ptr(call.dev(k_weight)) if k_weight is not None else None
-    call.run(lib.oclf_qk_norm_rope, oclf_dtype(qkv.dtype), tokens, ctypes.byref(r), buf(d), nq,
-             nk, max(heads - nq - nk, 0), qw, kw, eps, make_choice(path, params))
+    call.run(lib.oclf_qk_norm_rope, oclf_dtype(qkv.dtype), tokens, nq, nk, max(heads - nq - nk, 0),
+             ctypes.byref(r), buf(d), qw, kw, eps, make_choice(path, params))
     return qkv
 
 
@@ -498,27 +498,28 @@ def attention_paged(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
     do = call.dev(out, write=True, init=not new)
     ho_, _ = _heads(call, out, "out")
     call.run(_fn("oclf_attention_paged"), oclf_dtype(q.dtype), batch, tq,
-             _max_seqlen(cu_seqlens_q, max_seqlen_q), buf(dcq), buf(dsl), buf(dbt),
-             block_tables.shape[1], hq_, ctypes.byref(cache), ho_, ctypes.byref(opts),
+             _max_seqlen(cu_seqlens_q, max_seqlen_q), block_tables.shape[1], buf(dcq), buf(dsl),
+             buf(dbt), hq_, ctypes.byref(cache), ho_, ctypes.byref(opts),
              make_choice(path, params))
     del keep, do
     return (out, lse) if return_lse else out
 
 
-def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, *, ctx=None, queue=None,
-                   wait_for=None):
+def kv_cache_write(k, v, k_cache, v_cache, slot_mapping, *, path=None, params=None, ctx=None,
+                   queue=None, wait_for=None):
     """Writes new K and V heads ([tokens, Hk, D], views fine) into a paged
     cache ([num_blocks, block_size, Hk, D] each): token t goes to slot
     slot_mapping[t] (int64; block s // block_size, position s % block_size;
-    s < 0 skips the token). Returns (k_cache, v_cache)."""
+    s < 0 skips the token). params: the copy's LAYOUT, WGS and VEC. Returns
+    (k_cache, v_cache)."""
     call = _start([k, v, k_cache, v_cache, slot_mapping], ctx, queue, wait_for)
     same_dtype(k_cache.dtype, k=k, v=v)
     cache = _kv_cache(call, k_cache, v_cache, write=True)
     hk_, shape = _heads(call, k, "k", write=False)
     hv_, _ = _heads(call, v, "v", write=False)
     slot_mapping, dsm = _index(call, slot_mapping, "slot_mapping", np.int64)
-    call.run(_fn("oclf_kv_cache_write"), oclf_dtype(k_cache.dtype), shape[0], hk_, hv_,
-             buf(dsm), ctypes.byref(cache))
+    call.run(_fn("oclf_kv_cache_write"), oclf_dtype(k_cache.dtype), shape[0], hk_, hv_, buf(dsm),
+             ctypes.byref(cache), make_choice(path, params))
     return k_cache, v_cache
 
 
@@ -545,9 +546,9 @@ def qk_norm_rope_cache(qkv, positions, cos_sin, slot_mapping, k_cache, v_cache, 
     slot_mapping, dsm = _index(call, slot_mapping, "slot_mapping", np.int64)
     qw = buf_ptr(call.dev(q_weight)) if q_weight is not None else None
     kw = buf_ptr(call.dev(k_weight)) if k_weight is not None else None
-    call.run(_fn("oclf_qk_norm_rope_cache"), oclf_dtype(qkv.dtype), tokens, ctypes.byref(r),
-             buf(d), nq, nk, max(heads - nq - nk, 0), qw, kw, eps, buf(dsm),
-             ctypes.byref(cache), make_choice(path, params))
+    call.run(_fn("oclf_qk_norm_rope_cache"), oclf_dtype(qkv.dtype), tokens, nq, nk,
+             max(heads - nq - nk, 0), ctypes.byref(r), buf(d), qw, kw, buf(dsm),
+             ctypes.byref(cache), eps, make_choice(path, params))
     return qkv, k_cache, v_cache
 
 
@@ -578,9 +579,9 @@ def linear(x, weight, bias=None, residual=None, *, layout="nk", prologue="none",
     e = _epilogue(call, bias, residual, out, act, alpha, beta, residual_before_act)
     dx, dw = call.dev(x), call.dev(weight)
     do = call.dev(out, write=True, init=not new)
-    call.run(lib.oclf_linear, oclf_dtype(x.dtype), m, n, k, buf(dx),
-             _lookup(_LINEAR_ACTS, prologue, "prologue"), buf(dw), lay, buf(do),
-             ctypes.byref(e), make_choice(path, params))
+    call.run(lib.oclf_linear, oclf_dtype(x.dtype), m, n, k, buf(dx), buf(dw), buf(do), lay,
+             _lookup(_LINEAR_ACTS, prologue, "prologue"), ctypes.byref(e),
+             make_choice(path, params))
     return out
 
 
@@ -711,15 +712,15 @@ def linear_q(x, q, scale=None, *, format, n=None, group=0, zero=None, bias=None,
     e = _epilogue(call, bias, residual, out, act, alpha, beta, residual_before_act)
     dx = call.dev(x)
     do = call.dev(out, write=True, init=not new)
-    call.run(_fn("oclf_linear_q"), oclf_dtype(x.dtype), m, n, k, buf(dx),
-             _lookup(_LINEAR_ACTS, prologue, "prologue"), ctypes.byref(w), buf(do),
-             ctypes.byref(e), make_choice(path, params))
+    call.run(_fn("oclf_linear_q"), oclf_dtype(x.dtype), m, n, k, buf(dx), ctypes.byref(w), buf(do),
+             _lookup(_LINEAR_ACTS, prologue, "prologue"), ctypes.byref(e),
+             make_choice(path, params))
     del keep
     return out
 
 
-def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, ctx=None, queue=None,
-                    wait_for=None):
+def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, path=None, params=None,
+                    ctx=None, queue=None, wait_for=None):
     """Rewrites a GGUF weight (q uint8 [N, K/32 * 34] for format "q8_0", [N,
     K/32 * 18] for "q4_0") on the device into the separate arrays linear_q
     also takes, the same values bit for bit: "q8_0" into "int8" group 32 (q
@@ -752,7 +753,8 @@ def qweight_convert(q, *, format, k, n=None, q_out=None, scale_out=None, ctx=Non
     dst.group, dst.scale_dtype = 32, C.F16
     dst.q = buf(call.dev(outs[0], write=True, init=False))
     dst.scale = buf(call.dev(outs[1], write=True, init=False))
-    call.run(_fn("oclf_qweight_convert"), n, k, ctypes.byref(src), ctypes.byref(dst))
+    call.run(_fn("oclf_qweight_convert"), n, k, ctypes.byref(src), ctypes.byref(dst),
+             make_choice(path, params))
     return tuple(outs)
 
 
@@ -1079,12 +1081,13 @@ def linear_cross_entropy(x, w, targets, *, ignore_index=-100, reduction="mean",
     opts, keep = _ce_options(call, tokens, ignore_index, reduction, label_smoothing, softcap,
                              z_loss, lse, grad_output, bool(outs))
     ptrs = {k: ctypes.pointer(buf(call.dev(a, write=True, init=False))) for k, a in outs.items()}
-    info = C.oclf_linear_cross_entropy_info()
+    info = C.init_struct(C.oclf_linear_cross_entropy_info())
+    opts.max_temp_bytes = max_temp
+    opts.info = ctypes.pointer(info)
     call.run(_fn("oclf_linear_cross_entropy"), oclf_dtype(x.dtype), tokens, hidden, vocab,
              buf(call.dev(x)), buf(call.dev(w)), buf(dt),
              buf(call.dev(loss, write=True, init=False)), ptrs.get("grad_x"),
-             ptrs.get("grad_w"), ctypes.byref(opts), max_temp, ctypes.byref(info),
-             make_choice(path, params))
+             ptrs.get("grad_w"), ctypes.byref(opts), make_choice(path, params))
     del keep
     result = {"loss": loss, "chunk_tokens": info.chunk_tokens, "chunks": info.chunks,
               "temp_bytes": info.temp_bytes}

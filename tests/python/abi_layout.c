@@ -38,6 +38,7 @@ int main(void)
     F(oclf_context_options, log_user);
 
     S(oclf_context_stats);
+    F(oclf_context_stats, size);
     F(oclf_context_stats, programs_compiled);
     F(oclf_context_stats, programs_from_disk);
     F(oclf_context_stats, program_hits);
@@ -65,6 +66,7 @@ int main(void)
     F(oclf_buf, stride);
 
     S(oclf_activation);
+    F(oclf_activation, size);
     F(oclf_activation, kind);
     F(oclf_activation, act_on_second);
     F(oclf_activation, threshold);
@@ -72,6 +74,7 @@ int main(void)
     F(oclf_activation, limit);
 
     S(oclf_rope);
+    F(oclf_rope, size);
     F(oclf_rope, style);
     F(oclf_rope, head_dim);
     F(oclf_rope, rot_dim);
@@ -105,6 +108,7 @@ int main(void)
     F(oclf_l2_shard, choice);
 
     S(oclf_linear_epilogue);
+    F(oclf_linear_epilogue, size);
     F(oclf_linear_epilogue, alpha);
     F(oclf_linear_epilogue, bias);
     F(oclf_linear_epilogue, residual);
@@ -113,6 +117,7 @@ int main(void)
     F(oclf_linear_epilogue, act);
 
     S(oclf_qweight);
+    F(oclf_qweight, size);
     F(oclf_qweight, format);
     F(oclf_qweight, group);
     F(oclf_qweight, q);
@@ -136,6 +141,7 @@ int main(void)
     F(oclf_attention_options, dropout_offset);
 
     S(oclf_kv_cache);
+    F(oclf_kv_cache, size);
     F(oclf_kv_cache, k);
     F(oclf_kv_cache, v);
     F(oclf_kv_cache, k_offset);
@@ -164,8 +170,11 @@ int main(void)
     F(oclf_cross_entropy_options, lse);
     F(oclf_cross_entropy_options, compute_grad);
     F(oclf_cross_entropy_options, grad_output);
+    F(oclf_cross_entropy_options, max_temp_bytes);
+    F(oclf_cross_entropy_options, info);
 
     S(oclf_linear_cross_entropy_info);
+    F(oclf_linear_cross_entropy_info, size);
     F(oclf_linear_cross_entropy_info, chunk_tokens);
     F(oclf_linear_cross_entropy_info, chunks);
     F(oclf_linear_cross_entropy_info, temp_bytes);

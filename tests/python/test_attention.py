@@ -268,6 +268,18 @@ def test_kv_cache_write(ctx, rng, dt):
     assert gk is kc and gv is vc
     np.testing.assert_array_equal(kc, want_k)
     np.testing.assert_array_equal(vc, want_v)
+    # the choice's row structure is taken (a WGS that is no power of two
+    # is refused, nothing written), and gives the same copy
+    kc2, vc2 = kc.copy(), vc.copy()
+    with pytest.raises(oclfuse.OclfError, match="WGS"):
+        oclfuse.kv_cache_write(k, v, kc2, vc2, slots, params={"LAYOUT": 1, "WGS": 3, "VEC": 1})
+    np.testing.assert_array_equal(kc2, kc)
+    kc2[...], vc2[...] = 0, 0
+    oclfuse.kv_cache_write(k, v, kc2, vc2, slots, path="unfused",
+                           params={"LAYOUT": 1, "WGS": 4, "VEC": 2})
+    mask = slots[slots >= 0]
+    np.testing.assert_array_equal(kc2.reshape(-1, hk, d)[mask], kc.reshape(-1, hk, d)[mask])
+    np.testing.assert_array_equal(vc2.reshape(-1, hk, d)[mask], vc.reshape(-1, hk, d)[mask])
 
 
 @needs("oclf_kv_cache_write")

@@ -161,6 +161,10 @@ def test_convert(ctx, rng, fmt):
     q, _, _ = qweight(rng, n, k, fmt, 32, None, False)
     qo, so = oclfuse.qweight_convert(q, format=fmt, k=k)
     wq, ws = convert_numpy(q, fmt, k)
+    # a choice is taken (any path runs the one kernel), an unknown path refused
+    qu, su = oclfuse.qweight_convert(q, format=fmt, k=k, path="unfused")
+    np.testing.assert_array_equal(qu, qo)
+    np.testing.assert_array_equal(su.view(np.uint16), so.view(np.uint16))
     assert qo.dtype == wq.dtype and so.dtype == np.float16
     np.testing.assert_array_equal(qo, wq)
     np.testing.assert_array_equal(so.view(np.uint16), ws.view(np.uint16))  # -0.0 kept
