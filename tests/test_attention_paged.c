@@ -13,8 +13,12 @@
  * argument, with and without the context's `validate` option.
  *
  * `test_attention_paged traffic` instead runs one decode call per dtype
- * between "@@" marker lines for tests/oclgrind_run.py's traffic mode: the
- * fused kernel must read the visible K and V once per KV-head group.
+ * and structure (staged, and the decode structure with the KV group's
+ * query heads in one work-group) between "@@" marker lines for
+ * tests/oclgrind_run.py's traffic mode: each must read the visible K and V
+ * once per KV-head group. The decode structure (STAGE 2) is also forced
+ * against the reference on any device, and the GPU default's build is
+ * checked.
  */
 #include "attention_check.h"
 
