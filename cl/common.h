@@ -227,8 +227,44 @@ typedef OCLF_CAT(float, OCLF_VEC) floatv;
 #ifndef OCLF_ALIGNED
 #define OCLF_ALIGNED 0
 #endif
+/* An aligned vector of 16-bit elements moves as 32-bit words: NVIDIA's
+ * back end splits a ushort8 access into 2-byte ones, where a uint4 stays one
+ * 16-byte access (OCLF_LD16A, OCLF_ST16A; the bits are reinterpreted, not
+ * converted). */
+#if OCLF_VEC == 2
+typedef uint oclf_words_a;
+#define OCLF_AS_WORDS(h) as_uint(h)
+#elif OCLF_VEC == 4
+typedef uint2 oclf_words_a;
+#define OCLF_AS_WORDS(h) as_uint2(h)
+#elif OCLF_VEC == 8
+typedef uint4 oclf_words_a;
+#define OCLF_AS_WORDS(h) as_uint4(h)
+#elif OCLF_VEC == 16
+typedef uint8 oclf_words_a;
+#define OCLF_AS_WORDS(h) as_uint8(h)
+#endif
 #if OCLF_VEC > 1
-typedef OCLF_CAT(ushort, OCLF_VEC) oclf_ushortv_a;
+#define OCLF_LD16A(p) OCLF_CAT(as_ushort, OCLF_VEC)(*(global const oclf_words_a *)(p))
+#define OCLF_ST16A(p, h) (*(global oclf_words_a *)(p) = OCLF_AS_WORDS(h))
+/* bf16 widened straight from the words, each word's low half then its high
+ * half: widened through 16-bit lanes, the optimizer folds the word load
+ * back into a 16-bit vector load, which NVIDIA's back end splits into
+ * 8-byte pieces. */
+#if OCLF_VEC == 2
+#define OCLF_WORD_LANES(lo, hi) ((uint2)((lo), (hi)))
+#elif OCLF_VEC == 4
+#define OCLF_WORD_LANES(lo, hi) shuffle2((lo), (hi), (uint4)(0, 2, 1, 3))
+#elif OCLF_VEC == 8
+#define OCLF_WORD_LANES(lo, hi) shuffle2((lo), (hi), (uint8)(0, 4, 1, 5, 2, 6, 3, 7))
+#else
+#define OCLF_WORD_LANES(lo, hi)                                                \
+    shuffle2((lo), (hi), (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15))
+#endif
+static inline floatv oclf_widen_bf16_words(oclf_words_a w)
+{
+    return OCLF_CAT(as_float, OCLF_VEC)(OCLF_WORD_LANES(w << 16, w & 0xffff0000u));
+}
 #endif
 
 /* LDV(p, i): OCLF_VEC elements starting at element i, widened to floatv.
@@ -240,11 +276,11 @@ typedef OCLF_CAT(ushort, OCLF_VEC) oclf_ushortv_a;
 #define LDV(p, i) (*(global const floatv *)((p) + (i)))
 #define STV(p, i, v) (*(global floatv *)((p) + (i)) = (v))
 #elif OCLF_ALIGNED && OCLF_DTYPE == 1
-#define LDV(p, i) WIDEN_F16(OCLF_VEC, *(global const oclf_ushortv_a *)((p) + (i)))
-#define STV(p, i, v) (*(global oclf_ushortv_a *)((p) + (i)) = NARROW_F16(OCLF_VEC, (v)))
+#define LDV(p, i) WIDEN_F16(OCLF_VEC, OCLF_LD16A((p) + (i)))
+#define STV(p, i, v) OCLF_ST16A((p) + (i), NARROW_F16(OCLF_VEC, (v)))
 #elif OCLF_ALIGNED
-#define LDV(p, i) WIDEN_BF16(OCLF_VEC, *(global const oclf_ushortv_a *)((p) + (i)))
-#define STV(p, i, v) (*(global oclf_ushortv_a *)((p) + (i)) = NARROW_BF16(OCLF_VEC, (v)))
+#define LDV(p, i) oclf_widen_bf16_words(*(global const oclf_words_a *)((p) + (i)))
+#define STV(p, i, v) OCLF_ST16A((p) + (i), NARROW_BF16(OCLF_VEC, (v)))
 #elif OCLF_DTYPE == 0
 #define LDV(p, i) LDFV(OCLF_VEC, (p) + (i))
 #define STV(p, i, v) STFV(OCLF_VEC, (p) + (i), (v))
@@ -285,7 +321,7 @@ static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
 {
     const OCLF_CAT(ushort, OCLF_VEC) h = OCLF_NARROWV_(v);
 #if OCLF_ALIGNED
-    *(global oclf_ushortv_a *)p = h;
+    OCLF_ST16A(p, h);
 #else
     ST16V(OCLF_VEC, p, h);
 #endif

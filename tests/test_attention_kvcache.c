@@ -35,7 +35,11 @@ typedef struct cache_buf {
     cl_mem mem;
 } cache_buf;
 
-enum { GUARD = 5, GAP = 3 };
+/* Elements before K, between K and V and after V: odd, or (cache_on_vectors)
+ * multiples of 8. */
+static int cache_on_vectors;
+#define GUARD (cache_on_vectors ? 16u : 5u)
+#define GAP (cache_on_vectors ? 8u : 3u)
 
 static cache_buf make_cache(oclf_dtype dt, size_t num_blocks, size_t block_size, size_t heads,
                             size_t hd)
@@ -136,7 +140,13 @@ typedef struct write_case {
     size_t hpad;   /* else: elements between heads ... */
     size_t tpad;   /* ... and after each token's heads */
     int holes, beyond;
+    size_t off;                 /* the heads' leading elements (0: 2) */
+    const oclf_choice *choice;  /* the structure (NULL: the default) */
 } write_case;
+
+/* The context kv_cache_write runs on: the test device's, or a
+ * build-logging one. */
+static oclf_context *write_ctx;
 
 static void run_write(const write_case *w)
 {
@@ -156,7 +166,7 @@ static void run_write(const write_case *w)
      * their own with padded heads and tokens */
     const size_t hs = w->packed ? hd : hd + w->hpad;
     const size_t ts = w->packed ? (3 + 2 * H) * hd + w->tpad : H * hs + w->tpad;
-    const size_t off = 2, n = off + T * ts + 3;
+    const size_t off = w->off ? w->off : 2, n = off + T * ts + 3;
     void *hk = th_random(dt, n, -2.0f, 2.0f), *hv = th_random(dt, n, -2.0f, 2.0f);
     cl_mem mk = th_upload(hk, n * es), mv = w->packed ? mk : th_upload(hv, n * es);
     if (w->packed)
@@ -167,7 +177,8 @@ static void run_write(const write_case *w)
     const void *vsrc = w->packed ? hk : hv;
 
     cl_event ev = NULL;
-    TH_OK(oclf_kv_cache_write(e->ctx, e->queue, dt, T, k, v, bs, &c.kv, NULL, 0, NULL, &ev));
+    TH_OK(oclf_kv_cache_write(write_ctx ? write_ctx : e->ctx, e->queue, dt, T, k, v, bs, &c.kv,
+                              w->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -203,15 +214,40 @@ START_TEST(test_write)
     for (size_t hi = 0; hi < nhd; hi++)
         for (size_t bi = 0; bi < nblk; bi++) {
             const size_t hd = hds[hi], bsz = blocks[bi];
-            write_case s = {dt, 37, 2, hd, bsz, 0, 3, 5, 1, 1};
+            write_case s = {dt, 37, 2, hd, bsz, 0, 3, 5, 1, 1, 0, NULL};
             run_write(&s);
-            write_case p = {dt, 37, 3, hd, bsz, 1, 0, 7, 1, 0};
+            write_case p = {dt, 37, 3, hd, bsz, 1, 0, 7, 1, 0, 0, NULL};
             run_write(&p);
-            write_case one = {dt, 1, 1, hd, bsz, 0, 1, 0, 0, 0};
+            write_case one = {dt, 1, 1, hd, bsz, 0, 1, 0, 0, 0, 0, NULL};
             run_write(&one);
         }
-    write_case z = {dt, 0, 2, 64, 16, 0, 0, 0, 0, 0};
+    write_case z = {dt, 0, 2, 64, 16, 0, 0, 0, 0, 0, 0, NULL};
     run_write(&z);
+}
+END_TEST
+
+/* Heads and cache rows on vector boundaries (offsets and strides
+ * multiples of 8, head_dim 128) copy through the aligned build (one
+ * 16-byte unit per 16-bit vector of 8), heads off them through the plain
+ * one; both bit for bit, in both row structures. */
+START_TEST(test_write_aligned)
+{
+    const oclf_dtype dt = dtypes[_i];
+    for (int k = 0; k < 2; k++)
+        for (int p = 0; p < TH_STRUCTS; p += 2) {
+            const oclf_choice ch = th_struct_choice(p);
+            write_ctx = th_build_log_context();
+            cache_on_vectors = 1;
+            write_case w = {dt, 9, 2, 128, 16, 0, 0, 0, 1, 0, k ? 2 : 16, &ch};
+            run_write(&w);
+            cache_on_vectors = 0;
+            char what[64];
+            snprintf(what, sizeof what, "kv_cache_write %s offset %d", oclf_dtype_name(dt),
+                     k ? 2 : 16);
+            th_expect_build("rope.cl", p, !k, what);
+            oclf_context_destroy(write_ctx);
+            write_ctx = NULL;
+        }
 }
 END_TEST
 
@@ -576,6 +612,7 @@ static Suite *kvcache_suite(void)
     TCase *t = tcase_create("reference");
     tcase_set_timeout(t, 0);
     tcase_add_loop_test(t, test_write, 0, 3);
+    tcase_add_loop_test(t, test_write_aligned, 0, 3);
     tcase_add_loop_test(t, test_qk_cache, 0, 3);
     tcase_add_loop_test(t, test_qk_cache_structures, 0, 3);
     tcase_add_test(t, test_validate);

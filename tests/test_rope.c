@@ -136,7 +136,9 @@ typedef struct qk_case {
     size_t pad;     /* extra elements per token */
     int weights;
     const oclf_choice *choice;
+    size_t off; /* the qkv buffer's leading elements (0: 2) */
 } qk_case;
+#define QK_OFF(c) ((c)->off ? (c)->off : 2)
 
 /* POCL's compiler gets the item structure with LAYOUT 1 wrong (wrong
  * heads, stores past the buffer) where a vector loop leaves a scalar tail,
@@ -160,12 +162,16 @@ static int hits_split_tail_quirk(const qk_case *c)
 
 /* Runs one case and checks the whole buffer; returns it as stored (NULL
  * where the device refuses the case's parameters, checked here). */
+/* The context calls go to: the test device's, or a build-logging one. */
+static oclf_context *case_ctx;
+#define CASE_CTX (case_ctx ? case_ctx : e->ctx)
+
 static void *run_qk(const qk_case *c)
 {
     th_env *e = th_get();
     const oclf_dtype dt = c->dt;
     const size_t es = oclf_dtype_size(dt), hd = c->hd, nh = c->nq + c->nk + c->nv;
-    const size_t ts = nh * hd + c->pad, off = 2, n = off + c->tokens * ts + 1;
+    const size_t ts = nh * hd + c->pad, off = QK_OFF(c), n = off + c->tokens * ts + 1;
     th_seed(c->tokens * 977 + hd * 31 + c->rot * 7 + (size_t)c->gptj + c->nq);
     rope_in r = make_rope(c->cdt, c->tokens, hd, c->rot, c->gptj, c->pos64, c->bad);
     void *x = th_random(dt, n, -2.0f, 2.0f);
@@ -179,7 +185,7 @@ static void *run_qk(const qk_case *c)
     cl_event ev = NULL;
     if (hits_split_tail_quirk(c)) {
         void *after = malloc(n * es);
-        TH_EXPECT_FAIL(oclf_qk_norm_rope(e->ctx, e->queue, dt, c->tokens, c->nq, c->nk, c->nv,
+        TH_EXPECT_FAIL(oclf_qk_norm_rope(CASE_CTX, e->queue, dt, c->tokens, c->nq, c->nk, c->nv,
                                          &r.rope, bx, c->weights ? &bqw : NULL,
                                          c->weights ? &bkw : NULL, 1e-6f, c->choice, 0, NULL, &ev),
                        OCLF_UNSUPPORTED, "miscompiled", {
@@ -192,7 +198,7 @@ static void *run_qk(const qk_case *c)
         free_rope(&r);
         return NULL;
     }
-    TH_OK(oclf_qk_norm_rope(e->ctx, e->queue, dt, c->tokens, c->nq, c->nk, c->nv, &r.rope, bx,
+    TH_OK(oclf_qk_norm_rope(CASE_CTX, e->queue, dt, c->tokens, c->nq, c->nk, c->nv, &r.rope, bx,
                             c->weights ? &bqw : NULL, c->weights ? &bkw : NULL, 1e-6f, c->choice, 0,
                             NULL, &ev));
     ck_assert_ptr_nonnull(ev);
@@ -238,7 +244,7 @@ static void qk_fused_vs_unfused(qk_case c)
         free(gu);
         return;
     }
-    const size_t n = 2 + c.tokens * ((c.nq + c.nk + c.nv) * c.hd + c.pad) + 1;
+    const size_t n = QK_OFF(&c) + c.tokens * ((c.nq + c.nk + c.nv) * c.hd + c.pad) + 1;
     double *as_ref = malloc(n * sizeof *as_ref);
     for (size_t i = 0; i < n; i++)
         as_ref[i] = oclf_ref_get(c.dt, gu, i);
@@ -268,12 +274,12 @@ START_TEST(test_qk_matrix)
                 /* many tokens with MHA, one with the 48 heads of GQA */
                 qk_case c = {dt, dt, gptj, (int)(hi % 2), 0, g ? 5 : 1,
                              heads[g][0], heads[g][1], heads[g][2], hd, rots[ri],
-                             (hi % 2) ? 7 : 0, ri != 1, NULL};
+                             (hi % 2) ? 7 : 0, ri != 1, NULL, 0};
                 qk_fused_vs_unfused(c);
             }
         }
     }
-    qk_case z = {dt, dt, gptj, 0, 0, 0, 32, 8, 8, 128, 128, 0, 1, NULL};
+    qk_case z = {dt, dt, gptj, 0, 0, 0, 32, 8, 8, 128, 128, 0, 1, NULL, 0};
     qk_fused_vs_unfused(z);
 }
 END_TEST
@@ -291,6 +297,7 @@ typedef struct rot_case {
     int with_k;
     const oclf_choice *choice;
     int backward; /* oclf_rotary_embedding_backward instead */
+    int on_vectors; /* offsets and token strides multiples of 8, else odd */
 } rot_case;
 
 static void run_rot(const rot_case *c)
@@ -304,11 +311,13 @@ static void run_rot(const rot_case *c)
     const int inter = c->views == 2;
     const size_t hs = inter ? 2 * hd : c->views ? hd : hd + c->hpad;
     const size_t nv = c->views == 1 ? 2 : 0;
-    const size_t qts = inter       ? 2 * c->nq * hd + 3
-                       : c->views ? (c->nq + c->nk + nv) * hd + 3
-                                  : c->nq * hs + 5;
-    const size_t kts = c->views ? qts : c->nk * hs + 1;
-    const size_t qoff = 1, koff = inter ? qoff + hd : c->views ? qoff + c->nq * hd : 2;
+    const int ov = c->on_vectors;
+    const size_t qts = inter       ? 2 * c->nq * hd + (ov ? 0 : 3)
+                       : c->views ? (c->nq + c->nk + nv) * hd + (ov ? 0 : 3)
+                                  : c->nq * hs + (ov ? 0 : 5);
+    const size_t kts = c->views ? qts : c->nk * hs + (ov ? 0 : 1);
+    const size_t qoff = ov ? 16 : 1,
+                 koff = inter ? qoff + hd : c->views ? qoff + c->nq * hd : ov ? 16 : 2;
     const size_t nqb = qoff + c->tokens * qts + 1, nkb = koff + c->tokens * kts + 1;
     void *hq = th_random(dt, nqb, -2.0f, 2.0f);
     void *hk = th_random(dt, nkb, -2.0f, 2.0f);
@@ -319,10 +328,10 @@ static void run_rot(const rot_case *c)
     oclf_heads k = {{mk, koff, kts}, c->nk, c->views == 1 ? 0 : hs};
     cl_event ev = NULL;
     if (c->backward)
-        TH_OK(oclf_rotary_embedding_backward(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
+        TH_OK(oclf_rotary_embedding_backward(CASE_CTX, e->queue, dt, c->tokens, &r.rope, q,
                                              c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
     else
-        TH_OK(oclf_rotary_embedding(e->ctx, e->queue, dt, c->tokens, &r.rope, q,
+        TH_OK(oclf_rotary_embedding(CASE_CTX, e->queue, dt, c->tokens, &r.rope, q,
                                     c->with_k ? &k : NULL, c->choice, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
@@ -390,19 +399,19 @@ START_TEST(test_rotary)
                                        {256, 64, 0},  {37, 18, 0}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const size_t hd = shapes[si][0], R = shapes[si][1];
-        rot_case v = {dt, dt, gptj, (int)(si % 2), 0, 5, 8, 2, hd, R, 1, 0, 1, NULL, 0};
+        rot_case v = {dt, dt, gptj, (int)(si % 2), 0, 5, 8, 2, hd, R, 1, 0, 1, NULL, 0, 0};
         run_both(v);
-        rot_case s = {dt, dt, gptj, (int)(si % 2 == 0), 0, 3, 4, 2, hd, R, 0, 3, 1, NULL, 0};
+        rot_case s = {dt, dt, gptj, (int)(si % 2 == 0), 0, 3, 4, 2, hd, R, 0, 3, 1, NULL, 0, 0};
         run_both(s);
         s.with_k = 0;
         s.tokens = 1;
         run_both(s);
         /* q and k heads interleaved in one buffer: the heads share no
          * element although each token's q extent covers k's heads */
-        rot_case iv = {dt, dt, gptj, (int)(si % 2), 0, 5, 3, 3, hd, R, 2, 0, 1, NULL, 0};
+        rot_case iv = {dt, dt, gptj, (int)(si % 2), 0, 5, 3, 3, hd, R, 2, 0, 1, NULL, 0, 0};
         run_both(iv);
     }
-    rot_case z = {dt, dt, gptj, 0, 0, 0, 8, 2, 64, 64, 1, 0, 1, NULL, 0};
+    rot_case z = {dt, dt, gptj, 0, 0, 0, 8, 2, 64, 64, 1, 0, 1, NULL, 0, 0};
     run_both(z);
 }
 END_TEST
@@ -411,9 +420,9 @@ END_TEST
 START_TEST(test_mixed_cache)
 {
     for (int gptj = 0; gptj < 2; gptj++) {
-        rot_case v = {OCLF_F16, OCLF_F32, gptj, 1, 0, 5, 8, 2, 128, 96, 1, 0, 1, NULL, 0};
+        rot_case v = {OCLF_F16, OCLF_F32, gptj, 1, 0, 5, 8, 2, 128, 96, 1, 0, 1, NULL, 0, 0};
         run_both(v);
-        qk_case c = {OCLF_F16, OCLF_F32, gptj, 0, 0, 5, 4, 2, 2, 80, 40, 3, 1, NULL};
+        qk_case c = {OCLF_F16, OCLF_F32, gptj, 0, 0, 5, 4, 2, 2, 80, 40, 3, 1, NULL, 0};
         qk_fused_vs_unfused(c);
     }
 }
@@ -440,13 +449,49 @@ START_TEST(test_structures)
         static const size_t shapes[][2] = {{64, 64}, {80, 20}, {128, 96}, {120, 120}, {256, 128}};
         for (size_t si = 0; si < 5; si++) {
             qk_case c = {dtypes[d], dtypes[d], gptj, (int)(si % 2), 0, 3, 4, 2, 1,
-                         shapes[si][0], shapes[si][1], si, (int)(si != 2), &ch};
+                         shapes[si][0], shapes[si][1], si, (int)(si != 2), &ch, 0};
             qk_fused_vs_unfused(c);
             rot_case r = {dtypes[d], dtypes[d], gptj, 0, 0, 3, 4, 2, shapes[si][0],
-                          shapes[si][1], (int)(si % 2), 1, 1, &ch, 0};
+                          shapes[si][1], (int)(si % 2), 1, 1, &ch, 0, 0};
             run_both(r);
         }
     }
+}
+END_TEST
+
+/* Heads on vector boundaries (token stride, head_dim and the rotary half
+ * multiples of the vector width) run the aligned build of the kernels
+ * (OCLF_ALIGNED: one wide access per vector on GPUs), a token stride off
+ * them the plain build; both against the reference and each other, fused
+ * and unfused, both structures. */
+START_TEST(test_aligned_build)
+{
+    const oclf_dtype dt = dtypes[_i];
+    /* offset, pad per token: both multiples of 8, or one of them not */
+    static const size_t places[][2] = {{16, 0}, {16, 16}, {2, 0}, {16, 3}};
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < TH_STRUCTS; p++) {
+            const oclf_choice ch = th_struct_choice(p);
+            const size_t off = places[k][0], pad = places[k][1];
+            const int aligned = off % 8 == 0 && pad % 8 == 0;
+            case_ctx = th_build_log_context();
+            qk_case c = {dt, dt, p % 2, 0, 0, 5, 4, 2, 2, 128, 64, pad, 1, &ch, off};
+            qk_fused_vs_unfused(c);
+            char what[96];
+            snprintf(what, sizeof what, "qk_norm_rope %s offset %zu pad %zu", oclf_dtype_name(dt),
+                     off, pad);
+            th_expect_build("rope.cl", p, aligned, what);
+            th_builds_clear();
+            /* rotary over separate q and k buffers, heads padded apart */
+            if (k == 0 || k == 3) {
+                rot_case r = {dt, dt, p % 2, 0, 0, 3, 4, 2, 128, 64, 0, pad, 1, &ch, 0, k == 0};
+                run_both(r);
+                snprintf(what, sizeof what, "rotary %s head pad %zu", oclf_dtype_name(dt), pad);
+                th_expect_build("rope.cl", p, aligned, what);
+            }
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
 }
 END_TEST
 
@@ -457,13 +502,13 @@ START_TEST(test_split_tail)
 {
     oclf_choice ch = th_row_choice(OCLF_PATH_AUTO, 1, 16, 4, 0, 1);
     for (int gptj = 0; gptj < 2; gptj++) {
-        qk_case c = {OCLF_F32, OCLF_F32, gptj, 0, 0, 40, 2, 1, 1, 32, 30, 0, 1, &ch};
+        qk_case c = {OCLF_F32, OCLF_F32, gptj, 0, 0, 40, 2, 1, 1, 32, 30, 0, 1, &ch, 0};
         qk_fused_vs_unfused(c);
     }
     /* An odd head_dim with VEC 2 (even rotary half): every head after the
      * first came back wrong on both paths there. */
     oclf_choice ch2 = th_row_choice(OCLF_PATH_AUTO, 1, 16, 2, 0, 1);
-    qk_case odd = {OCLF_F32, OCLF_F32, 0, 0, 0, 2, 1, 2, 1, 37, 18, 0, 1, &ch2};
+    qk_case odd = {OCLF_F32, OCLF_F32, 0, 0, 0, 2, 1, 2, 1, 37, 18, 0, 1, &ch2, 0};
     qk_fused_vs_unfused(odd);
 }
 END_TEST
@@ -474,7 +519,7 @@ START_TEST(test_bad_positions)
 {
     const oclf_dtype dt = dtypes[_i];
     for (int pos64 = 0; pos64 < 2; pos64++) {
-        qk_case c = {dt, dt, pos64, pos64, 1, 9, 4, 2, 2, 64, 64, 0, 1, NULL};
+        qk_case c = {dt, dt, pos64, pos64, 1, 9, 4, 2, 2, 64, 64, 0, 1, NULL, 0};
         qk_fused_vs_unfused(c);
         oclf_choice ch = th_choice(OCLF_PATH_FUSED);
         oclf_params_set(&ch.params, "LAYOUT", 1);
@@ -485,7 +530,7 @@ START_TEST(test_bad_positions)
             void *g = run_qk(&c);
             free(g);
         }
-        rot_case r = {dt, dt, !pos64, pos64, 1, 9, 4, 2, 128, 64, 1, 0, 1, NULL, 0};
+        rot_case r = {dt, dt, !pos64, pos64, 1, 9, 4, 2, 128, 64, 1, 0, 1, NULL, 0, 0};
         run_both(r);
         /* Staged, 4 tokens per group: bad tokens inside groups still pass
          * every barrier (WGS and VEC as built in test_structures). */
@@ -857,6 +902,7 @@ static Suite *rope_suite(void)
     tcase_add_test(t, test_mixed_cache);
     tcase_add_loop_test(t, test_structures, 0, 6);
     tcase_add_test(t, test_split_tail);
+    tcase_add_loop_test(t, test_aligned_build, 0, 3);
     tcase_add_loop_test(t, test_bad_positions, 0, 3);
     tcase_add_loop_test(t, test_round_trip, 0, 6);
     tcase_add_test(t, test_finite_differences);

@@ -143,6 +143,7 @@ static oclf_status oclf_rope_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
         return st;
     char defines[OCLF_DEFINES_MAX + 64], opts[OCLF_OPTIONS_MAX + 64];
     snprintf(defines, sizeof defines, "%s%s", cfg.defines, inverse_define(op));
+    oclf_list_aligned_variant(ctx, "rope.cl", dtype, (int)dtype, defines, cfg.row.vec);
     oclf_program_options(opts, sizeof opts, dtype, (int)dtype, defines);
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "rope.cl", opts, &prog)))
@@ -283,8 +284,9 @@ static rope_args make_rope_args(const oclf_rope *rope, const rope_operands *o, s
  * qk_norm_rope also writes the KV cache. `name` names the call in errors. */
 oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op, oclf_dtype dtype,
                               size_t tokens, size_t heads, size_t hd, size_t rot, oclf_dtype cdtype,
-                              int cache_write, const oclf_choice *choice, oclf_resolved *r,
-                              oclf_program **prog, rope_launch *l)
+                              int cache_write, const oclf_operand *places, unsigned nplaces,
+                              const oclf_choice *choice, oclf_resolved *r, oclf_program **prog,
+                              rope_launch *l)
 {
     oclf_shape shape = {{tokens, heads, hd, rot}};
     rope_cfg cfg;
@@ -313,9 +315,14 @@ oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op, o
     snprintf(defines, sizeof defines, "%s%s%s", cfg.defines,
              cache_write && r->path == OCLF_PATH_FUSED ? " -DOCLF_CACHE_WRITE=1" : "",
              inverse_define(op));
-    oclf_program_options(opts, sizeof opts, dtype, (int)cdtype, defines);
+    /* Every head, weight and cache row on a vector boundary (the callers'
+     * places, rot/2 among them): the aligned build, one wide access per
+     * vector. */
+    oclf_program_options_aligned(opts, sizeof opts, dtype, (int)cdtype, defines,
+                                 oclf_rows_aligned(cfg.row.vec, places, nplaces));
     return oclf_program_get(ctx, "rope.cl", opts, prog);
 }
+
 
 /* The q and k views rotary_embedding works on. */
 typedef struct rotary_views {
@@ -381,11 +388,15 @@ static oclf_status rotary_run(oclf_context *ctx, oclf_op op_id, cl_command_queue
                              "%s: positions or cos_sin overlaps %s", op, i ? "k" : "q");
 
     const size_t heads = q.count + (k ? k->count : 0);
+    const size_t qhs = q.head_stride ? q.head_stride : hd;
+    const size_t khs = k && k->head_stride ? k->head_stride : hd;
+    const oclf_operand places[] = {oq, place_of(0, qhs), place_of(0, rope->rot_dim / 2),
+                                   k ? ok : oq, place_of(0, khs)};
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
     if ((st = oclf_rope_prepare(ctx, op, op_id, dtype, tokens, heads, hd, rope->rot_dim,
-                                rope->cache_dtype, 0, choice, &r, &prog, &l)) ||
+                                rope->cache_dtype, 0, places, OCLF_NARGS(places), choice, &r, &prog, &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &ro, num_events, wait_list)))
         return st;
     if (tokens == 0)
@@ -556,12 +567,20 @@ static oclf_status run_qk(oclf_context *ctx, const char *op, cl_command_queue qu
                           const cl_event *wait_list, cl_event *event)
 {
     const size_t hd = rope->head_dim;
+    const oclf_operand places[] = {o->x,
+                                   place_of(0, hd),
+                                   place_of(0, rope->rot_dim / 2),
+                                   place_of(q_weight ? q_weight->offset : 0, 0),
+                                   place_of(k_weight ? k_weight->offset : 0, 0),
+                                   place_of(c ? c->ko : 0, 0),
+                                   place_of(c ? c->vo : 0, 0)};
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
     oclf_status st;
     if ((st = oclf_rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, o->heads, hd,
-                                rope->rot_dim, rope->cache_dtype, c != NULL, choice, &r, &prog,
+                                rope->rot_dim, rope->cache_dtype, c != NULL, places,
+                                OCLF_NARGS(places), choice, &r, &prog,
                                 &l)) ||
         (st = validate_positions(ctx, op, queue, tokens, rope, &o->ro, num_events, wait_list)) ||
         (c && (st = oclf_rope_validate_slots(ctx, op, queue, tokens, c, num_events, wait_list))))

@@ -11,6 +11,8 @@
 
 #include "../internal.h"
 
+#include <string.h>
+
 /* The launch shape oclf_rope_prepare sizes, and the two trailing arguments
  * every rope kernel takes: tokens per staged group and the stage's size. */
 typedef struct rope_launch {
@@ -36,11 +38,24 @@ typedef struct kv_views {
     cl_uint heads, hd;
 } kv_views;
 
+/* A place for oclf_rope_prepare's alignment check: an offset and a stride
+ * that must be multiples of the vector width for the aligned build (a
+ * width such as head_dim or the rotary half goes in as a stride). */
+static inline oclf_operand place_of(size_t offset, size_t stride)
+{
+    oclf_operand o;
+    memset(&o, 0, sizeof o);
+    o.offset = offset;
+    o.stride = stride;
+    return o;
+}
+
 /* Resolves the parameters, builds the program, sizes the launch (see
  * rope.c). */
 OCLF_HIDDEN oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op,
                                           oclf_dtype dtype, size_t tokens, size_t heads, size_t hd,
                                           size_t rot, oclf_dtype cdtype, int cache_write,
+                                          const oclf_operand *places, unsigned nplaces,
                                           const oclf_choice *choice, oclf_resolved *r,
                                           oclf_program **prog, rope_launch *l);
 OCLF_HIDDEN oclf_status oclf_rope_check_cache(oclf_context *ctx, const char *op, oclf_dtype dtype,

@@ -49,8 +49,11 @@ oclf_status oclf_kv_cache_write(oclf_context *ctx, cl_command_queue queue, oclf_
     oclf_resolved r;
     oclf_program *prog = NULL;
     rope_launch l;
+    const oclf_operand places[] = {ops[0], place_of(0, hs[0]), ops[1], place_of(0, hs[1]),
+                                   place_of(0, hd), place_of(c.ko, 0), place_of(c.vo, 0)};
     if ((st = oclf_rope_prepare(ctx, op, OCLF_OP_QK_NORM_ROPE, dtype, tokens, cache->heads, hd,
-                                hd - hd % 2, dtype, 0, choice, &r, &prog, &l)) ||
+                                hd - hd % 2, dtype, 0, places, OCLF_NARGS(places), choice, &r,
+                                &prog, &l)) ||
         (st = oclf_rope_validate_slots(ctx, op, queue, tokens, &c, num_events, wait_list)))
         return st;
     if (tokens == 0)
