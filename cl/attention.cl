@@ -19,6 +19,10 @@
  * With OCLF_ACC 1 the rows' queries, accumulators and block scores sit in
  * local memory after the K/V blocks instead.
  *
+ * With STAGE 2 the program holds attention_decode (attention_decode.cl,
+ * the decode structure for few query rows on a GPU) in place of
+ * attention_fused, with the same arguments, and attention_merge.
+ *
  * With OCLF_PAGED 1 the keys come from a paged cache [blocks, block_size,
  * Hk, D]: `cuk` holds each sequence's key count (seq_lens) and key j of
  * sequence b lives in block block_tables[b][j / block_size]. The group
@@ -63,7 +67,9 @@
 #ifndef OCLF_PAGED
 #define OCLF_PAGED 0
 #endif
-/* 1: K/V blocks staged in local memory, widened once for every row of the
+/* 2: the decode structure (attention_decode.cl: work-items sharing each
+ * key, the KV group's query heads in registers; a GPU with few query rows).
+ * 1: K/V blocks staged in local memory, widened once for every row of the
  * group (a GPU, where rows are work-items running side by side). 0: each
  * row reads its keys and values straight from global memory with vector
  * loads, and the head dim OCLF_HD is compiled in (a CPU, where a group's
@@ -72,8 +78,6 @@
  * element cost more than the arithmetic). */
 #ifndef OCLF_STAGE
 #define OCLF_STAGE 1
-#endif
-#if !OCLF_STAGE
 #endif
 /* vectors a padded head holds */
 #define ATTN_NV (OCLF_DP / OCLF_VEC)
@@ -185,6 +189,7 @@ static inline long attn_key_token(long j, long ks, global const int *bt, ulong b
 #endif
 }
 
+#if OCLF_STAGE != 2
 kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
                             global const stor_t *k, ulong ko, ulong kts, ulong khs,
                             global const stor_t *v, ulong vo, ulong vts, ulong vhs,
@@ -411,6 +416,9 @@ kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong q
 #undef ACCV
 #undef ACC_SET
 }
+#else
+#include "attention_decode.cl"
+#endif
 
 /* Split KV's second step: row x = t Hq + h of every partition's partial
  * output, weighed by exp(lse_p - M), over the sum of the weights and the
@@ -453,6 +461,8 @@ kernel void attention_merge(global const float *pout, global const float *plse, 
         lse[lso + h * lss + t] = l > 0.0f ? m + log(l) : -INFINITY;
 }
 
+/* (the decode structure's programs hold the fused kernels only) */
+#if OCLF_STAGE != 2
 /* Paged keys to a packed f32 copy for the unfused path: token x of the
  * copy is the cache slot slots[x], every head and element of it. */
 kernel void attn_gather(global const stor_t *src, ulong so, uint heads, uint d,
@@ -529,3 +539,4 @@ kernel void attn_store(global const float *tile, uint rows, uint d, uint zero, g
     const uint e = (uint)(x % d);
     ST(o, oo + rr * ots + e, zero ? 0.0f : tile[x]);
 }
+#endif

@@ -158,4 +158,57 @@ static inline float oclf_shfl_xor32(float v, uint mask, uint lane, __local float
 #endif
 }
 
+/* ---- sub-group shuffles ---------------------------------------------------
+ * The value `v` of the work-item whose sub-group lane is (lane ^ mask), in
+ * the native form OCLF_SUBGROUP_FORM names (lib/device.c decides it; the
+ * reductions of cl/subgroup.h call this and never test the form):
+ *   1  the shuffle extensions' function (cl_khr_subgroup_shuffle, or
+ *      cl_intel_subgroups' spelling with OCLF_SUBGROUP_INTEL 1);
+ *   2  a warp's butterfly shuffle (oclf_shfl_xor32 above, inline PTX);
+ *   3  the wavefront's permute instruction (ds_bpermute through clang's
+ *      builtin), the lane read from the wavefront's own lane count.
+ * Every work-item of the sub-group must call it, as for the instructions.
+ * Form 0 has none: its reductions go through local memory. */
+#ifndef OCLF_SUBGROUP_FORM
+#define OCLF_SUBGROUP_FORM 0 /* 0 local memory, 1 shuffle functions, 2 PTX, 3 permute */
+#endif
+#ifndef OCLF_SUBGROUP_INTEL
+#define OCLF_SUBGROUP_INTEL 0 /* form 1 spelled as cl_intel_subgroups spells it */
+#endif
+/* OCLF_SUBGROUP_KERNEL before a kernel that reduces natively: with
+ * cl_intel_subgroups the sub-group width is the compiler's choice per
+ * kernel unless required, so it is required to be OCLF_SUBGROUP_WIDTH
+ * (16: a width every Intel GPU offers, and twice the registers a work-item
+ * of pvc's default SIMD32). */
+#if OCLF_SUBGROUP_FORM == 1 && OCLF_SUBGROUP_INTEL
+#define OCLF_SUBGROUP_KERNEL __attribute__((intel_reqd_sub_group_size(OCLF_SUBGROUP_WIDTH)))
+#else
+#define OCLF_SUBGROUP_KERNEL
+#endif
+#if OCLF_SUBGROUP_FORM == 1
+#if OCLF_SUBGROUP_INTEL
+#pragma OPENCL EXTENSION cl_intel_subgroups : enable
+static inline float oclf_sg_xor(float v, uint mask)
+{
+    return intel_sub_group_shuffle_xor(v, mask);
+}
+#else
+#pragma OPENCL EXTENSION cl_khr_subgroup_shuffle : enable
+static inline float oclf_sg_xor(float v, uint mask) { return sub_group_shuffle_xor(v, mask); }
+#endif
+#elif OCLF_SUBGROUP_FORM == 2
+static inline float oclf_sg_xor(float v, uint mask)
+{
+    float r;
+    OCLF_ASM("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+    return r;
+}
+#elif OCLF_SUBGROUP_FORM == 3
+static inline float oclf_sg_xor(float v, uint mask)
+{
+    const uint lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+    return as_float(__builtin_amdgcn_ds_bpermute((int)((lane ^ mask) << 2), as_int(v)));
+}
+#endif
+
 #endif

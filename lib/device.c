@@ -107,6 +107,36 @@ static oclf_status apply_kernel_wgs_cap(const oclf_context *ctx, oclf_device_inf
     return OCLF_SUCCESS;
 }
 
+/* How kernels reduce across a sub-group (see oclf_device_info): the
+ * warp's shuffle where the compute capability says the inline PTX of
+ * cl/mma.h runs (8.0: its other wrappers' floor too), the wavefront's
+ * permute where the device reports a wavefront width, cl_intel_subgroups'
+ * shuffle at a required width of 16, cl_khr_subgroup_shuffle's at the
+ * smallest sub-group width there is, 8 (the compiler picks the width per
+ * kernel), else local memory. */
+static void subgroup_facts(oclf_device_info *o, cl_uint wave, cl_uint warp, cl_uint cc)
+{
+    const bool gpu = (o->type & CL_DEVICE_TYPE_GPU) != 0;
+    o->subgroup_form = 0;
+    o->subgroup_width = o->simd_width;
+    if (gpu && warp == 32 && cc >= 8) {
+        o->subgroup_form = 2;
+        o->subgroup_width = 32;
+    } else if (gpu && (wave == 32 || wave == 64)) {
+        o->subgroup_form = 3;
+        o->subgroup_width = wave;
+    } else if (gpu && o->subgroup_intel) {
+        /* (a kernel requires the width: OCLF_SUBGROUP_KERNEL, cl/mma.h) */
+        o->subgroup_form = 1;
+        o->subgroup_width = 16;
+    } else if (gpu && o->subgroup_shuffle) {
+        o->subgroup_form = 1;
+        o->subgroup_width = 8;
+    }
+    if (o->subgroup_form != 1)
+        o->subgroup_intel = false;
+}
+
 oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_device_info *o)
 {
     memset(o, 0, sizeof *o);
@@ -166,6 +196,8 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
             o->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
             o->subgroups = strstr(ext, "cl_khr_subgroups") != NULL;
             o->nv_attributes = strstr(ext, "cl_nv_device_attribute_query") != NULL;
+            o->subgroup_shuffle = strstr(ext, "cl_khr_subgroup_shuffle") != NULL;
+            o->subgroup_intel = strstr(ext, "cl_intel_subgroups") != NULL;
             o->has_uuid =
                 strstr(ext, "cl_khr_device_uuid") != NULL &&
                 clGetDeviceInfo(dev, CL_DEVICE_UUID_KHR, sizeof o->device_uuid, o->device_uuid,
@@ -182,10 +214,14 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
     o->lane_mul64 = (o->type & CL_DEVICE_TYPE_CPU) && !(o->type & CL_DEVICE_TYPE_GPU);
     /* The lockstep width, from the vendors' attribute queries (an unknown
      * query fails harmlessly on other devices). */
-    cl_uint width = 0;
-    if (clGetDeviceInfo(dev, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof width, &width, NULL) !=
-            CL_SUCCESS &&
-        clGetDeviceInfo(dev, CL_DEVICE_WARP_SIZE_NV, sizeof width, &width, NULL) != CL_SUCCESS)
+    cl_uint width = 0, wave = 0, warp = 0, cc = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_WAVEFRONT_WIDTH_AMD, sizeof wave, &wave, NULL) ==
+        CL_SUCCESS)
+        width = wave;
+    else if (clGetDeviceInfo(dev, CL_DEVICE_WARP_SIZE_NV, sizeof warp, &warp, NULL) ==
+             CL_SUCCESS)
+        width = warp;
+    else
         width = 0;
     o->simd_width = width >= 8 && width <= 128 && !(width & (width - 1)) ? width : 32;
     /* Matrix units: NVIDIA's compute capability 8.0 and newer run the
@@ -201,6 +237,11 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
     const char *mu = getenv("OCLF_MATRIX_UNITS");
     if (mu && strcmp(mu, "0") == 0)
         o->mma = 0;
+    if (warp &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof cc, &cc, NULL) !=
+            CL_SUCCESS)
+        cc = 0;
+    subgroup_facts(o, wave, warp, cc);
     oclf_status st = apply_class_override(ctx, o);
     return st != OCLF_SUCCESS ? st : apply_kernel_wgs_cap(ctx, o);
 }
@@ -233,10 +274,17 @@ void oclf_device_quirk_options(const oclf_device_info *info, char *buf, size_t l
     /* Quirks reach the kernels as named defines. OCLF_LOCAL_IS_GLOBAL tells
      * a kernel that "local" memory is ordinary cached memory (CPUs), where
      * staging a row buys nothing over re-reading it. */
-    snprintf(buf, len, "%s%s%s%s%s%s", std,
+    /* The sub-group form and width (cl/subgroup.h) only where not the
+     * fallback, so that most devices' options stay as they were. */
+    char sg[96] = "";
+    if (info->subgroup_form)
+        snprintf(sg, sizeof sg, " -DOCLF_SUBGROUP_FORM=%d -DOCLF_SUBGROUP_WIDTH=%u%s",
+                 info->subgroup_form, info->subgroup_width,
+                 info->subgroup_intel ? " -DOCLF_SUBGROUP_INTEL=1" : "");
+    snprintf(buf, len, "%s%s%s%s%s%s%s", std,
              info->div_rounded ? " -cl-fp32-correctly-rounded-divide-sqrt" : "",
              info->fp64 ? " -DOCLF_HAS_FP64=1" : "",
              info->subgroups ? " -DOCLF_HAS_SUBGROUPS=1" : "",
              info->local_is_global ? " -DOCLF_LOCAL_IS_GLOBAL=1" : "",
-             info->float16 ? " -DOCLF_HAS_FLOAT16=1" : "");
+             info->float16 ? " -DOCLF_HAS_FLOAT16=1" : "", sg);
 }

@@ -24,7 +24,7 @@ typedef struct oclf_device_info {
     cl_ulong global_mem;
     cl_ulong max_alloc;
     cl_uint opencl_c_major, opencl_c_minor;
-    bool fp16, fp64, subgroups;
+    bool fp16, fp64, subgroups, subgroup_shuffle;
     bool nv_attributes; /* cl_nv_device_attribute_query */
     bool local_is_global; /* no dedicated local memory (CPUs) */
     /* The device compiler miscomputes a work-group kernel whose lanes run
@@ -65,6 +65,18 @@ typedef struct oclf_device_info {
      * PTX (compute capability 8.0 or newer, from
      * cl_nv_device_attribute_query). OCLF_MATRIX_UNITS=0 clears it. */
     int mma;
+    /* How a kernel reduces across the work-items of a sub-group
+     * (OCLF_SUBGROUP_FORM): 0 local memory and barriers (any device), 1
+     * the sub-group shuffle functions of cl_khr_subgroup_shuffle or
+     * cl_intel_subgroups (subgroup_intel), 2 warp shuffles in inline PTX
+     * (compute capability 8.0 or newer, cl/mma.h), 3 the wavefront's
+     * permute instruction (a device that reports its wavefront width). */
+    int subgroup_form;
+    bool subgroup_intel;
+    /* The sub-group width the form guarantees (OCLF_SUBGROUP_WIDTH): the
+     * most work-items one reduction may span; with form 0 the lockstep
+     * width, since local memory spans any. */
+    cl_uint subgroup_width;
     bool has_uuid;
     unsigned char device_uuid[16], driver_uuid[16];
 } oclf_device_info;

@@ -31,6 +31,10 @@ Programs built with cl/mma.h's native instruction form (-DOCLF_MMA=1:
 inline PTX, what linear's matrix-unit structure gets on compute
 capability 8.0 and newer) go to NVIDIA's back end alone.
 
+Each back end also gets the sub-group form its device would (SUBGROUP
+below: what lib/device.c decides and passes among the device-quirk
+options, which the list does not carry), so the native shuffles build.
+
 A build error or an undefined function fails the suite, and so does a
 kernel that spills on any back end: AMD VGPRs to scratch, ptxas spill
 stores or loads, IGC spills. The search spaces must not offer such a point
@@ -105,6 +109,19 @@ TARGETS = [
 CLANG19 = shutil.which("clang-19")
 GFX942 = ("amdgcn-gfx942", ["-target", "amdgcn-amd-amdhsa", "-mcpu=gfx942", "-nogpulib"],
           "amdgcn--amdhsa.bc", True)
+# The sub-group form each back end's device gets from lib/device.c (the
+# device-quirk options, which the variant list does not carry): warp
+# shuffles in PTX, the wavefront's permute (wave64 on CDNA, wave32 on
+# RDNA 3 as clang builds it), cl_intel_subgroups' shuffle at the width 16
+# its kernels require. Only the programs that include cl/subgroup.h read
+# them.
+SUBGROUP = {
+    "nvptx64-sm_80": ["-DOCLF_SUBGROUP_FORM=2", "-DOCLF_SUBGROUP_WIDTH=32"],
+    "amdgcn-gfx90a": ["-DOCLF_SUBGROUP_FORM=3", "-DOCLF_SUBGROUP_WIDTH=64"],
+    "amdgcn-gfx1100": ["-DOCLF_SUBGROUP_FORM=3", "-DOCLF_SUBGROUP_WIDTH=32"],
+    "amdgcn-gfx942": ["-DOCLF_SUBGROUP_FORM=3", "-DOCLF_SUBGROUP_WIDTH=64"],
+    "igc": ["-DOCLF_SUBGROUP_FORM=1", "-DOCLF_SUBGROUP_WIDTH=16", "-DOCLF_SUBGROUP_INTEL=1"],
+}
 DECLARE = re.compile(r"^declare .*@([A-Za-z0-9_.$]+)\(", re.M)
 PTXAS = shutil.which("ptxas")
 PTXAS_ARCHS = ["sm_80", "sm_90"]
@@ -444,7 +461,8 @@ def compile_variant(job):
         if ti == 0:
             # What is left undefined at -O0 is the same IR for every target.
             ll = os.path.join(tmp, f"v{idx}-{name}.ll")
-            rc, err = clang(flags + link + defs + ["-O0", "-S", "-emit-llvm"], src, ll)
+            rc, err = clang(flags + link + defs + SUBGROUP[name] + ["-O0", "-S", "-emit-llvm"],
+                            src, ll)
             if rc != 0:
                 errors.append(f"{source} {options} [{name} -O0]: build failed\n"
                               f"{err.strip()[:2000]}")
@@ -456,7 +474,7 @@ def compile_variant(job):
             if undefined:
                 errors.append(f"{source} {options} [-O0]: undefined {', '.join(undefined)}")
         asm = os.path.join(tmp, f"v{idx}-{name}.s")
-        rc, err = clang(flags + link + defs + ["-O3", "-S"], src, asm, compiler)
+        rc, err = clang(flags + link + defs + SUBGROUP[name] + ["-O3", "-S"], src, asm, compiler)
         if rc != 0:
             errors.append(f"{source} {options} [{name} -O3]: build failed\n{err.strip()[:2000]}")
             continue
@@ -507,8 +525,8 @@ def compile_variant(job):
     for device in devices if OCLOC and not native_mma else []:
         target = f"igc-{device}"
         want = report and target in gpu_report.REPORT_TARGETS
-        err, stats, asm = igc_build(src, options, device, tmp, os.path.join(tmp, f"v{idx}"),
-                                    disasm=want)
+        err, stats, asm = igc_build(src, " ".join([options] + SUBGROUP["igc"]), device, tmp,
+                                    os.path.join(tmp, f"v{idx}"), disasm=want)
         if err:
             errors.append(f"{source} {options} [igc {device}]: build failed\n{err}")
             continue

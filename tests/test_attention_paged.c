@@ -13,8 +13,12 @@
  * argument, with and without the context's `validate` option.
  *
  * `test_attention_paged traffic` instead runs one decode call per dtype
- * between "@@" marker lines for tests/oclgrind_run.py's traffic mode: the
- * fused kernel must read the visible K and V once per KV-head group.
+ * and structure (staged, and the decode structure with the KV group's
+ * query heads in one work-group) between "@@" marker lines for
+ * tests/oclgrind_run.py's traffic mode: each must read the visible K and V
+ * once per KV-head group. The decode structure (STAGE 2) is also forced
+ * against the reference on any device, and the GPU default's build is
+ * checked.
  */
 #include "attention_check.h"
 
@@ -28,6 +32,15 @@
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 /* ---- the paged cache built on the host ---------------------------------- */
+
+/* 1: the cache's K and V planes start at element offsets that are
+ * multiples of 8 (16 bytes for 16-bit elements), so a head dim that is a
+ * multiple of the 16-byte unit lets the decode structure take its aligned
+ * build; 0 (most cases): odd offsets. */
+static int cache_aligned;
+/* A context that logs its launches for the case (th_build_log_context), or
+ * NULL for the suite's. */
+static oclf_context *case_ctx;
 
 /* What unused blocks, unused slots of used blocks and table entries past a
  * sequence's blocks hold. */
@@ -99,6 +112,8 @@ static void paged_build(paged *p, oclf_dtype dt, size_t batch, size_t hk, size_t
     /* the cache: garbage everywhere, then the sequences' keys */
     const size_t plane = p->nblocks * bs * hk * d;
     p->koff = 5, p->voff = p->koff + plane + 4;
+    if (cache_aligned) /* both planes on 16 bytes */
+        p->koff = 8, p->voff = (p->koff + plane + 4 + 7) / 8 * 8;
     p->ncache = p->voff + plane + 3;
     p->hcache = malloc(p->ncache * es + 1);
     for (size_t i = 0; i < p->ncache; i++)
@@ -221,9 +236,10 @@ static void run_case(const pcase *c, attn_result *res)
         ch.params = *c->params;
     const oclf_kv_cache cache = paged_cache(&p);
     cl_event ev = NULL;
-    TH_OK(oclf_attention_paged(e->ctx, e->queue, dt, c->batch, tq, p.max_sq, p.max_blocks,
-                               (oclf_buf){p.mcuq, 0, 0}, (oclf_buf){p.mseq, 0, 0}, paged_table(&p),
-                               q, &cache, o, &opt, &ch, 0, NULL, &ev));
+    TH_OK(oclf_attention_paged(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->batch, tq,
+                               p.max_sq, p.max_blocks, (oclf_buf){p.mcuq, 0, 0},
+                               (oclf_buf){p.mseq, 0, 0}, paged_table(&p), q, &cache, o, &opt,
+                               &ch, 0, NULL, &ev));
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
     clReleaseEvent(ev);
@@ -462,6 +478,111 @@ START_TEST(test_structures)
 }
 END_TEST
 
+/* ---- the decode structure (STAGE 2) --------------------------------------- */
+
+/* STAGE 2 forced with WGS work-items, QR rows a group, and PART or FILL. */
+static oclf_params decode_params(int wgs, int qr, int part, int fill)
+{
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "STAGE", 2);
+    oclf_params_set(&p, "WGS", wgs);
+    oclf_params_set(&p, "QR", qr);
+    oclf_params_set(&p, "PART", part);
+    oclf_params_set(&p, "FILL", fill);
+    return p;
+}
+
+/* The decode structure against the reference: GQA 1, 4 and 8 (and QR rows
+ * that split a group's heads), head dims of whole and partial 16-byte
+ * units and wider than a sub-group's units (256), decode rows of odd
+ * lengths with partial last blocks, a sequence of 1 key and one of none,
+ * rows of 0 and 1 queries and a short chunk, split KV by PART and by FILL,
+ * every option together and dropout, each dtype, the cache placed on 16
+ * bytes (the aligned build) or not. */
+START_TEST(test_decode_structure)
+{
+    static const struct {
+        size_t hq, hk, d, bs;
+        int wgs, qr, part, fill, opts;
+    } cfg[] = {
+        {2, 2, 128, 16, 128, 1, 0, 0, 1},  {8, 2, 64, 16, 64, 4, 0, 0, 10},
+        {8, 1, 128, 16, 128, 8, 0, 0, 13}, {8, 1, 40, 4, 32, 8, 64, 0, 10},
+        {4, 1, 20, 16, 64, 4, 0, 0, 11},   {8, 2, 128, 16, 128, 3, 0, 4, 10},
+        {16, 2, 256, 16, 128, 8, 0, 0, 8}, {8, 1, 64, 16, 16, 8, 32, 0, 13},
+    };
+    static const int sq[] = {1, 1, 0, 1, 3, 1, 1}, sk[] = {1, 17, 40, 63, 9, 0, 200};
+    const int i = _i / 2;
+    cache_aligned = _i % 2;
+    oclf_params p = decode_params(cfg[i].wgs, cfg[i].qr, cfg[i].part, cfg[i].fill);
+    for (size_t di = 0; di < 3; di++) {
+        if (th_quick() && di != (size_t)i % 3)
+            continue;
+        pcase c = {.dt = dtypes[di], .hq = cfg[i].hq, .hk = cfg[i].hk, .d = cfg[i].d,
+                   .batch = 7, .bs = cfg[i].bs, .sq = sq, .sk = sk, .lse = 1,
+                   .path = OCLF_PATH_FUSED};
+        option_set(cfg[i].opts, &c);
+        c.params = &p;
+        run_case(&c, NULL);
+    }
+    cache_aligned = 0;
+}
+END_TEST
+
+/* The decode structure (aligned build or not) against the staged one
+ * without a split, over a sequence long enough for FILL's partitions. */
+START_TEST(test_decode_against_staged)
+{
+    static const int sq[] = {1, 1}, sk[] = {3001, 517};
+    oclf_params dec = decode_params(128, 4, 0, 64), staged;
+    memset(&staged, 0, sizeof staged);
+    oclf_params_set(&staged, "STAGE", 1);
+    oclf_params_set(&staged, "BK", 16);
+    oclf_params_set(&staged, "ACC", 1);
+    oclf_params_set(&staged, "PART", 0);
+    const oclf_dtype dt = dtypes[_i];
+    cache_aligned = 1;
+    pcase c = {.dt = dt, .hq = 8, .hk = 2, .d = 64, .batch = 2, .bs = 16, .sq = sq, .sk = sk,
+               .causal = 1, .sinks = 1, .lse = 1, .path = OCLF_PATH_FUSED};
+    attn_result a;
+    c.params = &staged;
+    run_seeded(&c, 17, &a);
+    c.params = &dec;
+    expect_rerun_same(&c, 17, &a, "decode structure against the staged one");
+    attn_result_free(&a);
+    cache_aligned = 0;
+}
+END_TEST
+
+/* Which build a decode call's defaults run: with OCLF_DEVICE_CLASS=gpu the
+ * decode structure (its aligned build for a cache on 16 bytes, the plain
+ * one otherwise), on a CPU the structure that reads from global memory. */
+START_TEST(test_decode_default)
+{
+    const char *cls = getenv("OCLF_DEVICE_CLASS");
+    const int gpu = cls && strcmp(cls, "gpu") == 0;
+    static const int sq[] = {1, 1, 1}, sk[] = {70, 1, 33};
+    for (int al = 0; al < 2; al++) {
+        cache_aligned = al;
+        case_ctx = th_build_log_context();
+        pcase c = {.dt = dtypes[_i], .hq = 8, .hk = 2, .d = 64, .batch = 3, .bs = 16, .sq = sq,
+                   .sk = sk, .causal = 1, .lse = 1, .path = OCLF_PATH_FUSED};
+        run_case(&c, NULL);
+        if (gpu)
+            ck_assert_msg(th_built("launch attention_decode ", "-DOCLF_STAGE=2", al),
+                          "%s: the GPU default ran no %s decode build:\n%s",
+                          oclf_dtype_name(dtypes[_i]), al ? "aligned" : "plain", th_builds());
+        else
+            ck_assert_msg(th_built("launch attention_fused ", "-DOCLF_STAGE=0", 0),
+                          "%s: the CPU default left its structure:\n%s",
+                          oclf_dtype_name(dtypes[_i]), th_builds());
+        oclf_context_destroy(case_ctx);
+        case_ctx = NULL;
+    }
+    cache_aligned = 0;
+}
+END_TEST
+
 /* ---- split KV -------------------------------------------------------------- */
 
 /* PART 32 / 64 with BK dividing it against PART 0: each against the
@@ -623,7 +744,8 @@ static void bad_check_untouched(bad_env *b)
 START_TEST(test_block_out_of_range)
 {
     th_env *e = th_get();
-    const oclf_dtype dt = dtypes[_i];
+    /* _i >= 3: the decode structure, unsplit and split */
+    const oclf_dtype dt = dtypes[_i % 3];
     const size_t es = oclf_dtype_size(dt), d = 4;
     void *zeros = calloc(2 * d, es), *ones = malloc(2 * d * es), *sent = malloc(d * es);
     for (size_t i = 0; i < 2 * d; i++)
@@ -638,9 +760,13 @@ START_TEST(test_block_out_of_range)
     oclf_kv_cache kv = {.k = mk, .v = mv, .num_blocks = 2, .block_size = 1, .heads = 1,
                         .head_dim = d};
     const oclf_heads q = {{mq, 0, 0}, 1, 0};
-    oclf_choice split = th_choice(OCLF_PATH_FUSED);
+    oclf_choice split = th_choice(OCLF_PATH_FUSED), whole = th_choice(OCLF_PATH_FUSED);
     oclf_params_set(&split.params, "PART", 1);
-    const oclf_choice chs[] = {th_choice(OCLF_PATH_FUSED), split, th_choice(OCLF_PATH_UNFUSED)};
+    if (_i >= 3) {
+        whole.params = decode_params(32, 1, 0, 0);
+        split.params = decode_params(32, 1, 1, 0);
+    }
+    const oclf_choice chs[] = {whole, split, th_choice(OCLF_PATH_UNFUSED)};
     for (int t = 0; t < 2; t++) {
         cl_mem mt = th_upload(tables[t], sizeof tables[t]);
         for (int c = 0; c < 3; c++) {
@@ -986,12 +1112,14 @@ static int traffic(void)
                            hk * (4.0 * (p.batch + 1) + 4.0 * p.batch + 4.0 * blocks);
         /* (fused only: the unfused composition is measured against it by
          * the op's descriptor in oclgrind-traffic) */
-        for (int pa = 0; pa < 1; pa++) {
+        /* pa 1: the decode structure with the KV group's 4 query heads in
+         * one work-group */
+        for (int pa = 0; pa < 2; pa++) {
             oclf_choice ch = th_choice(OCLF_PATH_FUSED);
-            ch.params = fp;
+            ch.params = pa ? decode_params(32, 4, 0, 0) : fp;
             clFinish(e->queue);
-            printf("@@ begin attention_paged %s %s 2x1x64x8x2x32 min=%.0f bounded=1\n",
-                   oclf_dtype_name(dt), pa ? "unfused" : "fused", min);
+            printf("@@ begin attention_paged%s %s fused 2x1x64x8x2x32 min=%.0f bounded=1\n",
+                   pa ? "_decode" : "", oclf_dtype_name(dt), min);
             fflush(stdout);
             oclf_status st = oclf_attention_paged(
                 e->ctx, e->queue, dt, 2, tq, 1, p.max_blocks, (oclf_buf){p.mcuq, 0, 0},
@@ -1034,7 +1162,10 @@ static Suite *paged_suite(void)
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_nan_garbage);
     tcase_add_test(t, test_empty);
-    tcase_add_loop_test(t, test_block_out_of_range, 0, 3);
+    tcase_add_loop_test(t, test_block_out_of_range, 0, 6);
+    tcase_add_loop_test(t, test_decode_structure, 0, 16);
+    tcase_add_loop_test(t, test_decode_against_staged, 0, 3);
+    tcase_add_loop_test(t, test_decode_default, 0, 3);
     suite_add_tcase(s, t);
     TCase *b = tcase_create("arguments");
     tcase_set_timeout(b, 0);

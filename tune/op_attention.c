@@ -295,6 +295,33 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
                         op_space_add_valid(&c, out, &n, max, &p);
                     }
                 }
+    if (!acc)
+        return n;
+    /* A GPU's decode structure (STAGE 2): work-items a group, rows scored
+     * together (up to the KV group; 4 rows spilled registers on gfx1100 in
+     * the cross-compile suite, so 1 or 2), and (paged) the partitions'
+     * target in work-groups a compute unit, 0 for none. BK, VEC and ACC
+     * mean nothing to it and stay fixed. */
+    static const int dwgs[] = {32, 64, 128, 256}, dqr[] = {1, 2}, fills[] = {0, 2, 4, 8, 16};
+    const uint64_t grp = s->d[4] ? s->d[3] / s->d[4] : 1;
+    for (int w = 0; w < 4; w++)
+        for (int r = 0; r < 2; r++)
+            for (int f = 0; f < (paged ? 5 : 1); f++) {
+                if ((uint64_t)dqr[r] > grp && dqr[r] > 1)
+                    continue;
+                oclf_params p;
+                memset(&p, 0, sizeof p);
+                oclf_params_set(&p, "WGS", dwgs[w]);
+                oclf_params_set(&p, "BK", 1);
+                oclf_params_set(&p, "VEC", 1);
+                oclf_params_set(&p, "ACC", 0);
+                oclf_params_set(&p, "STAGE", 2);
+                oclf_params_set(&p, "QR", dqr[r]);
+                oclf_params_set(&p, "FILL", fills[f]);
+                if (paged)
+                    oclf_params_set(&p, "PART", 0);
+                op_space_add_valid(&c, out, &n, max, &p);
+            }
     return n;
 }
 
@@ -305,7 +332,7 @@ static const op_kernel_check attn_check = {
     "2x5x7x4x2x20,1x6x3x3x1x3",
     "WGS=4,BK=4,VEC=4,ACC=0,STAGE=0;WGS=8,BK=3,VEC=1,ACC=0,STAGE=1;"
     "WGS=2,BK=16,VEC=16,ACC=0,STAGE=0;WGS=4,BK=5,VEC=2,ACC=1,STAGE=1;"
-    "WGS=4,BK=5,VEC=8,ACC=1,STAGE=0",
+    "WGS=4,BK=5,VEC=8,ACC=1,STAGE=0;WGS=16,BK=1,VEC=1,ACC=0,STAGE=2,QR=3",
     "WGS=16,BK=16,VEC=4,ACC=0,STAGE=1", "1x16x16x2x1x32", 1, 0};
 
 const op_desc op_attention = {
@@ -343,13 +370,17 @@ const op_desc op_attention = {
 
 /* B x SQ x SK x Hq x Hk x D x BS: decode rows and a chunk of queries,
  * blocks of 1 and 4 slots and partial blocks, split KV with partitions
- * that end inside a key block and a block of the cache. The traffic: one
- * decode row of a group of 4 query heads, K and V read once. */
+ * that end inside a key block and a block of the cache, the decode
+ * structure split and not. The traffic: one decode row of a group of 4
+ * query heads in the decode structure (the GPU default), K and V read
+ * once. */
 static const op_kernel_check attn_paged_check = {
     "2x3x19x4x2x20x4,1x1x9x3x1x3x1",
     "WGS=4,BK=4,VEC=4,ACC=0,PART=8,STAGE=0;WGS=8,BK=3,VEC=1,ACC=0,PART=0,STAGE=1;"
-    "WGS=4,BK=5,VEC=2,ACC=1,PART=7,STAGE=1;WGS=4,BK=8,VEC=16,ACC=0,PART=0,STAGE=0",
-    "WGS=4,BK=16,VEC=4,ACC=0,PART=0,STAGE=1", "1x1x64x4x1x32x16", 1, 1};
+    "WGS=4,BK=5,VEC=2,ACC=1,PART=7,STAGE=1;WGS=4,BK=8,VEC=16,ACC=0,PART=0,STAGE=0;"
+    "WGS=16,BK=1,VEC=1,ACC=0,PART=8,STAGE=2,QR=2,FILL=0;"
+    "WGS=32,BK=1,VEC=1,ACC=0,PART=0,STAGE=2,QR=4,FILL=0",
+    "WGS=32,BK=1,VEC=1,ACC=0,PART=0,STAGE=2,QR=4,FILL=0", "1x1x64x4x1x32x16", 1, 1};
 
 /* q and o once, and the keys and values of the cache once each. */
 static double attn_paged_bytes(const op_shape *s, oclf_dtype dt) { return attn_bytes(s, dt); }

@@ -3,7 +3,9 @@
  * attention_paged (the same over a paged KV cache, with split KV).
  *
  *   fused:   attention_fused (blocks of keys staged in local memory, online
- *            softmax, every query head of a KV group per work-group)
+ *            softmax, every query head of a KV group per work-group), or
+ *            with STAGE 2 attention_decode (work-items sharing each key,
+ *            16 bytes each a step, the KV group's query heads in registers)
  *            paged: the same kernel reading keys through the block table
  *            (OCLF_PAGED), with PART > 0 one work-group per partition of
  *            keys writing fp32 partials -> attention_merge
@@ -16,7 +18,10 @@
  * VEC (dot-product width; head_dim is padded to it), ACC (rows' queries and
  * accumulators in private (0) or local (1) memory), STAGE (K/V blocks
  * staged in local memory (1) or read by each row from global memory (0)),
- * PART (paged only: keys per split-KV partition, 0 none). The unfused path has none: the GEMM
+ * PART (paged only: keys per split-KV partition, 0 none); with STAGE 2 (the
+ * decode structure) QR (rows a work-group scores against each key) and
+ * FILL (paged, PART 0: work-groups per compute unit the partitions aim for,
+ * from the block table's reach; 0 no split). The unfused path has none: the GEMM
  * library tunes itself.
  */
 #include "attention.h"
@@ -31,15 +36,23 @@
 /* Split KV's partial outputs and LSEs: PART doubles until they fit. */
 #define ATTN_SPLIT_TEMP ((size_t)64 << 20)
 
+/* A GPU takes the decode structure up to this many query tokens: beyond,
+ * the staged structure shares each K/V block among more rows. */
+#define ATTN_DECODE_ROWS 64
+
 static const oclf_param_spec attn_params[] = {
     {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_DEFINE},
     {"BK", 1, 64, 0, OCLF_PARAM_DEFINE},
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"ACC", 0, 1, 0, OCLF_PARAM_DEFINE},
     {"PART", 0, 1 << 24, 0, OCLF_PARAM_ARG},
-    {"STAGE", 0, 1, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 2, 0, OCLF_PARAM_DEFINE},
+    /* (compiled in with STAGE 2 only, so the other structures' programs
+     * keep their options) */
+    {"QR", 1, 16, 0, OCLF_PARAM_ARG},
+    {"FILL", 0, 64, 0, OCLF_PARAM_ARG},
 };
-enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_STAGE, P_COUNT };
+enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_STAGE, P_QR, P_FILL, P_COUNT };
 _Static_assert(sizeof attn_params / sizeof attn_params[0] == P_COUNT, "one spec per parameter");
 
 static size_t pad_dim(size_t d, size_t vec) { return (d + vec - 1) / vec * vec; }
@@ -52,6 +65,39 @@ static size_t stage_bytes(size_t wgs, size_t bk, size_t dp, int acc, int stage)
 {
     const size_t n = (stage ? 2 * bk * dp : 0) + (acc ? wgs * (2 * (dp + 1) + bk) : 0);
     return (n ? n : 1) * sizeof(float);
+}
+
+/* The decode structure's work-items per key: enough for a head's 16-byte
+ * units (one each), a power of two, within the sub-group width the
+ * device's reduction form spans and the work-group. */
+static int decode_tpk(const oclf_context *ctx, oclf_dtype dtype, size_t d, int wgs)
+{
+    const size_t ke = 16 / oclf_dtype_size(dtype), units = (d + ke - 1) / ke;
+    size_t t = 1;
+    while (t < units && t < ctx->info.subgroup_width && (int)t < wgs)
+        t *= 2;
+    return (int)t;
+}
+
+/* Local memory of the decode structure (cl/attention_decode.cl): the rows'
+ * queries, the local-memory reduction's QR floats a work-item, or the
+ * merge's state of each key slot (its max, sum and accumulator), whichever
+ * is largest. */
+static size_t decode_bytes(int wgs, int qr, int tpk, int ke, size_t d)
+{
+    const size_t slots = (size_t)(wgs / tpk), units = (d + (size_t)ke - 1) / (size_t)ke;
+    const size_t dpu = (units + (size_t)tpk - 1) / (size_t)tpk * (size_t)tpk * (size_t)ke;
+    const size_t red = (size_t)qr * (size_t)wgs, merge = slots * (dpu + 2);
+    size_t n = red > merge ? red : merge;
+    n = (size_t)qr * dpu > n ? (size_t)qr * dpu : n;
+    return n * sizeof(float);
+}
+
+static size_t cfg_local_bytes(const attn_cfg *c, size_t d)
+{
+    return c->stage == 2 ? decode_bytes(c->wgs, c->qr, c->tpk, c->ke, d)
+                         : stage_bytes((size_t)c->wgs, (size_t)c->bk, (size_t)c->dp, c->acc,
+                                       c->stage);
 }
 
 /* shape: tokens (queries), Hq, Hk, head_dim */
@@ -101,18 +147,40 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
         while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
             bk /= 2;
     }
+    /* Few query rows on a GPU (decode, tokens standing for sequences):
+     * the decode structure, 128 work-items (4 warps' worth of keys in
+     * flight), 2 query heads of the KV group a group, and partitions of
+     * the keys aimed at 4 groups a compute unit, so that one sequence
+     * fills the device. Each row holds its query slice and accumulator in
+     * registers: 4 rows spilled on gfx1100 (16-bit caches, head dim 128)
+     * in the cross-compile suite, 2 build without spills everywhere; a
+     * group of 4 heads then reads its K/V twice, the second time mostly
+     * from L2. BK, VEC and ACC mean nothing to the decode kernel. */
+    int qr = 1, fill = 0;
+    const uint64_t grp = shape->dim[2] ? shape->dim[1] / shape->dim[2] : 1;
+    if (!(ctx->info.type & CL_DEVICE_TYPE_CPU) && shape->dim[0] <= ATTN_DECODE_ROWS) {
+        stage = 2;
+        wgs = ctx->info.max_wgs >= 128 ? 128 : (int)ctx->info.max_wgs;
+        qr = grp < 2 ? 1 : 2;
+        fill = 4;
+        vec = 1;
+        bk = 1;
+        acc = 0;
+    }
     oclf_params_set(out, "WGS", wgs);
     oclf_params_set(out, "BK", bk);
     oclf_params_set(out, "VEC", vec);
     oclf_params_set(out, "ACC", acc);
     oclf_params_set(out, "STAGE", stage);
+    oclf_params_set(out, "QR", qr);
+    oclf_params_set(out, "FILL", fill);
     /* Split KV where sequences x KV heads (tokens stand for sequences: a
      * decode batch has one each) leave the device short of work-groups: 8
      * a compute unit keep a CPU's cores and a GPU's schedulers busy. A
      * GPU's partitions are shorter, since its groups are many and small. */
     /* (oclf_attention ignores PART.) */
     int part = 0;
-    if (shape->dim[0] * shape->dim[2] <
+    if (stage != 2 && shape->dim[0] * shape->dim[2] <
         8 * (uint64_t)(ctx->info.compute_units ? ctx->info.compute_units : 1))
         part = ctx->info.type & CL_DEVICE_TYPE_CPU ? 1024 : 512;
     oclf_params_set(out, "PART", part);
@@ -121,8 +189,8 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
 /* wgs_default: WGS is the heuristic's, not the caller's or a record's, so
  * it may give way (halve) where a BK that was asked for leaves its rows no
  * room in local memory. */
-oclf_status oclf_attn_config(const oclf_context *ctx, const oclf_params *p, size_t d,
-                             int paged, int wgs_default, attn_cfg *cfg)
+oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oclf_params *p,
+                             size_t d, int paged, int wgs_default, attn_cfg *cfg)
 {
     int64_t v[P_COUNT];
     memset(cfg, 0, sizeof *cfg);
@@ -137,6 +205,27 @@ oclf_status oclf_attn_config(const oclf_context *ctx, const oclf_params *p, size
     cfg->paged = paged;
     cfg->part = paged ? (size_t)v[P_PART] : 0;
     cfg->dp = (int)pad_dim(d ? d : 1, (size_t)cfg->vec);
+    cfg->qr = (int)v[P_QR];
+    cfg->fill = paged ? (int)v[P_FILL] : 0;
+    cfg->ke = (int)(16 / oclf_dtype_size(dtype));
+    cfg->tpk = decode_tpk(ctx, dtype, d ? d : 1, cfg->wgs);
+    if (cfg->stage == 2) {
+        if (cfg_local_bytes(cfg, d ? d : 1) > ctx->info.local_mem)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "attention: the decode structure's WGS = %d work-items and QR = "
+                             "%d rows do not fit %llu bytes of local memory",
+                             cfg->wgs, cfg->qr, (unsigned long long)ctx->info.local_mem);
+        /* the head dim, the work-items per key and the rows are compiled
+         * in; BK, VEC and ACC mean nothing here */
+        const int used = snprintf(cfg->defines, sizeof cfg->defines,
+                                  "-DOCLF_HD=%zu -DOCLF_TPK=%d -DOCLF_QR=%d%s -DOCLF_STAGE=2 "
+                                  "-DOCLF_WGS=%d",
+                                  d ? d : 1, cfg->tpk, cfg->qr, paged ? " -DOCLF_PAGED=1" : "",
+                                  cfg->wgs);
+        return used > 0 && (size_t)used < sizeof cfg->defines
+                   ? OCLF_SUCCESS
+                   : oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: options too long");
+    }
     while (wgs_default && cfg->wgs > 1 &&
            stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk, (size_t)cfg->dp, cfg->acc, cfg->stage) >
                ctx->info.local_mem)
@@ -162,12 +251,18 @@ oclf_status oclf_attn_config(const oclf_context *ctx, const oclf_params *p, size
     return OCLF_SUCCESS;
 }
 
+static oclf_status attn_program_aligned(oclf_context *ctx, oclf_dtype dtype, const char *defines,
+                                        int aligned, oclf_program **prog)
+{
+    char opts[OCLF_OPTIONS_MAX];
+    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, defines, aligned);
+    return oclf_program_get(ctx, "attention.cl", opts, prog);
+}
+
 oclf_status oclf_attn_program(oclf_context *ctx, oclf_dtype dtype, const char *defines,
                               oclf_program **prog)
 {
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, defines);
-    return oclf_program_get(ctx, "attention.cl", opts, prog);
+    return attn_program_aligned(ctx, dtype, defines, 0, prog);
 }
 
 static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
@@ -189,18 +284,26 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
         return oclf_check_kernel_wgs(ctx, prog, names, OCLF_NARGS(names), ATTN_ELEM_WGS);
     }
     attn_cfg cfg;
-    if ((st = oclf_attn_config(ctx, &r->params, (size_t)shape->dim[3], paged, r->wgs_default,
-                               &cfg)))
+    if ((st = oclf_attn_config(ctx, dtype, &r->params, (size_t)shape->dim[3], paged,
+                               r->wgs_default, &cfg)))
         return st;
     if (out)
         memcpy(out, &cfg, sizeof cfg);
     if (!deep)
         return OCLF_SUCCESS;
-    static const char *const fused[] = {"attention_fused"}, *const merge[] = {"attention_merge"};
+    static const char *const fused[] = {"attention_fused"}, *const decode[] = {"attention_decode"},
+                             *const merge[] = {"attention_merge"};
+    /* (the build whose 16-byte units start on 16 bytes, named for the
+     * cross-compile list, which takes the first build a check names; a
+     * call takes it where its K and V allow) */
+    if (cfg.stage == 2)
+        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, cfg.defines, cfg.ke);
     if ((st = oclf_attn_program(ctx, dtype, cfg.defines, &prog)) ||
-        (st = oclf_check_kernel_wgs(ctx, prog, fused, 1, (size_t)cfg.wgs)))
+        (st = oclf_check_kernel_wgs(ctx, prog, cfg.stage == 2 ? decode : fused, 1,
+                                    (size_t)cfg.wgs)))
         return st;
-    return cfg.part ? oclf_check_kernel_wgs(ctx, prog, merge, 1, ATTN_ELEM_WGS) : OCLF_SUCCESS;
+    return cfg.part || cfg.fill ? oclf_check_kernel_wgs(ctx, prog, merge, 1, ATTN_ELEM_WGS)
+                                : OCLF_SUCCESS;
 }
 
 const oclf_op_hooks oclf_attention_hooks = {oclf_attention_heuristic, oclf_attention_validate};
@@ -359,15 +462,32 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                                 cl_event *event)
 {
     const size_t g = c->hq / c->hk, wgs = (size_t)cfg->wgs;
-    /* rows of a query in one group: its heads of one KV head (STAGE 1), or
-     * all its heads (STAGE 0, whose groups span the KV heads) */
+    /* rows of a query in one group: its heads of one KV head (STAGE 1 and
+     * 2), or all its heads (STAGE 0, whose groups span the KV heads) */
     const size_t rpq = cfg->stage ? g : c->hq, kgroups = cfg->stage ? c->hk : 1;
     if (c->max_sq > (size_t)INT_MAX / rpq)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: max_seqlen_q x heads exceeds 2^31", c->op);
-    const size_t nqb = (c->max_sq * rpq + wgs - 1) / wgs;
+    /* rows a group takes: one a work-item, or QR scored together (STAGE 2) */
+    const size_t grows = cfg->stage == 2 ? (size_t)cfg->qr : wgs;
+    const size_t nqb = (c->max_sq * rpq + grows - 1) / grows;
     /* Split KV: partitions of PART keys over the longest sequence the keys
      * allow, PART doubled until the partials fit their bound. */
     size_t part = cfg->part, nparts = 1;
+    if (cfg->stage == 2 && !part && cfg->fill && c->paged) {
+        /* FILL groups a compute unit: as many partitions of the block
+         * table's reach as the sequences' groups leave short, each a
+         * multiple of 64 keys and 256 at least (a partition's fixed cost,
+         * its merge and its first rescales, stays small beside its keys). */
+        const size_t want = (size_t)cfg->fill * (ctx->info.compute_units ? ctx->info.compute_units : 1);
+        const size_t have = nqb * c->batch * c->hk;
+        if (have < want && c->tk > 256) {
+            const size_t n = (want + have - 1) / have;
+            part = (c->tk + n - 1) / n;
+            part = (part + 63) / 64 * 64;
+            part = part < 256 ? 256 : part;
+        }
+    }
+
     const size_t row_floats = c->tq * c->hq * (c->d + 1);
     while (part && part < c->tk) {
         nparts = (c->tk + part - 1) / part;
@@ -385,10 +505,18 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                          "%s: %zu blocks of queries x %zu sequences x %zu KV heads x %zu "
                          "partitions exceed the launch range",
                          c->op, nqb, c->batch, c->hk, nparts);
+    /* The decode structure's aligned build: every 16-byte unit of K and V
+     * starts on 16 bytes (the offsets, strides and head dim in units). */
+    const oclf_operand kv[] = {c->k.op, c->v.op,
+                               {c->k.op.mem, c->k.hs, c->k.hs, 0, 0},
+                               {c->v.op.mem, c->v.hs, c->v.hs, 0, 0},
+                               {c->k.op.mem, c->d, c->d, 0, 0}};
+    const int aligned = cfg->stage == 2 && oclf_rows_aligned(cfg->ke, kv, 5);
     oclf_program *prog;
-    oclf_status st = oclf_attn_program(ctx, c->dtype, cfg->defines, &prog);
+    oclf_status st = attn_program_aligned(ctx, c->dtype, cfg->defines, aligned, &prog);
     if (st != OCLF_SUCCESS)
         return st;
+    const char *kname = cfg->stage == 2 ? "attention_decode" : "attention_fused";
     cl_mem pout = NULL, plse = NULL;
     if (nparts > 1 &&
         ((st = oclf_temp_buffer(ctx, nparts * c->tq * c->hq * c->d * 4, &pout)) ||
@@ -430,18 +558,18 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                     OCLF_ARG(bs),          OCLF_ARG(nblk),  OCLF_ARG(part32), OCLF_ARG(np32),
                     OCLF_ARG(pom),         OCLF_ARG(plm),   OCLF_ARG(c->drop_p), OCLF_ARG(seed),
                     OCLF_ARG(doff),        OCLF_ARG(hd),
-                    OCLF_ARG_LOCAL(stage_bytes((size_t)cfg->wgs, (size_t)cfg->bk,
-                                                   (size_t)cfg->dp, cfg->acc, cfg->stage)),
-                    OCLF_ARG_LOCAL((c->paged && cfg->stage ? (size_t)cfg->bk : 1) *
+                    OCLF_ARG_LOCAL(cfg_local_bytes(cfg, c->d)),
+                    OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)(cfg->wgs / cfg->tpk)
+                                    : c->paged && cfg->stage == 1 ? (size_t)cfg->bk : 1) *
                                    sizeof(cl_long))};
     if (nparts == 1) {
-        st = oclf_enqueue(ctx, queue, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs,
+        st = oclf_enqueue(ctx, queue, prog, kname, a, OCLF_NARGS(a), groups * wgs,
                           wgs, num_events, wait_list, event);
         goto done;
     }
     oclf_chain ch;
     oclf_chain_begin(&ch, ctx, queue, num_events, wait_list);
-    st = oclf_chain_launch(&ch, prog, "attention_fused", a, OCLF_NARGS(a), groups * wgs, wgs);
+    st = oclf_chain_launch(&ch, prog, kname, a, OCLF_NARGS(a), groups * wgs, wgs);
     if (st == OCLF_SUCCESS) {
         cl_uint hq32 = (cl_uint)c->hq;
         oclf_arg m[] = {OCLF_ARG(pout), OCLF_ARG(plse), OCLF_ARG(np32), OCLF_ARG(tq),

@@ -18,6 +18,9 @@
 
 typedef struct attn_cfg {
     int wgs, bk, vec, acc, dp, paged, stage;
+    /* STAGE 2: rows per group, work-items per key, elements per 16 bytes,
+     * the partitions' target */
+    int qr, tpk, ke, fill;
     size_t part;
     char defines[OCLF_DEFINES_MAX];
 } attn_cfg;
@@ -58,8 +61,9 @@ typedef struct gemm_view {
 /* wgs_default: WGS is the heuristic's, not the caller's or a record's, so
  * it may give way (halve) where a BK that was asked for leaves its rows no
  * room in local memory. */
-OCLF_HIDDEN oclf_status oclf_attn_config(const oclf_context *ctx, const oclf_params *p, size_t d,
-                                         int paged, int wgs_default, attn_cfg *cfg);
+OCLF_HIDDEN oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype,
+                                         const oclf_params *p, size_t d, int paged,
+                                         int wgs_default, attn_cfg *cfg);
 OCLF_HIDDEN oclf_status oclf_attn_program(oclf_context *ctx, oclf_dtype dtype,
                                           const char *defines, oclf_program **prog);
 OCLF_HIDDEN oclf_status oclf_attn_check_heads(oclf_context *ctx, const attn_call *c,

@@ -68,7 +68,7 @@ oclf_status oclf_attention(oclf_context *ctx, cl_command_queue queue, oclf_dtype
     if (r.path == OCLF_PATH_FUSED) {
         if (r.has_cfg)
             memcpy(&cfg, &r.cfg, sizeof cfg);
-        else if ((st = oclf_attn_config(ctx, &r.params, head_dim, 0, r.wgs_default, &cfg)))
+        else if ((st = oclf_attn_config(ctx, dtype, &r.params, head_dim, 0, r.wgs_default, &cfg)))
             return st;
     }
     if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
