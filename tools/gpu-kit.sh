@@ -480,6 +480,32 @@ stage_tune() {
 
 # Every op in a process of its own, so that a stage cut short by its time
 # keeps the ops done; their JSON arrays are joined into OUT/bench.json.
+# The bench JSON of several runs (an op each) merged into $1, one array: an
+# op cut by its time limit keeps the rows it finished (oclfuse-bench writes
+# each row as it goes, so only the closing bracket is missing).
+merge_bench_json() {
+  python3 - "$@" <<'PY'
+import json, sys
+rows = []
+for p in sys.argv[2:]:
+    try:
+        text = open(p).read()
+    except OSError:
+        continue
+    try:
+        rows += json.loads(text)
+    except ValueError:
+        # an op cut by its time limit: the rows it finished, without the
+        # closing bracket
+        try:
+            rows += json.loads(text.rstrip().rstrip(',') + ']')
+        except ValueError:
+            pass
+json.dump(rows, open(sys.argv[1], 'w'), indent=1)
+print(f"gpu-kit: {len(rows)} bench results in {sys.argv[1]}", file=sys.stderr)
+PY
+}
+
 stage_bench() {
   local bench="$build/tools/oclfuse-bench" ops=() op
   export OCLF_TUNING_DB="$out/tuning.json"
@@ -507,26 +533,7 @@ stage_bench() {
       --json-file "$out/bench/$(printf %02d $i).json" $bench_args >>"$out/bench.txt" 2>>"$out/bench.err" ||
       { say "bench: $op failed or ran out of time (see $out/bench.err)"; status=1; }
   done
-  python3 - "$out/bench.json" "$out"/bench/*.json <<'PY' || status=1
-import json, sys
-rows = []
-for p in sys.argv[2:]:
-    try:
-        text = open(p).read()
-    except OSError:
-        continue
-    try:
-        rows += json.loads(text)
-    except ValueError:
-        # an op cut by its time limit: the rows it finished, without the
-        # closing bracket
-        try:
-            rows += json.loads(text.rstrip().rstrip(',') + ']')
-        except ValueError:
-            pass
-json.dump(rows, open(sys.argv[1], 'w'), indent=1)
-print(f"gpu-kit: {len(rows)} bench results in {sys.argv[1]}", file=sys.stderr)
-PY
+  merge_bench_json "$out/bench.json" "$out"/bench/*.json || status=1
   rm -rf "$out/bench"
   cat "$out/bench.txt"
   # The chart needs matplotlib: any python3 of the machine that has it, run
@@ -755,25 +762,7 @@ lease_bench_run() {
       --dtypes "$dtypes" --paths fused,unfused,auto --min-time "${OCLF_KIT_MIN_TIME:-0.1}" --no-verify \
       --json-file "$parts/$(printf %02d $i).json" >>"$ldir/$name.txt" 2>>"$ldir/$name.err" ||
       { say "$name: $op failed (see $name.err)"; status=1; }
-    python3 - "$ldir/$name.json" "$parts"/*.json <<'PY'
-import json, sys
-rows = []
-for p in sys.argv[2:]:
-    try:
-        text = open(p).read()
-    except OSError:
-        continue
-    try:
-        rows += json.loads(text)
-    except ValueError:
-        # an op cut by its time limit: the rows it finished, without the
-        # closing bracket
-        try:
-            rows += json.loads(text.rstrip().rstrip(',') + ']')
-        except ValueError:
-            pass
-json.dump(rows, open(sys.argv[1], 'w'), indent=1)
-PY
+    merge_bench_json "$ldir/$name.json" "$parts"/*.json
   done <"$ldir/bench-jobs.txt"
   return $status
 }
