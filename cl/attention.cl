@@ -189,21 +189,22 @@ static inline long attn_key_token(long j, long ks, global const int *bt, ulong b
 #endif
 }
 
+/* The arguments of both attention kernels (attention_fused here and
+ * attention_decode of attention_decode.cl), which the host sets once. */
+#define ATTENTION_KERNEL_ARGS                                                  \
+    global const stor_t *q, ulong qo, ulong qts, ulong qhs, global const stor_t *k, ulong ko,  \
+        ulong kts, ulong khs, global const stor_t *v, ulong vo, ulong vts, ulong vhs,          \
+        global stor_t *o, ulong oo, ulong ots, ulong ohs, global const int *cuq, ulong cuqo,   \
+        global const int *cuk, ulong cuko, uint nqb, uint hk, uint grp, uint d, uint total_q,  \
+        uint total_k, uint max_sq, float scale, float cap, long left, long right,             \
+        global const float *slopes, ulong slo, uint has_alibi, global const float *sinks,     \
+        ulong sio, uint has_sinks, global float *lse, ulong lso, ulong lss, uint has_lse,      \
+        global const int *bt, ulong bto, ulong bts, uint bs, uint nblk, uint part,            \
+        uint nparts, global float *pout, global float *plse, float drop_p, ulong seed,        \
+        ulong doff, uint has_drop, local float *stage, local long *ltok
+
 #if OCLF_STAGE != 2
-kernel void attention_fused(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
-                            global const stor_t *k, ulong ko, ulong kts, ulong khs,
-                            global const stor_t *v, ulong vo, ulong vts, ulong vhs,
-                            global stor_t *o, ulong oo, ulong ots, ulong ohs,
-                            global const int *cuq, ulong cuqo, global const int *cuk, ulong cuko,
-                            uint nqb, uint hk, uint grp, uint d, uint total_q, uint total_k,
-                            uint max_sq, float scale, float cap, long left, long right,
-                            global const float *slopes, ulong slo, uint has_alibi,
-                            global const float *sinks, ulong sio, uint has_sinks,
-                            global float *lse, ulong lso, ulong lss, uint has_lse,
-                            global const int *bt, ulong bto, ulong bts, uint bs, uint nblk,
-                            uint part, uint nparts, global float *pout, global float *plse,
-                            float drop_p, ulong seed, ulong doff, uint has_drop,
-                            local float *stage, local long *ltok)
+kernel void attention_fused(ATTENTION_KERNEL_ARGS)
 {
     local float *lk = stage, *lv = stage + OCLF_BK * OCLF_DP;
 #if OCLF_STAGE && OCLF_PAGED

@@ -312,20 +312,7 @@ static inline void dec_sequence(local long *ltok, uint lid, uint b, global const
 }
 
 kernel OCLF_SUBGROUP_KERNEL __attribute__((reqd_work_group_size(OCLF_WGS, 1, 1))) void
-attention_decode(global const stor_t *q, ulong qo, ulong qts, ulong qhs,
-                             global const stor_t *k, ulong ko, ulong kts, ulong khs,
-                             global const stor_t *v, ulong vo, ulong vts, ulong vhs,
-                             global stor_t *o, ulong oo, ulong ots, ulong ohs,
-                             global const int *cuq, ulong cuqo, global const int *cuk, ulong cuko,
-                             uint nqb, uint hk, uint grp, uint d, uint total_q, uint total_k,
-                             uint max_sq, float scale, float cap, long left, long right,
-                             global const float *slopes, ulong slo, uint has_alibi,
-                             global const float *sinks, ulong sio, uint has_sinks,
-                             global float *lse, ulong lso, ulong lss, uint has_lse,
-                             global const int *bt, ulong bto, ulong bts, uint bs, uint nblk,
-                             uint part, uint nparts, global float *pout, global float *plse,
-                             float drop_p, ulong seed, ulong doff, uint has_drop,
-                             local float *stage, local long *ltok)
+attention_decode(ATTENTION_KERNEL_ARGS)
 {
     (void)d;
     const uint lid = get_local_id(0), lane = lid % OCLF_TPK, slot = lid / OCLF_TPK;
