@@ -258,8 +258,7 @@ typedef uint8 oclf_words_a;
 #elif OCLF_VEC == 8
 #define OCLF_WORD_LANES(lo, hi) shuffle2((lo), (hi), (uint8)(0, 4, 1, 5, 2, 6, 3, 7))
 #else
-#define OCLF_WORD_LANES(lo, hi)                                                \
-    shuffle2((lo), (hi), (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15))
+#define OCLF_WORD_LANES(lo, hi) shuffle2((lo), (hi), (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15))
 #endif
 static inline floatv oclf_widen_bf16_words(oclf_words_a w)
 {
