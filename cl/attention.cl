@@ -189,6 +189,25 @@ static inline long attn_key_token(long j, long ks, global const int *bt, ulong b
 #endif
 }
 
+/* The keys [*jlo, *jhi] that query rows i0..i1 can see: the window
+ * (left, right; -1 none) around each row's diagonal (shift), within the
+ * partition p of `part` keys when the keys are split. */
+static inline void attn_key_range(long i0, long i1, long sk, long shift, long left, long right,
+                                  uint nparts, uint p, uint part, long *jlo, long *jhi)
+{
+    long lo = 0, hi = sk - 1;
+    if (left >= 0)
+        lo = max(lo, i0 + shift - left);
+    if (right >= 0)
+        hi = min(hi, i1 + shift + right);
+    if (nparts > 1) {
+        lo = max(lo, (long)p * part);
+        hi = min(hi, (long)p * part + (long)part - 1);
+    }
+    *jlo = lo;
+    *jhi = hi;
+}
+
 /* The arguments of both attention kernels (attention_fused here and
  * attention_decode of attention_decode.cl), which the host sets once. */
 #define ATTENTION_KERNEL_ARGS                                                  \
@@ -247,15 +266,8 @@ kernel void attention_fused(ATTENTION_KERNEL_ARGS)
 
     /* The keys any row of the group can see: blocks outside are skipped. */
     const long i0 = r0 / rpq, i1 = (min(r0 + OCLF_WGS, rows) - 1) / rpq;
-    long jlo = 0, jhi = sk - 1;
-    if (left >= 0)
-        jlo = max(jlo, i0 + shift - left);
-    if (right >= 0)
-        jhi = min(jhi, i1 + shift + right);
-    if (nparts > 1) {
-        jlo = max(jlo, (long)p * part);
-        jhi = min(jhi, (long)p * part + (long)part - 1);
-    }
+    long jlo, jhi;
+    attn_key_range(i0, i1, sk, shift, left, right, nparts, p, part, &jlo, &jhi);
 
 #if OCLF_ACC
     local float *qv = stage + ATTN_KV_FLOATS + lid * ATTN_RS;

@@ -330,15 +330,8 @@ attention_decode(ATTENTION_KERNEL_ARGS)
         return;
     /* the keys any row of the group can see */
     const long i0 = r0 / grp, i1 = (min(r0 + OCLF_QR, rows) - 1) / grp;
-    long jlo = 0, jhi = sk - 1;
-    if (left >= 0)
-        jlo = max(jlo, i0 + shift - left);
-    if (right >= 0)
-        jhi = min(jhi, i1 + shift + right);
-    if (nparts > 1) {
-        jlo = max(jlo, (long)p * part);
-        jhi = min(jhi, (long)p * part + (long)part - 1);
-    }
+    long jlo, jhi;
+    attn_key_range(i0, i1, sk, shift, left, right, nparts, p, part, &jlo, &jhi);
 
     dec_row rw[OCLF_QR];
     dec_unit qv[OCLF_QR][DEC_NC], acc[OCLF_QR][DEC_NC];
