@@ -16,6 +16,9 @@
  *              the work-group are one warp (a one-dimensional work-group
  *              whose size is a multiple of 32).
  *
+ * (The wavefront's instruction further down has its own option, OCLF_MFMA,
+ * with the same two kinds of form.)
+ *
  * Fragment layout of the m16n8k16 product D (16x8, f32) = A (16x16) B
  * (16x8) + C, for a lane with g = lane / 4 and t = lane % 4 (the layout the
  * instruction defines; the emulation reproduces it, so a kernel written
@@ -155,6 +158,104 @@ static inline float oclf_shfl_xor32(float v, uint mask, uint lane, __local float
     const float r = scratch[lane ^ (mask & 31u)];
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
+#endif
+}
+
+/* ---- a wavefront's matrix instruction -----------------------------------
+ * v_mfma_f32_16x16x16 (f16, and bf16 in its "_1k" form) of CDNA 2 and 3
+ * (gfx90a, gfx942): D (16x16, f32) = A (16x16) B (16x16) + C over a
+ * wavefront of 64 lanes. For lane l with i = l % 16 and q = l / 16:
+ *   A: two 32-bit registers, four 16-bit elements of row i, columns (k)
+ *      4q..4q+3 in order, the lower k in the low half: a[0] k = 4q, 4q+1;
+ *      a[1] k = 4q+2, 4q+3.
+ *   B: two registers, rows (k) 4q..4q+3 of column i, packed the same way.
+ *   C, D: four floats, rows 4q..4q+3 of column i.
+ * So a lane's A and B elements are consecutive in k: a row-major A tile
+ * and a column-major B tile give each lane one 8-byte load.
+ *
+ *   OCLF_MFMA 0  emulation over groups of 64 work-items through local
+ *               memory (every work-item of the work-group calls it);
+ *   OCLF_MFMA 1  clang's builtin; the caller guarantees that work-items
+ *               64k..64k+63 are one wavefront (gfx90a or newer: the bf16
+ *               form needs CDNA 2).
+ * The emulation sums in k order with fma and adds C last, as the m16n8k16
+ * emulation above does, with the same consequence for exact inputs. */
+#ifndef OCLF_MFMA
+#define OCLF_MFMA 0 /* wavefront matrix instruction: 0 emulated, 1 clang's builtin (gfx90a+) */
+#endif
+
+/* Words of local memory the emulated 16x16x16 needs per group of 64. */
+#define OCLF_MFMA_SCRATCH_WORDS (64 * 2 + 64 * 2)
+
+#if OCLF_MFMA == 0
+/* D = A B + C, emulated; scratch is this lane's group's
+ * OCLF_MFMA_SCRATCH_WORDS words of local memory. */
+static inline void oclf_mfma_16x16x16_emul(float d[4], const uint a[2], const uint b[2],
+                                           const float c[4], uint lane, int bf,
+                                           __local uint *scratch)
+{
+    __local uint *sa = scratch;
+    __local uint *sb = scratch + 64 * 2;
+    sa[lane * 2 + 0] = a[0];
+    sa[lane * 2 + 1] = a[1];
+    sb[lane * 2 + 0] = b[0];
+    sb[lane * 2 + 1] = b[1];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint i = lane & 15u, q = lane >> 4;
+    for (uint r = 0; r < 4; r++) {
+        const uint row = 4 * q + r;
+        float acc = 0.0f;
+        for (uint k = 0; k < 16; k++) {
+            /* A[row][k] sits in lane row + 16 (k / 4), B[k][i] in lane
+             * i + 16 (k / 4); register (k % 4) / 2, half k % 2 in both */
+            const uint word = (k >> 2) * 16 * 2 + ((k & 3u) >> 1);
+            const float av = oclf_mma_elem(sa[row * 2 + word], k & 1u, bf);
+            const float bv = oclf_mma_elem(sb[i * 2 + word], k & 1u, bf);
+            acc = fma(av, bv, acc);
+        }
+        d[r] = acc + c[r];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#else
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
+
+/* D = A B + C with f16 A and B. */
+static inline void oclf_mfma_16x16x16_f16(float d[4], const uint a[2], const uint b[2],
+                                          const float c[4], uint lane, __local uint *scratch)
+{
+#if OCLF_MFMA == 1
+    (void)lane;
+    (void)scratch;
+    const float4 r = __builtin_amdgcn_mfma_f32_16x16x16f16(
+        as_half4((uint2)(a[0], a[1])), as_half4((uint2)(b[0], b[1])),
+        (float4)(c[0], c[1], c[2], c[3]), 0, 0, 0);
+    d[0] = r.x;
+    d[1] = r.y;
+    d[2] = r.z;
+    d[3] = r.w;
+#else
+    oclf_mfma_16x16x16_emul(d, a, b, c, lane, 0, scratch);
+#endif
+}
+
+/* D = A B + C with bf16 A and B. */
+static inline void oclf_mfma_16x16x16_bf16(float d[4], const uint a[2], const uint b[2],
+                                           const float c[4], uint lane, __local uint *scratch)
+{
+#if OCLF_MFMA == 1
+    (void)lane;
+    (void)scratch;
+    const float4 r = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(
+        as_short4((uint2)(a[0], a[1])), as_short4((uint2)(b[0], b[1])),
+        (float4)(c[0], c[1], c[2], c[3]), 0, 0, 0);
+    d[0] = r.x;
+    d[1] = r.y;
+    d[2] = r.z;
+    d[3] = r.w;
+#else
+    oclf_mfma_16x16x16_emul(d, a, b, c, lane, 1, scratch);
 #endif
 }
 

@@ -31,6 +31,11 @@ Programs built with cl/mma.h's native instruction form (-DOCLF_MMA=1:
 inline PTX, what linear's matrix-unit structure gets on compute
 capability 8.0 and newer) go to NVIDIA's back end alone.
 
+The wavefront's matrix instruction of cl/mma.h (-DOCLF_MFMA=1, clang's
+builtin) is built on its own for gfx90a and gfx942, where the emitted
+code must hold v_mfma_f32_16x16x16 in f16 and bf16 (no op selects that
+form yet; this keeps the wrapper building for the hardware it names).
+
 Each back end also gets the sub-group form its device would (SUBGROUP
 below: what lib/device.c decides and passes among the device-quirk
 options, which the list does not carry), so the native shuffles build.
@@ -564,6 +569,52 @@ def select(variants):
     return chosen
 
 
+# A kernel calling each wavefront matrix wrapper once, built with the
+# native form: the instructions AMD's back ends must emit for it.
+MFMA_CHECK = """
+__kernel void mfma_check(__global const uint2 *A, __global const uint2 *B, __global float4 *D)
+{
+    const uint lane = get_local_id(0);
+    uint a[2] = {A[lane].x, A[lane].y}, b[2] = {B[lane].x, B[lane].y};
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4], e[4];
+    oclf_mfma_16x16x16_f16(d, a, b, c, lane, 0);
+    oclf_mfma_16x16x16_bf16(e, a, b, d, lane, 0);
+    D[lane] = (float4)(e[0], e[1], e[2], e[3]);
+}
+"""
+MFMA_EXPECT = {"amdgcn-gfx90a": ["v_mfma_f32_16x16x16f16", "v_mfma_f32_16x16x16bf16_1k"],
+               "amdgcn-gfx942": ["v_mfma_f32_16x16x16_f16", "v_mfma_f32_16x16x16_bf16"]}
+
+
+def mfma_check(cl_dir, tmp):
+    """Builds cl/mma.h's wavefront matrix wrappers in their native form for
+    gfx90a and gfx942; returns (errors, summary lines)."""
+    with open(os.path.join(cl_dir, "mma.h")) as f:
+        text = f.read() + MFMA_CHECK
+    src = os.path.join(tmp, "mfma_check.cl")
+    with open(src, "w") as f:
+        f.write(text)
+    errors, lines = [], []
+    targets = [t for t in TARGETS if t[0] in MFMA_EXPECT] + ([GFX942] if CLC19 else [])
+    for name, flags, bc, _ in targets:
+        compiler = CLANG19 if name == GFX942[0] else CLANG
+        clc = CLC19 if name == GFX942[0] else CLC
+        link = ["-Xclang", "-mlink-builtin-bitcode", "-Xclang", os.path.join(clc, bc)]
+        asm = os.path.join(tmp, f"mfma_check-{name}.s")
+        rc, err = clang(flags + link + ["-DOCLF_MFMA=1", "-O3", "-S"], src, asm, compiler)
+        if rc != 0:
+            errors.append(f"mma.h -DOCLF_MFMA=1 [{name}]: build failed\n{err.strip()[:2000]}")
+            continue
+        with open(asm) as f:
+            code = f.read()
+        missing = [m for m in MFMA_EXPECT[name] if not re.search(rf"\b{m}\b", code)]
+        if missing:
+            errors.append(f"mma.h -DOCLF_MFMA=1 [{name}]: no {', '.join(missing)} in the code")
+        else:
+            lines.append(f"  {name}: the wavefront wrappers emit {', '.join(MFMA_EXPECT[name])}")
+    return errors, lines
+
+
 def report_and_gate(reports, out_dir, cl_dir):
     """Writes the GPU report (OUT_DIR/gpu-report.{tsv,json,txt}), prints
     its summary and runs the gate against tests/gpu_gate_known.tsv: the
@@ -682,6 +733,8 @@ def main():
             jobs.append((i, source, options, text, tmp,
                          not report_none and (report_all or chosen[i][2] == "default")))
         reports = []
+        mfma_errors, mfma_lines = mfma_check(cl_dir, tmp)
+        errors += mfma_errors
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             for errs, rs, rep in pool.map(compile_variant, jobs):
                 errors += errs
@@ -717,6 +770,8 @@ def main():
             simd = sorted({r[5] for r in mine if r[5]})
             print(f"  {target}: registers {min(regs)}..{max(regs)}"
                   + (f", SIMD {'/'.join(map(str, simd))}" if simd else ""))
+    for line in mfma_lines:
+        print(line)
     for e in errors[:40]:
         print(e, file=sys.stderr)
     return 1 if errors else 0

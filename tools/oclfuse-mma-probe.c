@@ -11,9 +11,12 @@
  *
  *   oclfuse-mma-probe [--cl DIR] [--form emulated|native|all] [--cpu]
  *
- * The native form (inline PTX) is built where the device reports compute
- * capability 8.0 or newer through cl_nv_device_attribute_query, or where
- * --form native asks for it. Exit status 0 when every form built was
+ * Two instruction families: the warp's m16n8k16 (its native form inline
+ * PTX, built where the device reports compute capability 8.0 or newer
+ * through cl_nv_device_attribute_query) and the wavefront's 16x16x16
+ * (its native form clang's builtin, built where the device's name is a
+ * CDNA 2 or 3 target: gfx90a, gfx94x, gfx95x). --form native builds both
+ * native forms whatever the device says. Exit status 0 when every form built was
  * checked and matched, 1 when one did not, 2 on a usage or OpenCL error.
  */
 #define CL_TARGET_OPENCL_VERSION 120
@@ -67,6 +70,49 @@ static const char probe_kernel[] =
     "    shfl_out[lane] = v;\n"
     "    shfl_out[32 + lane] = oclf_shfl_xor32((float)lane, 5u, lane, sscratch);\n"
     "}\n";
+
+/* The wavefront's 16x16x16: A row-major 16x16, B row-major 16x16 (k by
+ * column), C and D row-major 16x16; one group of 64 work-items. */
+static const char mfma_kernel[] =
+    "__kernel void mma_probe(__global const ushort *A, __global const ushort *B,\n"
+    "                        __global const float *C, __global float *D,\n"
+    "                        __global float *unused)\n"
+    "{\n"
+    "    __local uint scratch[OCLF_MFMA_SCRATCH_WORDS];\n"
+    "    const uint lane = get_local_id(0) & 63u;\n"
+    "    const uint i = lane & 15u, q = lane >> 4;\n"
+    "    uint a[2], b[2];\n"
+    "    float c[4], d[4];\n"
+    "    (void)unused;\n"
+    "    for (uint j = 0; j < 2; j++) {\n"
+    "        const uint k = 4u * q + 2u * j;\n"
+    "        a[j] = (uint)A[i * 16 + k] | ((uint)A[i * 16 + k + 1] << 16);\n"
+    "        b[j] = (uint)B[k * 16 + i] | ((uint)B[(k + 1) * 16 + i] << 16);\n"
+    "    }\n"
+    "    for (uint r = 0; r < 4; r++)\n"
+    "        c[r] = C[(4u * q + r) * 16 + i];\n"
+    "#if PROBE_BF16\n"
+    "    oclf_mfma_16x16x16_bf16(d, a, b, c, lane, scratch);\n"
+    "#else\n"
+    "    oclf_mfma_16x16x16_f16(d, a, b, c, lane, scratch);\n"
+    "#endif\n"
+    "    for (uint r = 0; r < 4; r++)\n"
+    "        D[(4u * q + r) * 16 + i] = d[r];\n"
+    "}\n";
+
+/* One instruction family: its kernel, the define that picks its form, the
+ * product's shape (M x K times K x N) and work-group size. */
+typedef struct {
+    const char *name;
+    const char *kernel;
+    const char *form_define;
+    int m, n, k, lanes;
+} probe_family;
+
+static const probe_family families[2] = {
+    {"m16n8k16", NULL, "OCLF_MMA", 16, 8, 16, 32},
+    {"16x16x16", mfma_kernel, "OCLF_MFMA", 16, 16, 16, 64},
+};
 
 static char *read_file(const char *path)
 {
@@ -144,16 +190,17 @@ typedef struct {
 
 /* Builds the probe with OCLF_MMA=form; returns NULL and prints the log on
  * failure. */
-static cl_program build(probe_dev *p, const char *mma_src, int form, int bf, int gnu_asm)
+static cl_program build(probe_dev *p, const char *mma_src, const probe_family *fam, int form,
+                        int bf, int gnu_asm)
 {
-    const char *srcs[2] = {mma_src, probe_kernel};
+    const char *srcs[2] = {mma_src, fam->kernel ? fam->kernel : probe_kernel};
     cl_int err;
     cl_program prog = clCreateProgramWithSource(p->ctx, 2, srcs, NULL, &err);
     if (err != CL_SUCCESS)
         return NULL;
-    char opts[96];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DOCLF_MMA=%d -DPROBE_BF16=%d -DOCLF_ASM_GNU=%d",
-             form, bf, gnu_asm);
+    char opts[128];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -D%s=%d -DPROBE_BF16=%d -DOCLF_ASM_GNU=%d",
+             fam->form_define, form, bf, gnu_asm);
     err = clBuildProgram(prog, 1, &p->dev, opts, NULL, NULL);
     if (err != CL_SUCCESS) {
         size_t n = 0;
@@ -162,8 +209,8 @@ static cl_program build(probe_dev *p, const char *mma_src, int form, int bf, int
         if (log) {
             clGetProgramBuildInfo(prog, p->dev, CL_PROGRAM_BUILD_LOG, n, log, NULL);
             log[n] = '\0';
-            printf("  build of form %d (OCLF_ASM_GNU=%d) failed (%d):\n%.3000s\n", form, gnu_asm,
-                   err, log);
+            printf("  build of %s form %d (OCLF_ASM_GNU=%d) failed (%d):\n%.3000s\n", fam->name,
+                   form, gnu_asm, err, log);
             free(log);
         }
         clReleaseProgram(prog);
@@ -172,42 +219,48 @@ static cl_program build(probe_dev *p, const char *mma_src, int form, int bf, int
     return prog;
 }
 
-/* One product of kind `exact` in f16 (bf 0) or bf16 (bf 1) through `prog`;
- * prints a line and returns the number of failed checks. */
-static int run_case(probe_dev *p, cl_program prog, const char *form_name, int bf, int exact)
+/* One product of kind `exact` in f16 (bf 0) or bf16 (bf 1) through `prog`
+ * of family `fam`; prints a line and returns the number of failed checks.
+ * A is M x K and B K x N, both row-major; C and D M x N. */
+static int run_case(probe_dev *p, cl_program prog, const probe_family *fam,
+                    const char *form_name, int bf, int exact)
 {
-    uint16_t A[256], B[128];
-    float C[128], D[128], S[64];
-    double ref[128], bound[128];
-    float av[256], bv[128];
-    for (int i = 0; i < 256; i++) {
+    enum { MAXE = 256 };
+    const int na = fam->m * fam->k, nb = fam->k * fam->n, nc = fam->m * fam->n;
+    uint16_t A[MAXE], B[MAXE];
+    float C[MAXE], D[MAXE], S[64];
+    double ref[MAXE], bound[MAXE];
+    float av[MAXE], bv[MAXE];
+    for (int i = 0; i < na; i++) {
         float v = exact ? (float)((int)(rng() % 257) - 128) / 64.0f
                         : ((float)(rng() % 2000001u) / 1000000.0f - 1.0f) * 2.0f;
         A[i] = bf ? to_bf16(v) : to_f16(v);
         av[i] = bf ? from_bf16(A[i]) : from_f16(A[i]);
     }
-    for (int i = 0; i < 128; i++) {
+    for (int i = 0; i < nb; i++) {
         float v = exact ? (float)((int)(rng() % 257) - 128) / 64.0f
                         : ((float)(rng() % 2000001u) / 1000000.0f - 1.0f) * 2.0f;
         B[i] = bf ? to_bf16(v) : to_f16(v);
         bv[i] = bf ? from_bf16(B[i]) : from_f16(B[i]);
-        C[i] = exact ? (float)((int)(rng() % 65) - 32) : (float)(rng() % 1000u) / 250.0f - 2.0f;
     }
-    for (int m = 0; m < 16; m++)
-        for (int n = 0; n < 8; n++) {
-            double s = C[m * 8 + n], mag = fabs(C[m * 8 + n]);
-            for (int k = 0; k < 16; k++) {
-                s += (double)av[m * 16 + k] * bv[k * 8 + n];
-                mag += fabs((double)av[m * 16 + k] * bv[k * 8 + n]);
+    for (int i = 0; i < nc; i++)
+        C[i] = exact ? (float)((int)(rng() % 65) - 32) : (float)(rng() % 1000u) / 250.0f - 2.0f;
+    for (int m = 0; m < fam->m; m++)
+        for (int n = 0; n < fam->n; n++) {
+            double s = C[m * fam->n + n], mag = fabs(C[m * fam->n + n]);
+            for (int k = 0; k < fam->k; k++) {
+                s += (double)av[m * fam->k + k] * bv[k * fam->n + n];
+                mag += fabs((double)av[m * fam->k + k] * bv[k * fam->n + n]);
             }
-            ref[m * 8 + n] = s;
-            bound[m * 8 + n] = 17 * 0x1p-24 * mag; /* 17 roundings in f32 */
+            ref[m * fam->n + n] = s;
+            bound[m * fam->n + n] = (fam->k + 1) * 0x1p-24 * mag; /* K + 1 roundings in f32 */
         }
     cl_int err;
-    cl_mem mA = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof A, A, &err);
-    cl_mem mB = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof B, B, &err);
-    cl_mem mC = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof C, C, &err);
-    cl_mem mD = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sizeof D, NULL, &err);
+    const size_t sa = (size_t)na * 2, sb = (size_t)nb * 2, sc = (size_t)nc * 4;
+    cl_mem mA = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sa, A, &err);
+    cl_mem mB = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sb, B, &err);
+    cl_mem mC = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sc, C, &err);
+    cl_mem mD = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sc, NULL, &err);
     cl_mem mS = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sizeof S, NULL, &err);
     cl_kernel k = clCreateKernel(prog, "mma_probe", &err);
     int failed = 0;
@@ -221,11 +274,11 @@ static int run_case(probe_dev *p, cl_program prog, const char *form_name, int bf
     clSetKernelArg(k, 2, sizeof mC, &mC);
     clSetKernelArg(k, 3, sizeof mD, &mD);
     clSetKernelArg(k, 4, sizeof mS, &mS);
-    size_t gws = 32, lws = 32;
+    size_t gws = (size_t)fam->lanes, lws = (size_t)fam->lanes;
     err = clEnqueueNDRangeKernel(p->q, k, 1, NULL, &gws, &lws, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(p->q, mD, CL_TRUE, 0, sizeof D, D, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(p->q, mD, CL_TRUE, 0, sc, D, 0, NULL, NULL);
+    if (err == CL_SUCCESS && !fam->kernel)
         err = clEnqueueReadBuffer(p->q, mS, CL_TRUE, 0, sizeof S, S, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         printf("  %s: launch or read failed (%d)\n", form_name, err);
@@ -234,7 +287,7 @@ static int run_case(probe_dev *p, cl_program prog, const char *form_name, int bf
     }
     int bad = 0, first = -1;
     double worst = 0.0;
-    for (int i = 0; i < 128; i++) {
+    for (int i = 0; i < nc; i++) {
         const double e = fabs(D[i] - ref[i]);
         const int ok = exact ? (D[i] == (float)ref[i]) : (e <= bound[i]);
         if (!ok && first < 0)
@@ -243,22 +296,24 @@ static int run_case(probe_dev *p, cl_program prog, const char *form_name, int bf
         if (bound[i] > 0 && e / bound[i] > worst)
             worst = e / bound[i];
     }
-    printf("  %-9s %-4s m16n8k16 %-6s %3d/128 %s", form_name, bf ? "bf16" : "f16",
-           exact ? "exact" : "random", 128 - bad, exact ? "bit-equal" : "within the bound");
+    printf("  %-9s %-4s %-8s %-6s %3d/%d %s", form_name, bf ? "bf16" : "f16", fam->name,
+           exact ? "exact" : "random", nc - bad, nc, exact ? "bit-equal" : "within the bound");
     if (!exact)
         printf(" (worst error %.3f of the bound)", worst);
     if (first >= 0)
-        printf("; first miss D[%d][%d] = %.9g, expected %.9g", first / 8, first % 8, D[first],
-               ref[first]);
+        printf("; first miss D[%d][%d] = %.9g, expected %.9g", first / fam->n, first % fam->n,
+               D[first], ref[first]);
     printf("\n");
     failed += bad > 0;
-    int sbad = 0;
-    for (int l = 0; l < 32; l++)
-        sbad += S[l] != 528.0f || S[32 + l] != (float)(l ^ 5);
-    if (bf && exact) { /* the shuffle is the same for every case: print it once */
-        printf("  %-9s shfl xor (butterfly sum, lane ^ 5): %d/32 lanes right\n", form_name, 32 - sbad);
+    if (!fam->kernel) { /* the warp's kernel also checks the butterfly shuffle */
+        int sbad = 0;
+        for (int l = 0; l < 32; l++)
+            sbad += S[l] != 528.0f || S[32 + l] != (float)(l ^ 5);
+        if (bf && exact) /* the same for every case: printed once */
+            printf("  %-9s shfl xor (butterfly sum, lane ^ 5): %d/32 lanes right\n", form_name,
+                   32 - sbad);
+        failed += sbad > 0;
     }
-    failed += sbad > 0;
 out:
     if (k)
         clReleaseKernel(k);
@@ -267,6 +322,14 @@ out:
         if (ms[i])
             clReleaseMemObject(ms[i]);
     return failed;
+}
+
+/* A CDNA 2 or 3 device, by the target name AMD's OpenCL reports as the
+ * device name ("gfx90a:sramecc+:xnack-", "gfx942"). */
+static int is_cdna23(const char *name)
+{
+    return strncmp(name, "gfx90a", 6) == 0 || strncmp(name, "gfx94", 5) == 0 ||
+           strncmp(name, "gfx95", 5) == 0;
 }
 
 int main(int argc, char **argv)
@@ -334,34 +397,42 @@ int main(int argc, char **argv)
         return 2;
     }
     const int do_emul = strcmp(form_arg, "native") != 0;
-    const int do_native = strcmp(form_arg, "native") == 0 || (strcmp(form_arg, "all") == 0 && ccmaj >= 8);
+    const int force_native = strcmp(form_arg, "native") == 0;
+    const int all = strcmp(form_arg, "all") == 0;
+    const int native_ok[2] = {force_native || (all && ccmaj >= 8),
+                              force_native || (all && is_cdna23(name))};
     int failed = 0, built = 0;
-    for (int form = 0; form < 2; form++) {
-        if ((form == 0 && !do_emul) || (form == 1 && !do_native))
-            continue;
-        const char *form_name = form ? "native" : "emulated";
-        int ok = 1;
-        for (int bf = 0; bf < 2; bf++) {
-            /* the native form in both spellings of inline assembly */
-            cl_program prog = build(&p, mma_src, form, bf, 1);
-            if (!prog && form == 1) {
-                prog = build(&p, mma_src, form, bf, 0);
-                if (prog)
-                    printf("  native: built with asm (OCLF_ASM_GNU=0), not __asm__\n");
-            }
-            if (!prog) {
-                failed++;
-                ok = 0;
+    for (int f = 0; f < 2; f++) {
+        const probe_family *fam = &families[f];
+        for (int form = 0; form < 2; form++) {
+            if ((form == 0 && !do_emul) || (form == 1 && !native_ok[f]))
                 continue;
+            const char *form_name = form ? "native" : "emulated";
+            int ok = 1;
+            for (int bf = 0; bf < 2; bf++) {
+                /* the warp's native form in both spellings of inline assembly */
+                cl_program prog = build(&p, mma_src, fam, form, bf, 1);
+                if (!prog && form == 1 && f == 0) {
+                    prog = build(&p, mma_src, fam, form, bf, 0);
+                    if (prog)
+                        printf("  native: built with asm (OCLF_ASM_GNU=0), not __asm__\n");
+                }
+                if (!prog) {
+                    failed++;
+                    ok = 0;
+                    continue;
+                }
+                for (int exact = 1; exact >= 0; exact--)
+                    failed += run_case(&p, prog, fam, form_name, bf, exact);
+                clReleaseProgram(prog);
             }
-            for (int exact = 1; exact >= 0; exact--)
-                failed += run_case(&p, prog, form_name, bf, exact);
-            clReleaseProgram(prog);
+            built += ok;
         }
-        built += ok;
     }
-    if (!do_native)
-        printf("  native: not built (no compute capability 8.0 or newer reported)\n");
+    if (!native_ok[0])
+        printf("  native m16n8k16: not built (no compute capability 8.0 or newer reported)\n");
+    if (!native_ok[1])
+        printf("  native 16x16x16: not built (not a gfx90a, gfx94x or gfx95x device)\n");
     printf("%s: %d form(s) built, %d check(s) failed\n", failed ? "FAIL" : "ok", built, failed);
     clReleaseCommandQueue(p.q);
     clReleaseContext(p.ctx);
