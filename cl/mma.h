@@ -16,8 +16,8 @@
  *              the work-group are one warp (a one-dimensional work-group
  *              whose size is a multiple of 32).
  *
- * (The wavefront's instruction further down has its own option, OCLF_MFMA,
- * with the same two kinds of form.)
+ * (The wavefront's and the sub-group's instructions further down have their
+ * own options, OCLF_MFMA and OCLF_DPAS, with the same two kinds of form.)
  *
  * Fragment layout of the m16n8k16 product D (16x8, f32) = A (16x16) B
  * (16x8) + C, for a lane with g = lane / 4 and t = lane % 4 (the layout the
@@ -256,6 +256,104 @@ static inline void oclf_mfma_16x16x16_bf16(float d[4], const uint a[2], const ui
     d[3] = r.w;
 #else
     oclf_mfma_16x16x16_emul(d, a, b, c, lane, 1, scratch);
+#endif
+}
+
+/* ---- a sub-group's matrix instruction ------------------------------------
+ * DPAS through cl_intel_subgroup_matrix_multiply_accumulate, in the form
+ * for devices whose sub-groups are 16 wide (Data Center GPU Max): D (8x16,
+ * f32) = A (8x16) B (16x16) + C, over a sub-group of 16. For lane j:
+ *   A: a[r] (r = 0..7), one 16-bit element: row r, column (k) j;
+ *   B: b[i] (i = 0..7), two 16-bit elements of column j: k = 2i in the low
+ *      half, 2i+1 in the high one;
+ *   C, D: c[r], d[r]: row r, column j.
+ *
+ *   OCLF_DPAS 0  emulation over groups of 16 work-items through local
+ *               memory (every work-item of the work-group calls it);
+ *   OCLF_DPAS 1  the extension's function; the kernel must require
+ *               sub-groups of 16 (intel_reqd_sub_group_size(16)) and
+ *               work-items 16k..16k+15 are one sub-group.
+ * A compiler that does not declare the function (IGC 1.0.12 of Debian 12
+ * implements it, emitting dpas.8x8, but declares it nowhere) gets the
+ * declaration below. */
+#ifndef OCLF_DPAS
+#define OCLF_DPAS 0 /* sub-group matrix instruction: 0 emulated, 1 the extension's function */
+#endif
+
+/* Words of local memory the emulated m8n16k16 needs per group of 16. */
+#define OCLF_DPAS_SCRATCH_WORDS (16 * 8)
+
+#if OCLF_DPAS == 0
+/* D = A B + C, emulated; scratch is this lane's group's
+ * OCLF_DPAS_SCRATCH_WORDS words of local memory. Only A crosses lanes: a
+ * lane's B column and C, D elements are its own. */
+static inline void oclf_dpas_m8n16k16_emul(float d[8], const ushort a[8], const uint b[8],
+                                           const float c[8], uint lane, int bf,
+                                           __local uint *scratch)
+{
+    for (int r = 0; r < 8; r++)
+        scratch[lane * 8 + r] = a[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint r = 0; r < 8; r++) {
+        float acc = 0.0f;
+        for (uint k = 0; k < 16; k++) {
+            const float av = oclf_mma_elem(scratch[k * 8 + r], 0, bf);
+            const float bv = oclf_mma_elem(b[k >> 1], k & 1u, bf);
+            acc = fma(av, bv, acc);
+        }
+        d[r] = acc + c[r];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#else
+#ifndef cl_intel_subgroup_matrix_multiply_accumulate
+float8 __attribute__((overloadable)) intel_sub_group_f16_f16_matrix_mad_k16(short8 a, int8 b,
+                                                                            float8 acc);
+float8 __attribute__((overloadable)) intel_sub_group_bf16_bf16_matrix_mad_k16(short8 a, int8 b,
+                                                                              float8 acc);
+#endif
+static inline void oclf_dpas_m8n16k16_native(float d[8], const ushort a[8], const uint b[8],
+                                             const float c[8], int bf)
+{
+    const short8 av = as_short8((ushort8)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]));
+    const int8 bv = as_int8((uint8)(b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]));
+    const float8 cv = (float8)(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
+    const float8 r = bf ? intel_sub_group_bf16_bf16_matrix_mad_k16(av, bv, cv)
+                        : intel_sub_group_f16_f16_matrix_mad_k16(av, bv, cv);
+    d[0] = r.s0;
+    d[1] = r.s1;
+    d[2] = r.s2;
+    d[3] = r.s3;
+    d[4] = r.s4;
+    d[5] = r.s5;
+    d[6] = r.s6;
+    d[7] = r.s7;
+}
+#endif
+
+/* D = A B + C with f16 A and B. */
+static inline void oclf_dpas_m8n16k16_f16(float d[8], const ushort a[8], const uint b[8],
+                                          const float c[8], uint lane, __local uint *scratch)
+{
+#if OCLF_DPAS == 1
+    (void)lane;
+    (void)scratch;
+    oclf_dpas_m8n16k16_native(d, a, b, c, 0);
+#else
+    oclf_dpas_m8n16k16_emul(d, a, b, c, lane, 0, scratch);
+#endif
+}
+
+/* D = A B + C with bf16 A and B. */
+static inline void oclf_dpas_m8n16k16_bf16(float d[8], const ushort a[8], const uint b[8],
+                                           const float c[8], uint lane, __local uint *scratch)
+{
+#if OCLF_DPAS == 1
+    (void)lane;
+    (void)scratch;
+    oclf_dpas_m8n16k16_native(d, a, b, c, 1);
+#else
+    oclf_dpas_m8n16k16_emul(d, a, b, c, lane, 1, scratch);
 #endif
 }
 

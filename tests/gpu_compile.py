@@ -35,6 +35,8 @@ The wavefront's matrix instruction of cl/mma.h (-DOCLF_MFMA=1, clang's
 builtin) is built on its own for gfx90a and gfx942, where the emitted
 code must hold v_mfma_f32_16x16x16 in f16 and bf16 (no op selects that
 form yet; this keeps the wrapper building for the hardware it names).
+Likewise the sub-group's DPAS wrapper (-DOCLF_DPAS=1) through IGC for pvc,
+whose code must hold dpas.
 
 Each back end also gets the sub-group form its device would (SUBGROUP
 below: what lib/device.c decides and passes among the device-quirk
@@ -615,6 +617,45 @@ def mfma_check(cl_dir, tmp):
     return errors, lines
 
 
+# The same for the sub-group's matrix wrappers (DPAS, sub-groups of 16).
+DPAS_CHECK = """
+__attribute__((intel_reqd_sub_group_size(16)))
+__kernel void dpas_check(__global const ushort8 *A, __global const uint8 *B, __global float8 *D)
+{
+    const uint l = get_global_id(0);
+    const ushort8 av = A[l];
+    const uint8 bv = B[l];
+    ushort a[8] = {av.s0, av.s1, av.s2, av.s3, av.s4, av.s5, av.s6, av.s7};
+    uint b[8] = {bv.s0, bv.s1, bv.s2, bv.s3, bv.s4, bv.s5, bv.s6, bv.s7};
+    float c[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, d[8], e[8];
+    oclf_dpas_m8n16k16_f16(d, a, b, c, l & 15u, 0);
+    oclf_dpas_m8n16k16_bf16(e, a, b, d, l & 15u, 0);
+    D[l] = (float8)(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+}
+"""
+
+
+def dpas_check(cl_dir, tmp):
+    """Builds cl/mma.h's sub-group matrix wrappers in their native form for
+    pvc with IGC; returns (errors, summary lines)."""
+    if not OCLOC:
+        return [], []
+    with open(os.path.join(cl_dir, "mma.h")) as f:
+        text = f.read() + DPAS_CHECK
+    src = os.path.join(tmp, "dpas_check.cl")
+    with open(src, "w") as f:
+        f.write(text)
+    err, _, asm = igc_build(src, "-DOCLF_DPAS=1", "pvc", tmp, os.path.join(tmp, "dpas_check"),
+                            disasm=True)
+    if err:
+        return [f"mma.h -DOCLF_DPAS=1 [igc-pvc]: build failed\n{err}"], []
+    code = "\n".join(asm.values())
+    found = sorted(set(re.findall(r"\bdpas\.\d+x\d+", code)))
+    if len(re.findall(r"\bdpas\.", code)) < 2:
+        return [f"mma.h -DOCLF_DPAS=1 [igc-pvc]: fewer than two dpas in the code"], []
+    return [], [f"  igc-pvc: the sub-group wrappers emit {', '.join(found)} (f16 and bf16)"]
+
+
 def report_and_gate(reports, out_dir, cl_dir):
     """Writes the GPU report (OUT_DIR/gpu-report.{tsv,json,txt}), prints
     its summary and runs the gate against tests/gpu_gate_known.tsv: the
@@ -735,6 +776,9 @@ def main():
         reports = []
         mfma_errors, mfma_lines = mfma_check(cl_dir, tmp)
         errors += mfma_errors
+        dpas_errors, dpas_lines = dpas_check(cl_dir, tmp)
+        errors += dpas_errors
+        mfma_lines += dpas_lines
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             for errs, rs, rep in pool.map(compile_variant, jobs):
                 errors += errs

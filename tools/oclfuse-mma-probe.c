@@ -15,8 +15,10 @@
  * PTX, built where the device reports compute capability 8.0 or newer
  * through cl_nv_device_attribute_query) and the wavefront's 16x16x16
  * (its native form clang's builtin, built where the device's name is a
- * CDNA 2 or 3 target: gfx90a, gfx94x, gfx95x). --form native builds both
- * native forms whatever the device says. Exit status 0 when every form built was
+ * CDNA 2 or 3 target: gfx90a, gfx94x, gfx95x) and the sub-group's m8n16k16
+ * (its native form cl_intel_subgroup_matrix_multiply_accumulate's DPAS,
+ * built where the device offers the extension and sub-groups of 16).
+ * --form native builds every native form whatever the device says. Exit status 0 when every form built was
  * checked and matched, 1 when one did not, 2 on a usage or OpenCL error.
  */
 #define CL_TARGET_OPENCL_VERSION 120
@@ -100,6 +102,36 @@ static const char mfma_kernel[] =
     "        D[(4u * q + r) * 16 + i] = d[r];\n"
     "}\n";
 
+/* The sub-group's m8n16k16: A row-major 8x16, B row-major 16x16, C and D
+ * row-major 8x16; one group of 16 work-items, one sub-group natively. */
+static const char dpas_kernel[] =
+    "#if OCLF_DPAS\n"
+    "__attribute__((intel_reqd_sub_group_size(16)))\n"
+    "#endif\n"
+    "__kernel void mma_probe(__global const ushort *A, __global const ushort *B,\n"
+    "                        __global const float *C, __global float *D,\n"
+    "                        __global float *unused)\n"
+    "{\n"
+    "    __local uint scratch[OCLF_DPAS_SCRATCH_WORDS];\n"
+    "    const uint j = get_local_id(0) & 15u;\n"
+    "    ushort a[8];\n"
+    "    uint b[8];\n"
+    "    float c[8], d[8];\n"
+    "    (void)unused;\n"
+    "    for (uint r = 0; r < 8; r++) {\n"
+    "        a[r] = A[r * 16 + j];\n"
+    "        c[r] = C[r * 16 + j];\n"
+    "        b[r] = (uint)B[2 * r * 16 + j] | ((uint)B[(2 * r + 1) * 16 + j] << 16);\n"
+    "    }\n"
+    "#if PROBE_BF16\n"
+    "    oclf_dpas_m8n16k16_bf16(d, a, b, c, j, scratch);\n"
+    "#else\n"
+    "    oclf_dpas_m8n16k16_f16(d, a, b, c, j, scratch);\n"
+    "#endif\n"
+    "    for (uint r = 0; r < 8; r++)\n"
+    "        D[r * 16 + j] = d[r];\n"
+    "}\n";
+
 /* One instruction family: its kernel, the define that picks its form, the
  * product's shape (M x K times K x N) and work-group size. */
 typedef struct {
@@ -109,9 +141,11 @@ typedef struct {
     int m, n, k, lanes;
 } probe_family;
 
-static const probe_family families[2] = {
+enum { NFAMILIES = 3 };
+static const probe_family families[NFAMILIES] = {
     {"m16n8k16", NULL, "OCLF_MMA", 16, 8, 16, 32},
     {"16x16x16", mfma_kernel, "OCLF_MFMA", 16, 16, 16, 64},
+    {"m8n16k16", dpas_kernel, "OCLF_DPAS", 8, 16, 16, 16},
 };
 
 static char *read_file(const char *path)
@@ -324,6 +358,20 @@ out:
     return failed;
 }
 
+/* Whether the device offers sub-groups of 16 (cl_intel_required_subgroup_size's
+ * list; the DPAS form for 16-wide sub-groups needs that width). */
+static int has_subgroup16(cl_device_id dev)
+{
+    size_t sizes[16], n = 0;
+    if (clGetDeviceInfo(dev, 0x4108 /* CL_DEVICE_SUB_GROUP_SIZES_INTEL */, sizeof sizes, sizes,
+                        &n) != CL_SUCCESS)
+        return 0;
+    for (size_t i = 0; i < n / sizeof sizes[0]; i++)
+        if (sizes[i] == 16)
+            return 1;
+    return 0;
+}
+
 /* A CDNA 2 or 3 device, by the target name AMD's OpenCL reports as the
  * device name ("gfx90a:sramecc+:xnack-", "gfx942"). */
 static int is_cdna23(const char *name)
@@ -399,10 +447,12 @@ int main(int argc, char **argv)
     const int do_emul = strcmp(form_arg, "native") != 0;
     const int force_native = strcmp(form_arg, "native") == 0;
     const int all = strcmp(form_arg, "all") == 0;
-    const int native_ok[2] = {force_native || (all && ccmaj >= 8),
-                              force_native || (all && is_cdna23(name))};
+    const int native_ok[NFAMILIES] = {
+        force_native || (all && ccmaj >= 8), force_native || (all && is_cdna23(name)),
+        force_native || (all && strstr(ext, "cl_intel_subgroup_matrix_multiply_accumulate") &&
+                         has_subgroup16(p.dev))};
     int failed = 0, built = 0;
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < NFAMILIES; f++) {
         const probe_family *fam = &families[f];
         for (int form = 0; form < 2; form++) {
             if ((form == 0 && !do_emul) || (form == 1 && !native_ok[f]))
@@ -433,6 +483,9 @@ int main(int argc, char **argv)
         printf("  native m16n8k16: not built (no compute capability 8.0 or newer reported)\n");
     if (!native_ok[1])
         printf("  native 16x16x16: not built (not a gfx90a, gfx94x or gfx95x device)\n");
+    if (!native_ok[2])
+        printf("  native m8n16k16: not built (no cl_intel_subgroup_matrix_multiply_accumulate "
+               "with sub-groups of 16)\n");
     printf("%s: %d form(s) built, %d check(s) failed\n", failed ? "FAIL" : "ok", built, failed);
     clReleaseCommandQueue(p.q);
     clReleaseContext(p.ctx);
