@@ -115,6 +115,18 @@ static inline floatv exp_floatv(floatv x)
 #define ODDS(lo, hi) ((floatv)((lo).odd, (hi).odd))
 #endif
 
+/* LDV_T(p, i) / STV_T(p, i, v): VEC floats of an unfused fp32 temporary
+ * (packed rows of d). In the aligned build d is a multiple of VEC, so every
+ * vector of the temporary is naturally aligned: one 16-byte access a float4,
+ * where the element-aligned vload splits into 4-byte ones on GPUs. */
+#if OCLF_ALIGNED && OCLF_VEC > 1
+#define LDV_T(p, i) (*(global const floatv *)((p) + (i)))
+#define STV_T(p, i, v) (*(global floatv *)((p) + (i)) = (v))
+#else
+#define LDV_T(p, i) LDV_F(p, i)
+#define STV_T(p, i, v) STV_F(p, i, v)
+#endif
+
 /* out = F(x) * y over this work-item's share of the row. */
 #define FUSED_LOOPS(F)                                                         \
     do {                                                                       \
@@ -133,7 +145,7 @@ static inline floatv exp_floatv(floatv x)
     do {                                                                       \
         FOR_VEC_IN(i, begin, end) {                                            \
             floatv a = LDV(xp, i);                                             \
-            STV_F(tp, i, F(floatv, a));                                        \
+            STV_T(tp, i, F(floatv, a));                                        \
         }                                                                      \
         FOR_TAIL_IN(i, begin, end) {                                           \
             float a = LD(xp, i);                                               \
@@ -196,7 +208,7 @@ kernel void act_rows(global const stor_t *in, ulong io, ulong is, global float *
             floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
             floatv g = EVENS(lo, hi);
             g = OAI_GATE(floatv, g);
-            STV_F(tp, i, OAI_GLU(floatv, g));
+            STV_T(tp, i, OAI_GLU(floatv, g));
         }
         FOR_TAIL_IN(i, begin, end) {
             float g = LD(ir, 2 * i);
@@ -219,7 +231,7 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
     global const float *tp = tmp + row * d;
     global stor_t *op = out + oo + row * os;
     if (act != ACT_SWIGLU_OAI) {
-        FOR_VEC_IN(i, begin, end) STV(op, i, LDV_F(tp, i) * LDV(yp, i));
+        FOR_VEC_IN(i, begin, end) STV(op, i, LDV_T(tp, i) * LDV(yp, i));
         FOR_TAIL_IN(i, begin, end) ST(op, i, tp[i] * LD(yp, i));
         return;
     }
@@ -227,7 +239,7 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
         floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
         floatv u = ODDS(lo, hi);
         u = OAI_UP(floatv, u);
-        STV(op, i, (u + 1.0f) * LDV_F(tp, i));
+        STV(op, i, (u + 1.0f) * LDV_T(tp, i));
     }
     FOR_TAIL_IN(i, begin, end) {
         float u = LD(ir, 2 * i + 1);

@@ -275,6 +275,15 @@ static inline oclf_words_a oclf_narrow_bf16_words(floatv f)
         select(u + 0x7fffu + ((u >> 16) & 1u), u | 0x00400000u, nan) >> 16;
     return r.even | (r.odd << 16);
 }
+/* f16 the same way: the conversion's 16-bit lanes packed into words with
+ * integer operations (stored through 16-bit lanes, NVIDIA's back end split
+ * the 16-byte store into 8-byte ones). */
+static inline oclf_words_a oclf_narrow_f16_words(floatv f)
+{
+    const OCLF_CAT(uint, OCLF_VEC) u =
+        OCLF_CAT(convert_uint, OCLF_VEC)(NARROW_F16(OCLF_VEC, f));
+    return u.even | (u.odd << 16);
+}
 #endif
 
 /* LDV(p, i): OCLF_VEC elements starting at element i, widened to floatv.
@@ -287,7 +296,7 @@ static inline oclf_words_a oclf_narrow_bf16_words(floatv f)
 #define STV(p, i, v) (*(global floatv *)((p) + (i)) = (v))
 #elif OCLF_ALIGNED && OCLF_DTYPE == 1
 #define LDV(p, i) WIDEN_F16(OCLF_VEC, OCLF_LD16A((p) + (i)))
-#define STV(p, i, v) OCLF_ST16A((p) + (i), NARROW_F16(OCLF_VEC, (v)))
+#define STV(p, i, v) (*(global oclf_words_a *)((p) + (i)) = oclf_narrow_f16_words(v))
 #elif OCLF_ALIGNED
 #define LDV(p, i) oclf_widen_bf16_words(*(global const oclf_words_a *)((p) + (i)))
 #define STV(p, i, v) (*(global oclf_words_a *)((p) + (i)) = oclf_narrow_bf16_words(v))
@@ -336,7 +345,9 @@ static inline floatv oclf_stv_rounded(global stor_t *p, floatv v)
 #else
     const OCLF_CAT(ushort, OCLF_VEC) h = OCLF_NARROWV_(v);
 #if OCLF_ALIGNED
-    OCLF_ST16A(p, h);
+    /* packed into words as oclf_narrow_f16_words does, for the same reason */
+    const OCLF_CAT(uint, OCLF_VEC) u = OCLF_CAT(convert_uint, OCLF_VEC)(h);
+    *(global oclf_words_a *)p = u.even | (u.odd << 16);
 #else
     ST16V(OCLF_VEC, p, h);
 #endif
