@@ -676,46 +676,52 @@ kernel void linear_mv(LIN_ARGS MV_LOCAL_ARG)
     const uint ku = k / MV_UW;
     for (uint u = ln; u < ku; u += OCLF_WGN) {
         const uint c = u * MV_UW;
-        float8 xv[OCLF_MB * MV_NP];
-        _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
-            _Pragma("unroll") for (uint p = 0; p < MV_NP; p++) {
-                const floatv t = LDV(xp[i], c + 8 * p);
-                xv[i * MV_NP + p] = PRO(floatv, t);
-            }
+        /* the NB units and their scales first, then a piece of 8 at a
+         * time: x's MB pieces against every column's (a lane holds one
+         * piece of x per row, not the unit's) */
+        uint4 q[OCLF_NB];
+        float s[OCLF_NB], z[OCLF_NB], part[NQ];
         _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++) {
 #if OCLF_QW <= 2
-            const uint4 q = mv_unit(wp[j], u);
+            q[j] = mv_unit(wp[j], u);
 #else
-            const uint4 q = (uint4)(0);
+            q[j] = (uint4)(0);
 #endif
-            /* the unit's scale and zero point */
 #if OCLF_QW >= 3
-            const float s = q_block_d(wp[j] + (ulong)u * QBLOCK_BYTES);
-            const float z = OCLF_QW == 4 ? 8.0f : 0.0f;
+            s[j] = q_block_d(wp[j] + (ulong)u * QBLOCK_BYTES);
+            z[j] = OCLF_QW == 4 ? 8.0f : 0.0f;
 #elif !OCLF_QG
-            const float s = 1.0f, z = 0.0f;
+            s[j] = 1.0f;
+            z[j] = 0.0f;
 #elif OCLF_QLOCAL
-            const float s = sl[j * ng + c / OCLF_QG];
+            s[j] = sl[j * ng + c / OCLF_QG];
 #if OCLF_QZ
-            const float z = zl[j * ng + c / OCLF_QG];
+            z[j] = zl[j * ng + c / OCLF_QG];
 #else
-            const float z = 8.0f;
+            z[j] = 8.0f;
 #endif
 #else
-            const float s = QSC(sp[j], c / OCLF_QG);
-            const float z = q_gzero(zp[j], c);
+            s[j] = QSC(sp[j], c / OCLF_QG);
+            z[j] = q_gzero(zp[j], c);
 #endif
-            float part[OCLF_MB];
-            _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
-                part[i] = 0.0f;
-            _Pragma("unroll") for (uint p = 0; p < MV_NP; p++) {
-                const float8 wv = mv_piece(q, wp[j], u, p, OCLF_QW == 1 ? 0.0f : z);
-                _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
-                    part[i] = MV_DOT8(xv[i * MV_NP + p], wv, part[i]);
-            }
-            _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
-                acc[i * OCLF_NB + j] = fma(s, part[i], acc[i * OCLF_NB + j]);
         }
+        _Pragma("unroll") for (uint e = 0; e < NQ; e++)
+            part[e] = 0.0f;
+        _Pragma("unroll") for (uint p = 0; p < MV_NP; p++) {
+            float8 xv[OCLF_MB];
+            _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++) {
+                const floatv t = LDV(xp[i], c + 8 * p);
+                xv[i] = PRO(floatv, t);
+            }
+            _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++) {
+                const float8 wv = mv_piece(q[j], wp[j], u, p, OCLF_QW == 1 ? 0.0f : z[j]);
+                _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+                    part[i * OCLF_NB + j] = MV_DOT8(xv[i], wv, part[i * OCLF_NB + j]);
+            }
+        }
+        _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+            _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+                acc[i * OCLF_NB + j] = fma(s[j], part[i * OCLF_NB + j], acc[i * OCLF_NB + j]);
     }
 #if !OCLF_QG
     _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)

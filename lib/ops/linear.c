@@ -150,8 +150,9 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
          * each of one sub-group's width (the warp, the wave; 32 where the
          * device reduces through local memory) and 2 columns, whose lanes
          * read W in 16-byte units (VEC: 16 bytes of the dtype; a quantized
-         * W's pieces of x are 8 wide). At 4 rows x 2 columns a lane holds 8
-         * sums and 4 pieces of x, which keeps sm_90 under 64 registers. */
+         * W's pieces of x are 8 wide). From 4 rows a quantized or f32 W
+         * takes one column a segment: at 4 x 2, ptxas gave sm_90 77-96
+         * registers (under 50% occupancy), at 4 x 1 58-62. */
         stage = 1;
         kc = 32;
         if (m <= 16) {
@@ -159,7 +160,7 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
             mv = 1;
             stage = 0;
             mb = m >= 4 ? 4 : m >= 2 ? 2 : 1;
-            nb = 2;
+            nb = m >= 4 && (quant || dtype == OCLF_F32) ? 1 : 2;
             vec = quant ? 8 : 16 / (int)oclf_dtype_size(dtype);
             wgm = 4;
             if (dev->subgroup_form && dev->subgroup_width >= 16 && dev->subgroup_width <= 64)
