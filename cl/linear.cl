@@ -546,54 +546,234 @@ typedef stor_t wel_t;
 #endif
 
 #if OCLF_MV
-/* ---- matrix-vector shape (NK) ------------------------------------------- */
-/* A group computes one MB x NB block; its WGN lanes split K in VEC-wide
- * strides (consecutive lanes on consecutive vectors of a W row: coalesced)
- * and add their partial sums in local memory. For few rows (decode) this
- * spreads a W row over a warp instead of one work-item. */
-#if OCLF_WKN || OCLF_WGM != 1 || OCLF_STAGE
-#error "OCLF_MV needs OCLF_WKN 0, OCLF_WGM 1 and OCLF_STAGE 0"
+/* ---- matrix-vector shape (NK): decode --------------------------------- */
+/* A group is WGM segments of WGN work-items; segment s computes the MB x NB
+ * block of rows m0.. and columns nb + j (j < NB). Its lanes split K into
+ * units, consecutive lanes on consecutive units of a W row (coalesced),
+ * each unit one 16-byte load where the host found the rows aligned
+ * (OCLF_ALIGNED): VEC elements of a dense W, 16 bytes of a quantized one
+ * (INT4: 32 weights, INT8: 16; the GGUF blocks, 18 or 34 bytes, are read a
+ * block a unit with narrower loads). The unit's x values are loaded once
+ * for the NB columns (and stay in L1 for the other segments). A lane keeps
+ * MB x NB partial sums; the segment adds them with a butterfly
+ * (cl/subgroup.h: shuffles where the device offers them within the
+ * segment, else local memory), and lane q of the segment stores output q.
+ * A quantized W in groups has the scales (and zero points) of the group's
+ * WGM x NB rows copied into local memory first (OCLF_QLOCAL, the host's
+ * choice where they fit), so the unit loop reads only W and x from global
+ * memory. Numerics: each unit's products are summed in fp32, a quantized
+ * unit's with the bare (q - z), then scaled once per unit. */
+#include "subgroup.h"
+#if OCLF_WKN || OCLF_STAGE
+#error "OCLF_MV needs OCLF_WKN 0 and OCLF_STAGE 0"
+#endif
+#ifndef OCLF_QLOCAL
+#define OCLF_QLOCAL 0 /* 1: a grouped W's scales staged in local memory (linear_mv) */
 #endif
 #define NQ (OCLF_MB * OCLF_NB)
-#define PART(i, j) part[lid * NQ + (i) * OCLF_NB + (j)] = s##i##_##j;
-kernel void linear_mv(LIN_ARGS)
+#define MV_WGS (OCLF_WGM * OCLF_WGN)
+/* n-element dot products added to a: fused multiply-adds in element order */
+#define MV_DOT2(x, w, a) fma((x).s1, (w).s1, fma((x).s0, (w).s0, (a)))
+#define MV_DOT4(x, w, a) MV_DOT2((x).hi, (w).hi, MV_DOT2((x).lo, (w).lo, a))
+#define MV_DOT8(x, w, a) MV_DOT4((x).hi, (w).hi, MV_DOT4((x).lo, (w).lo, a))
+#define MV_DOT16(x, w, a) MV_DOT8((x).hi, (w).hi, MV_DOT8((x).lo, (w).lo, a))
+#if OCLF_VEC == 1
+#define MV_DOT(x, w, a) fma((x), (w), (a))
+#else
+#define MV_DOT(x, w, a) OCLF_CAT(MV_DOT, OCLF_VEC)(x, w, a)
+#endif
+
+#if OCLF_QW
+#if OCLF_VEC != 8
+#error "a quantized W's matrix-vector shape reads x in pieces of 8 (OCLF_VEC 8)"
+#endif
+/* weights a unit, and its pieces of 8 */
+#define MV_UW (OCLF_QW == 1 ? 16 : 32)
+#define MV_NP (MV_UW / 8)
+/* 2^23 + n as a float's bits is the integer n exactly (n < 2^23): one OR
+ * and one subtraction turn a nibble or byte into (n - z), where a
+ * conversion instruction runs at a quarter of the FMA rate on some GPUs. */
+#define MV_MAGIC 0x4B000000u
+#define MV_MAGICF 8388608.0f
+/* The 16 bytes of unit u of a row (INT8, INT4). */
+static inline uint4 mv_unit(global const wstor_t *wp, uint u)
 {
-    const uint lid = get_local_id(0);
+#if OCLF_ALIGNED
+    return *(global const uint4 *)(wp + (ulong)u * 16);
+#else
+    return as_uint4(vload16(0, wp + (ulong)u * 16));
+#endif
+}
+/* Weights 8p .. 8p + 7 of unit u, less z. INT4: word p, nibbles low first;
+ * INT8: words 2p and 2p + 1, bytes as two's complement (the sign bit
+ * flipped makes them n + 128); Q8_0/Q4_0: the block's own bytes. */
+static inline float8 mv_piece(uint4 q, global const wstor_t *wp, uint u, uint p, float z)
+{
+#if OCLF_QW == 2
+    const uint w = p == 0 ? q.s0 : p == 1 ? q.s1 : p == 2 ? q.s2 : q.s3;
+    const uint8 n = ((uint8)(w) >> (uint8)(0, 4, 8, 12, 16, 20, 24, 28)) & 15u;
+    return as_float8(n | MV_MAGIC) - (MV_MAGICF + z);
+#elif OCLF_QW == 1
+    const uint lo = (p == 0 ? q.s0 : q.s2) ^ 0x80808080u, hi = (p == 0 ? q.s1 : q.s3) ^ 0x80808080u;
+    const uint8 n = ((uint8)(lo, lo, lo, lo, hi, hi, hi, hi) >> (uint8)(0, 8, 16, 24, 0, 8, 16, 24)) & 255u;
+    return as_float8(n | MV_MAGIC) - (MV_MAGICF + 128.0f);
+#else
+    return q_rawv(wp, u * 32 + p * 8) - z;
+#endif
+}
+#endif /* OCLF_QW */
+
+#if OCLF_QW && OCLF_QG && OCLF_QW <= 2 && OCLF_QLOCAL
+#define MV_LOCAL_ARG , local float *qsl
+#else
+#define MV_LOCAL_ARG
+#endif
+
+OCLF_SUBGROUP_KERNEL
+kernel void linear_mv(LIN_ARGS MV_LOCAL_ARG)
+{
+    const uint lid = get_local_id(0), ln = lid % OCLF_WGN, seg = lid / OCLF_WGN;
     const uint ngm = (m + OCLF_MB - 1) / OCLF_MB, g = get_group_id(0);
-    const uint m0 = (g % ngm) * OCLF_MB, nb = (g / ngm) * OCLF_NB;
-    local float part[OCLF_WGN * NQ];
-    FOR_M(DECL_X)
-#undef DECL_W
-#define DECL_W(j) DECL_WROW(j, min(nb + (j), n - 1))
-    FOR_N(DECL_W)
-    FOR_MN(DECL_A)
-    const uint kv = k / OCLF_VEC * OCLF_VEC;
-    for (uint c = lid * OCLF_VEC; c < kv; c += OCLF_WGN * OCLF_VEC) {
-        FOR_M(LOAD_X)
-        FOR_N(LOAD_W)
-        FOR_MN(FMA_V)
+    const uint m0 = (g % ngm) * OCLF_MB;
+    const uint nb0 = (g / ngm) * (OCLF_WGM * OCLF_NB), nb = nb0 + seg * OCLF_NB;
+    global const stor_t *xp[OCLF_MB];
+    _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+        xp[i] = x + xo + (ulong)min(m0 + i, m - 1) * xs;
+    float acc[NQ];
+    _Pragma("unroll") for (uint q = 0; q < NQ; q++)
+        acc[q] = 0.0f;
+#if OCLF_QW
+    global const wstor_t *wp[OCLF_NB];
+    global const qsc_t *sp[OCLF_NB];
+    global const uchar *zp[OCLF_NB];
+    _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++) {
+        const ulong r = min(nb + j, n - 1);
+        wp[j] = w + wo + r * ws;
+        sp[j] = qs + qso + r * qss;
+        zp[j] = qz + qzo + r * qzs;
     }
-    FOR_MN(SUM)
-    for (uint c = kv + lid; c < k; c += OCLF_WGN) {
-        FOR_M(LOAD_XS)
-        FOR_N(LOAD_WS)
-        FOR_MN(FMA_S)
+#if OCLF_QG && OCLF_QW <= 2 && OCLF_QLOCAL
+    /* The group's rows' scales (then zero points) as f32, row-major. */
+    const uint ng = k / OCLF_QG, nr = OCLF_WGM * OCLF_NB;
+    for (uint e = lid; e < nr * ng; e += MV_WGS) {
+        const ulong r = min(nb0 + e / ng, n - 1);
+        qsl[e] = QSC(qs + qso + r * qss, e % ng);
+#if OCLF_QZ
+        qsl[nr * ng + e] = (float)qz[qzo + r * qzs + e % ng];
+#endif
     }
-    FOR_MN(PART)
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint s = OCLF_WGN / 2; s > 0; s >>= 1) {
-        if (lid < s)
-            for (uint q = 0; q < NQ; q++)
-                part[lid * NQ + q] += part[(lid + s) * NQ + q];
-        barrier(CLK_LOCAL_MEM_FENCE);
+    local const float *sl = qsl + seg * OCLF_NB * ng;
+#if OCLF_QZ
+    local const float *zl = qsl + nr * ng + seg * OCLF_NB * ng;
+#endif
+#endif
+#if !OCLF_QG
+    float ch[OCLF_NB]; /* INT8's scale per output channel */
+    _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+        ch[j] = QSC(sp[j], 0);
+#endif
+    const uint ku = k / MV_UW;
+    for (uint u = ln; u < ku; u += OCLF_WGN) {
+        const uint c = u * MV_UW;
+        /* the NB units and their scales first, then a piece of 8 at a
+         * time: x's MB pieces against every column's (a lane holds one
+         * piece of x per row, not the unit's) */
+        uint4 q[OCLF_NB];
+        float s[OCLF_NB], z[OCLF_NB], part[NQ];
+        _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++) {
+#if OCLF_QW <= 2
+            q[j] = mv_unit(wp[j], u);
+#else
+            q[j] = (uint4)(0);
+#endif
+#if OCLF_QW >= 3
+            s[j] = q_block_d(wp[j] + (ulong)u * QBLOCK_BYTES);
+            z[j] = OCLF_QW == 4 ? 8.0f : 0.0f;
+#elif !OCLF_QG
+            s[j] = 1.0f;
+            z[j] = 0.0f;
+#elif OCLF_QLOCAL
+            s[j] = sl[j * ng + c / OCLF_QG];
+#if OCLF_QZ
+            z[j] = zl[j * ng + c / OCLF_QG];
+#else
+            z[j] = 8.0f;
+#endif
+#else
+            s[j] = QSC(sp[j], c / OCLF_QG);
+            z[j] = q_gzero(zp[j], c);
+#endif
+        }
+        _Pragma("unroll") for (uint e = 0; e < NQ; e++)
+            part[e] = 0.0f;
+        _Pragma("unroll") for (uint p = 0; p < MV_NP; p++) {
+            float8 xv[OCLF_MB];
+            _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++) {
+                const floatv t = LDV(xp[i], c + 8 * p);
+                xv[i] = PRO(floatv, t);
+            }
+            _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++) {
+                const float8 wv = mv_piece(q[j], wp[j], u, p, OCLF_QW == 1 ? 0.0f : z[j]);
+                _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+                    part[i * OCLF_NB + j] = MV_DOT8(xv[i], wv, part[i * OCLF_NB + j]);
+            }
+        }
+        _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+            _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+                acc[i * OCLF_NB + j] = fma(s[j], part[i * OCLF_NB + j], acc[i * OCLF_NB + j]);
     }
-    for (uint q = lid; q < NQ; q += OCLF_WGN) {
+#if !OCLF_QG
+    _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+        _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+            acc[i * OCLF_NB + j] *= ch[j];
+#endif
+    /* K past the last whole unit: INT8 per channel only (a group holds
+     * whole units) */
+    for (uint c = ku * MV_UW + ln; c < k; c += OCLF_WGN)
+        _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++) {
+            const float t = LD(xp[i], c), xe = PRO(float, t);
+            _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+                acc[i * OCLF_NB + j] = fma(xe, q_ld(wp[j], sp[j], zp[j], c), acc[i * OCLF_NB + j]);
+        }
+#else
+    global const wel_t *wp[OCLF_NB];
+    _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+        wp[j] = w + wo + (ulong)min(nb + j, n - 1) * ws;
+    const uint ku = k / OCLF_VEC;
+    for (uint u = ln; u < ku; u += OCLF_WGN) {
+        const uint c = u * OCLF_VEC;
+        floatv xv[OCLF_MB];
+        _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++) {
+            const floatv t = LDV(xp[i], c);
+            xv[i] = PRO(floatv, t);
+        }
+        _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++) {
+            const floatv wv = LDWV(wp[j], c);
+            _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++)
+                acc[i * OCLF_NB + j] = MV_DOT(xv[i], wv, acc[i * OCLF_NB + j]);
+        }
+    }
+    for (uint c = ku * OCLF_VEC + ln; c < k; c += OCLF_WGN)
+        _Pragma("unroll") for (uint i = 0; i < OCLF_MB; i++) {
+            const float t = LD(xp[i], c), xe = PRO(float, t);
+            _Pragma("unroll") for (uint j = 0; j < OCLF_NB; j++)
+                acc[i * OCLF_NB + j] = fma(xe, LDW(wp[j], c), acc[i * OCLF_NB + j]);
+        }
+#endif
+#if OCLF_SUBGROUP_FORM && OCLF_WGN <= OCLF_SUBGROUP_WIDTH
+    oclf_seg_sum_n(acc, NQ, OCLF_WGN, lid, MV_WGS, (local float *)0);
+#else
+    local float red[NQ * MV_WGS];
+    oclf_seg_sum_n(acc, NQ, OCLF_WGN, lid, MV_WGS, red);
+#endif
+    /* every lane of the segment holds the sums: lane q stores output q */
+    _Pragma("unroll") for (uint q = 0; q < NQ; q++) {
         const uint r = m0 + q / OCLF_NB, c = nb + q % OCLF_NB;
-        if (r < m && c < n)
-            lin_store(part[q], r, c, EPI_PASS);
+        if (q % OCLF_WGN == ln && r < m && c < n)
+            lin_store(acc[q], r, c, EPI_PASS);
     }
 }
-
 #elif !OCLF_STAGE
 /* ---- unstaged: operands from global memory, no barrier ------------------ */
 kernel void linear_fused(LIN_ARGS)

@@ -28,6 +28,30 @@
 
 #define CE_NO_ERROR 0xffffffffu
 
+#ifndef OCLF_CE_STAGE
+#define OCLF_CE_STAGE 0 /* 1: ce_fused keeps the row's logits in local memory between its passes */
+#endif
+#if OCLF_CE_STAGE && OCLF_LAYOUT != 1
+#error "OCLF_CE_STAGE needs a work-group per row (OCLF_LAYOUT 1)"
+#endif
+/* The staged row (OCLF_CE_STAGE): the capped logits z as f32, element c
+ * at c. Each lane writes in pass 1 exactly the elements it reads back in
+ * pass 2 (FOR_VEC and FOR_TAIL give it the same ones), so no barrier
+ * separates the two; pass 2 then reads no logit from global memory and
+ * computes no cap again. Without it these fold away. */
+#if OCLF_CE_STAGE
+#if OCLF_VEC == 1
+#define CE_LSTV(p, i, v) ((p)[(i)] = (v))
+#define CE_LLDV(p, i) ((p)[(i)])
+#else
+#define CE_LSTV(p, i, v) OCLF_CAT(vstore, OCLF_VEC)((v), 0, (p) + (i))
+#define CE_LLDV(p, i) OCLF_CAT(vload, OCLF_VEC)(0, (p) + (i))
+#endif
+#define CE_STAGE_ARG , local float *zrow
+#else
+#define CE_STAGE_ARG
+#endif
+
 /* flags */
 #define CE_GRAD 1u
 #define CE_SUM 2u  /* the per-row losses are reduced (sum or mean) */
@@ -82,21 +106,39 @@ static inline float ce_wg_max(float v, __local float *scratch)
         (m) = fmax((m), (z));                                                  \
     } while (0)
 
+/* Pass 1's logits kept for pass 2 (OCLF_CE_STAGE), and pass 2's z of
+ * element (or vector) i: from there, else from the row in global memory. */
+#if OCLF_CE_STAGE
+#define CE_KEEPV(k, i, z) CE_LSTV((k), (i), (z))
+#define CE_KEEP(k, i, z) ((k)[(i)] = (z))
+#define CE_ZV(i) CE_LLDV(zrow, (i))
+#define CE_Z(i) zrow[(i)]
+#else
+#define CE_KEEPV(k, i, z) ((void)0)
+#define CE_KEEP(k, i, z) ((void)0)
+#define CE_ZV(i) ce_capv(LDV(xr, (i)), cap)
+#define CE_Z(i) ce_cap(LD(xr, (i)), cap)
+#endif
+
 /* The row's statistics: lse, the sum of the (capped) logits, and the
  * target's logit (0 when ignored). `xr`, `cols`, `cap`, `lane`, `nlanes`,
  * `scratch` in scope. Every lane reads before the reductions' barriers, so
  * a later in-place write of the row comes after every read of pass 1. */
-#define CE_STATS(t, ignored, lse_out, sumz_out, zt_out)                        \
+#define CE_STATS(t, ignored, lse_out, sumz_out, zt_out, keep)                  \
     do {                                                                       \
         floatv m_ = VSPLAT(-FLT_MAX), s_ = VSPLAT(0.0f), sz_ = VSPLAT(0.0f);   \
         float tm_ = -FLT_MAX, ts_ = 0.0f, tsz_ = 0.0f;                         \
         FOR_VEC(i, cols) {                                                     \
             const floatv z_ = ce_capv(LDV(xr, i), cap);                        \
+            if (keep)                                                          \
+                CE_KEEPV(keep, i, z_);                                         \
             CE_ONLINE(m_, s_, z_);                                             \
             sz_ += z_;                                                         \
         }                                                                      \
         FOR_TAIL(i, cols) {                                                    \
             const float z_ = ce_cap(LD(xr, i), cap);                           \
+            if (keep)                                                          \
+                CE_KEEP(keep, i, z_);                                          \
             CE_ONLINE(tm_, ts_, z_);                                           \
             tsz_ += z_;                                                        \
         }                                                                      \
@@ -162,7 +204,7 @@ kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
                      global float *loss, ulong losso,
                      global float *lse_out, ulong lseo,
                      ulong rows, uint cols, long ignore,
-                     float ls, float cap, float zl, uint flags)
+                     float ls, float cap, float zl, uint flags CE_STAGE_ARG)
 {
     local float scratch[OCLF_WGS];
     ROW_LANES;
@@ -174,7 +216,11 @@ kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
         const long t = tg[to + row];
         const int ignored = t == ignore;
         float lse, sumz, zt;
-        CE_STATS(t, ignored, lse, sumz, zt);
+#if OCLF_CE_STAGE
+        CE_STATS(t, ignored, lse, sumz, zt, zrow);
+#else
+        CE_STATS(t, ignored, lse, sumz, zt, (local float *)0);
+#endif
         if (lane == 0) {
             if (lse_out)
                 lse_out[lseo + row] = lse;
@@ -195,18 +241,18 @@ kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
                     /* the target's vector, element by element (each
                      * element is still rounded once) */
                     for (uint k = i; k < i + OCLF_VEC; k++) {
-                        const float z_ = ce_cap(LD(xr, k), cap);
+                        const float z_ = CE_Z(k);
                         const float p_ = exp(z_ - lse);
                         ST(xr, k, CE_GRAD_OF(x, z_, p_, (ulong)t == k ? hit : 0.0f));
                     }
                 } else {
-                    const floatv z_ = ce_capv(LDV(xr, i), cap);
+                    const floatv z_ = CE_ZV(i);
                     const floatv p_ = exp(z_ - (floatv)lse);
                     STV(xr, i, CE_GRAD_OF(x, z_, p_, 0.0f));
                 }
             }
             FOR_TAIL(i, cols) {
-                const float z_ = ce_cap(LD(xr, i), cap);
+                const float z_ = CE_Z(i);
                 const float p_ = exp(z_ - lse);
                 const float oh_ = (!ignored && (ulong)t == i) ? hit : 0.0f;
                 ST(xr, i, CE_GRAD_OF(x, z_, p_, oh_));
@@ -232,7 +278,7 @@ kernel void ce_softmax(global const stor_t *x, ulong xo, ulong xs,
         global const stor_t *xr = x + xo + row * xs;
         global float *pr = p + row * cols;
         float lse, sumz, zt;
-        CE_STATS(0, 1, lse, sumz, zt);
+        CE_STATS(0, 1, lse, sumz, zt, (local float *)0);
         (void)zt;
         FOR_VEC(i, cols) {
             const floatv z_ = ce_capv(LDV(xr, i), cap);

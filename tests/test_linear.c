@@ -305,6 +305,42 @@ START_TEST(test_structures)
 }
 END_TEST
 
+/* The matrix-vector shape (MV 1), forced as a GPU would take it for
+ * decode: M = 0, 1, 3 and 16 rows, odd N, every dtype, bias, residual,
+ * alpha and beta, a prologue on odd M. Three structures: the GPU default
+ * for 16-bit types (4 segments of 32 lanes, 4 x 2 blocks, 8-wide units), f32's
+ * unit of 4 with one row, and a 2 x 1 block over 3 segments of 4 lanes with
+ * 16-wide units. Each on the aligned build (K = 128, rows packed: every
+ * unit starts on its own size), K = 69 (element-aligned, a tail of K past
+ * the last unit) and K = 128 one element off (element-aligned). */
+static const char *const mv_structures[] = {
+    "MB=4,NB=2,VEC=8,WGM=4,WGN=32,STAGE=0,KC=16,MV=1",
+    "MB=1,NB=2,VEC=4,WGM=4,WGN=16,STAGE=0,KC=16,MV=1",
+    "MB=2,NB=1,VEC=16,WGM=3,WGN=4,STAGE=0,KC=16,MV=1",
+};
+#define NMV (int)(sizeof mv_structures / sizeof *mv_structures)
+
+START_TEST(test_mv)
+{
+    const oclf_dtype dt = dtypes[_i % 3];
+    const oclf_choice ch = parse_choice(mv_structures[_i / 3]);
+    static const size_t ms[] = {0, 1, 3, 16};
+    for (int a = 0; a < 4; a++)
+        for (int v = 0; v < 3; v++) {
+            lin_case c = base_case(dt, ms[a], v == 1 ? 37 : 9, v == 1 ? 69 : 128);
+            c.offset = v == 2;
+            c.bias = 1;
+            c.res = 1;
+            c.alpha = 0.75f;
+            c.beta = 0.5f;
+            c.prologue = a % 2 ? OCLF_LINEAR_GELU_TANH : OCLF_LINEAR_NONE;
+            c.act = a == 2 ? OCLF_LINEAR_SILU : OCLF_LINEAR_NONE;
+            c.choice = &ch;
+            both_paths(c);
+        }
+}
+END_TEST
+
 /* The matrix-unit structure (STAGE 2), forced: on a device without matrix
  * units it runs cl/mma.h's emulation of the instruction, whose fragment
  * layout is the hardware's, so the tile loads, the fragment reads and the
@@ -588,7 +624,7 @@ START_TEST(test_bad_arguments)
     ch = parse_choice("MB=2,NB=2,VEC=8,WGM=2,WGN=2,STAGE=1,KC=12,MV=0");
     EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
            "KC = 12 is not a multiple");
-    ch = parse_choice("MB=2,NB=2,VEC=8,WGM=2,WGN=2,STAGE=0,KC=16,MV=1");
+    ch = parse_choice("MB=2,NB=2,VEC=8,WGM=2,WGN=3,STAGE=0,KC=16,MV=1");
     EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
            "MV = 1 needs");
     ch = parse_choice("MB=8,NB=1,VEC=1,WGM=512,WGN=1,STAGE=1,KC=256,MV=0"); /* 4 MiB of x tile */
@@ -616,6 +652,10 @@ static Suite *linear_suite(void)
     tcase_add_loop_test(t, test_structures, 0, th_quick() ? 3 : NSTRUCT * 3);
     tcase_add_test(t, test_nan_in_y);
     suite_add_tcase(s, t);
+    TCase *mv = tcase_create("matrix_vector");
+    tcase_set_timeout(mv, 0);
+    tcase_add_loop_test(mv, test_mv, 0, th_quick() ? 3 : 3 * NMV);
+    suite_add_tcase(s, mv);
     TCase *mu = tcase_create("matrix_units");
     tcase_set_timeout(mu, 0);
     /* The emulated fragments run every barrier of the instruction on a CPU:

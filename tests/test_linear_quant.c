@@ -804,6 +804,44 @@ START_TEST(test_structures)
 }
 END_TEST
 
+/* The matrix-vector shape (MV 1), forced as a GPU would take it for
+ * decode, for every format: M = 0, 1, 3 and 16, odd N, bias, residual and
+ * a SiLU, a prologue on odd M; the GPU default block (4 segments of 32
+ * lanes, 4 x 2) or 3 segments of 8 lanes of 2 x 1. Twice each:
+ * rows packed from offset 0, which the INT8 and INT4 units and x's pieces
+ * take as the aligned build (K = 4 groups; INT8 per channel K = 64), then
+ * x, y and the residual one element off, W's bytes 2 off and the scales
+ * one off (the element-aligned build; INT8 per channel at K = 69, a tail
+ * past the last 16-byte unit). The grouped INT8 and INT4 stage their
+ * scales (and zero points) in local memory. */
+static const char *const mv_structures[] = {
+    "MB=4,NB=2,VEC=8,WGM=4,WGN=32,STAGE=0,KC=16,MV=1",
+    "MB=2,NB=1,VEC=8,WGM=3,WGN=8,STAGE=0,KC=16,MV=1",
+};
+
+START_TEST(test_mv)
+{
+    const int fmt = _i;
+    const oclf_choice ch = parse_choice(mv_structures[_i % 2]);
+    const size_t g = kgroup(&formats[fmt]);
+    static const size_t ms[] = {0, 1, 3, 16};
+    for (int a = 0; a < 4; a++)
+        for (int v = 0; v < 2; v++) {
+            const size_t k = g == 1 ? (v ? 69 : 64) : 4 * g;
+            qcase c = base_case(dtypes[(_i + a) % 3], fmt, ms[a], v ? 37 : 9, k);
+            c.offset = (size_t)v;
+            c.qoff = 2 * (size_t)v;
+            c.soff = (size_t)v;
+            c.bias = 1;
+            c.res = 1;
+            c.prologue = a % 2 ? OCLF_LINEAR_GELU_TANH : OCLF_LINEAR_NONE;
+            c.act = OCLF_LINEAR_SILU;
+            c.choice = &ch;
+            one_path(&c);
+        }
+}
+END_TEST
+
 /* The unfused path dequantizes W in tiles of rows whose f32 copy fits
  * 64 MiB: at K = 4096 a tile holds 4096 rows, so N = 4133 crosses a seam,
  * where the second tile's weight bytes, scales, zero points, bias,
@@ -1517,6 +1555,10 @@ static Suite *linear_quant_suite(void)
     tcase_add_loop_test(t, test_wide_weights, 0, 6);
     tcase_add_loop_test(t, test_unfused_tiles, 0, th_quick() ? 1 : 2);
     suite_add_tcase(s, t);
+    TCase *mv = tcase_create("matrix_vector");
+    tcase_set_timeout(mv, 0);
+    tcase_add_loop_test(mv, test_mv, 0, th_quick() ? 4 : NFORMATS);
+    suite_add_tcase(s, mv);
     TCase *c = tcase_create("convert");
     tcase_set_timeout(c, 0);
     tcase_add_loop_test(c, test_convert, 0, 2);

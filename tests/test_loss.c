@@ -342,6 +342,33 @@ START_TEST(test_structures)
 }
 END_TEST
 
+/* Both sides of the staged row's fit line: with a work-group per row,
+ * ce_fused keeps a row's logits in local memory between its passes where
+ * 4 bytes a logit and the group's scratch fit in half the device's local
+ * memory (2 MiB here: 4096 and 4099 columns fit, 262145 and 262148 do
+ * not), else reads the row
+ * twice from global memory; each against the reference, gradient, softcap,
+ * smoothing and z-loss on, rows offset and padded (the element-aligned
+ * build) or packed at a multiple of the vector (the aligned one). */
+START_TEST(test_row_on_chip)
+{
+    oclf_choice ch = th_choice(OCLF_PATH_FUSED);
+    oclf_params_set(&ch.params, "LAYOUT", 1);
+    oclf_params_set(&ch.params, "WGS", 64);
+    oclf_params_set(&ch.params, "VEC", 4);
+    const int big = _i / 3;
+    for (int packed = 0; packed < 2; packed++) {
+        const size_t cols = big ? (packed ? 262148 : 262145) : (packed ? 4096 : 4099);
+        ce_case c = {.dtype = dtypes[_i % 3], .rows = big ? 2 : 5,
+                     .cols = cols, .pad = packed ? 0 : 3,
+                     .offset = packed ? 0 : 1, .reduction = OCLF_REDUCTION_NONE, .ls = 0.05f,
+                     .cap = 30.0f, .zl = 1e-4f, .grad = 1, .upstream = 1, .lse = 1,
+                     .range = 8.0f, .choice = &ch};
+        check_case(&c);
+    }
+}
+END_TEST
+
 /* The fused and unfused paths agree within the dtype's tolerance. */
 START_TEST(test_fused_unfused)
 {
@@ -696,6 +723,7 @@ static Suite *loss_suite(void)
     tcase_add_loop_test(t, test_masked_logits, 0, 12);
     tcase_add_test(t, test_masked_value);
     tcase_add_loop_test(t, test_structures, 0, 12);
+    tcase_add_loop_test(t, test_row_on_chip, 0, th_quick() ? 3 : 6);
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_deterministic);
     tcase_add_test(t, test_finite_difference);

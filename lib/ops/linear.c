@@ -72,12 +72,13 @@ OCLF_CFG_FITS(lin_cfg);
 #define LIN_MMA_MIN_ROWS 64
 
 /* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
- * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds WGN
- * x MB x NB partial sums. */
+ * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds at
+ * most MB x NB partial sums a work-item (its reduction where it does not
+ * shuffle); a grouped W's staged scales come on top (mv_qlocal_bytes). */
 static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
 {
     if (c->mv)
-        return (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
+        return (uint64_t)c->wgm * (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
     if (!c->stage)
         return 0;
     if (c->stage == 2) {
@@ -102,8 +103,10 @@ static void lin_geometry(const lin_cfg *c, int wkn, size_t *wgs, size_t *tm, siz
         return;
     }
     *wgs = (size_t)c->wgm * (size_t)c->wgn;
-    *tm = (size_t)c->wgm * (size_t)c->mb;
-    *tn = c->mv ? (size_t)c->nb : (size_t)c->wgn * (size_t)c->nb * (size_t)(wkn ? c->vec : 1);
+    /* the matrix-vector shape: WGM segments of NB columns each, MB rows */
+    *tm = c->mv ? (size_t)c->mb : (size_t)c->wgm * (size_t)c->mb;
+    *tn = c->mv ? (size_t)c->wgm * (size_t)c->nb
+                : (size_t)c->wgn * (size_t)c->nb * (size_t)(wkn ? c->vec : 1);
 }
 
 static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -143,17 +146,27 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
          * (AMD's compiler spilled larger blocks; these defaults build without
          * a spill on every back end of tests/gpu_compile.py, while the search
          * space, which varies the rest of the kernel too, stops at 8).
-         * Few rows: a group per block of columns whose lanes split K. */
+         * Few rows (decode): the matrix-vector shape, 4 segments a group,
+         * each of one sub-group's width (the warp, the wave; 32 where the
+         * device reduces through local memory) and 2 columns, whose lanes
+         * read W in 16-byte units (VEC: 16 bytes of the dtype; a quantized
+         * W's pieces of x are 8 wide). From 4 rows a quantized or f32 W
+         * takes one column a segment: at 4 x 2, ptxas gave sm_90 77-96
+         * registers (under 50% occupancy), at 4 x 1 58-62. */
         stage = 1;
         kc = 32;
         if (m <= 16) {
+            const int quant = shape->dim[3] >= 1000;
             mv = 1;
             stage = 0;
             mb = m >= 4 ? 4 : m >= 2 ? 2 : 1;
-            nb = 1;
-            vec = 4;
-            wgm = 1;
-            wgn = dev->simd_width > 64 ? 64 : dev->simd_width < 32 ? 32 : (int)dev->simd_width;
+            nb = m >= 4 && (quant || dtype == OCLF_F32) ? 1 : 2;
+            vec = quant ? 8 : 16 / (int)oclf_dtype_size(dtype);
+            wgm = 4;
+            if (dev->subgroup_form && dev->subgroup_width >= 16 && dev->subgroup_width <= 64)
+                wgn = (int)dev->subgroup_width;
+            else
+                wgn = dev->simd_width > 64 ? 64 : dev->simd_width < 32 ? 32 : (int)dev->simd_width;
         } else {
             mb = 2;
             nb = 2;
@@ -238,6 +251,10 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameter KC = %lld is not a multiple of VEC = %lld",
                          (long long)v[P_KC], (long long)v[P_VEC]);
+    /* A quantized W's matrix-vector shape reads x in pieces of 8, whatever
+     * VEC says (its W unit is 16 bytes or a GGUF block). */
+    if (v[P_MV] && q && q->fmt && !wkn)
+        v[P_VEC] = 8;
     const int pairs = q && (q->fmt == OCLF_QFORMAT_INT4 || q->fmt == OCLF_QFORMAT_Q4_0);
     if (qgroup && qgroup % (unsigned)(v[P_VEC] * (pairs ? 2 : 1)))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -246,11 +263,11 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
     if (q && q->fmt && (st = oclf_params_read(ctx, linq_params, Q_COUNT, p, qv)))
         return st;
     const int64_t wgn = v[P_WGN];
-    if (v[P_MV] && (v[P_STAGE] || v[P_WGM] != 1 || (wgn & (wgn - 1))))
+    if (v[P_MV] && (v[P_STAGE] || (wgn & (wgn - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                         "kernel parameter MV = 1 needs STAGE = 0, WGM = 1 and WGN a power of "
-                         "two (got %lld, %lld, %lld)",
-                         (long long)v[P_STAGE], (long long)v[P_WGM], (long long)wgn);
+                         "kernel parameter MV = 1 needs STAGE = 0 and WGN a power of two (got "
+                         "%lld, %lld)",
+                         (long long)v[P_STAGE], (long long)wgn);
     /* The matrix-vector shape is NK's; a KN call runs the tiled kernel with
      * the same block, whose lanes along N already read consecutive columns. */
     if (!v[P_STAGE])
@@ -299,18 +316,19 @@ static void lin_qdefines(const lin_qkind *q, char *buf, size_t len)
 }
 
 /* The fused program for (dtype, prologue, weight, cfg) and its kernel;
- * w_f32: a dense W of f32 whatever the dtype (PRE's dequantized tile). */
+ * w_f32: a dense W of f32 whatever the dtype (PRE's dequantized tile);
+ * qlocal: the matrix-vector shape stages a grouped W's scales. */
 static oclf_status fused_program(oclf_context *ctx, oclf_dtype dtype, int prologue,
                                  const lin_qkind *q, int w_f32, const lin_cfg *cfg, int aligned,
-                                 oclf_program **prog, const char **kernel)
+                                 int qlocal, oclf_program **prog, const char **kernel)
 {
-    char qd[96], defines[OCLF_DEFINES_MAX + 160], opts[OCLF_OPTIONS_MAX];
+    char qd[96], defines[OCLF_DEFINES_MAX + 160], opts[OCLF_OPTIONS_MAX + 64];
     lin_qdefines(q, qd, sizeof qd);
     /* (the aligned mark added here: a quantized W's defines are longer
      * than oclf_program_options_aligned's buffer) */
-    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s%s", prologue, qd,
+    snprintf(defines, sizeof defines, "-DOCLF_PRO=%d %s%s%s%s%s", prologue, qd,
              w_f32 && dtype != OCLF_F32 ? "-DOCLF_WF32=1 " : "", cfg->defines,
-             aligned ? " -DOCLF_ALIGNED=1" : "");
+             qlocal ? " -DOCLF_QLOCAL=1" : "", aligned ? " -DOCLF_ALIGNED=1" : "");
     oclf_program_options(opts, sizeof opts, dtype, -1, defines);
     *kernel = cfg->mv ? "linear_mv" : "linear_fused";
     return oclf_program_get(ctx, "linear.cl", opts, prog);
@@ -339,6 +357,21 @@ static lin_qkind qkind_of_shape(oclf_op op, const oclf_shape *shape)
         q.group = (unsigned)(shape->dim[3] % 1000u);
     }
     return q;
+}
+
+/* Whether the matrix-vector shape stages this W's scales: INT8 and INT4 in
+ * groups (a GGUF block carries its own; INT8 per channel has one a row). */
+static int mv_qlocal_kind(const lin_qkind *q)
+{
+    return q && q->group && (q->fmt == OCLF_QFORMAT_INT8 || q->fmt == OCLF_QFORMAT_INT4);
+}
+
+/* The staged scales' (and zero points') bytes: WGM x NB rows of K / group
+ * floats each. */
+static uint64_t mv_qlocal_bytes(const lin_cfg *cfg, const lin_call *c)
+{
+    const uint64_t per = (uint64_t)cfg->wgm * (uint64_t)cfg->nb * (c->k / c->q.group) * 4;
+    return per * (c->q.zero ? 2 : 1);
 }
 
 static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtype dtype,
@@ -372,7 +405,12 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
         return OCLF_SUCCESS;
     if (q.fmt) {
         const char *kernel, *dequant = "lin_dequant_w";
-        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, cfg.pre, &cfg, 0, &prog,
+        const int ql = cfg.mv && !cfg.pre && mv_qlocal_kind(&q);
+        /* the matrix-vector shape's aligned build, for the cross-compile
+         * suite's list (a call builds it where its operands take it) */
+        if (cfg.mv && ctx->program_sink)
+            (void)fused_program(ctx, dtype, 0, &q, 0, &cfg, 1, ql, &prog, &kernel);
+        if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, cfg.pre, &cfg, 0, ql, &prog,
                                 &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
             return st;
@@ -400,7 +438,9 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
             snprintf(defines, sizeof defines, "-DOCLF_PRO=0 %s", lc.defines);
             oclf_list_aligned_variant(ctx, "linear.cl", dtype, -1, defines, 8);
         }
-        if ((st = fused_program(ctx, dtype, 0, NULL, 0, &lc, 0, &prog, &kernel)) ||
+        if (lc.mv && ctx->program_sink)
+            (void)fused_program(ctx, dtype, 0, NULL, 0, &lc, 1, 0, &prog, &kernel);
+        if ((st = fused_program(ctx, dtype, 0, NULL, 0, &lc, 0, 0, &prog, &kernel)) ||
             (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, wgs))) {
             /* A program sink names programs without building them, which
              * fails each: the matrix-unit structure's other layout is
@@ -519,10 +559,24 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
     /* x's and W's rows on 16-byte boundaries: the matrix-unit structure's
      * aligned build, whose pieces are single 16-byte loads */
     const oclf_operand ops[] = {c->x, c->w};
-    oclf_status st =
-        fused_program(ctx, c->dtype, c->prologue, &c->q, c->w_f32, cfg,
-                      cfg->stage == 2 && oclf_rows_aligned(8, ops, OCLF_NARGS(ops)), &prog,
-                      &kernel);
+    int aligned = cfg->stage == 2 && oclf_rows_aligned(8, ops, OCLF_NARGS(ops));
+    /* The matrix-vector shape's: x's pieces (VEC elements) and W's units
+     * (VEC elements; a quantized W's 16 bytes) start on their own size, so
+     * each is one load; else the element-aligned build. A GGUF W is read
+     * a block a unit either way. */
+    uint64_t qlocal = 0;
+    if (cfg->mv) {
+        const oclf_operand wb[] = {c->w};
+        aligned = oclf_rows_aligned(cfg->vec, ops, 1) &&
+                  (c->q.fmt >= OCLF_QFORMAT_Q8_0 ||
+                   oclf_rows_aligned(c->q.fmt ? 16 : cfg->vec, wb, 1));
+        /* a grouped W's scales staged where they fit beside the reduction */
+        if (mv_qlocal_kind(&c->q) &&
+            mv_qlocal_bytes(cfg, c) + lin_local_bytes(cfg, 0) <= ctx->info.local_mem)
+            qlocal = mv_qlocal_bytes(cfg, c);
+    }
+    oclf_status st = fused_program(ctx, c->dtype, c->prologue, &c->q, c->w_f32, cfg, aligned,
+                                   qlocal != 0, &prog, &kernel);
     if (st != OCLF_SUCCESS)
         return st;
     size_t wgs, tm, tn;
@@ -552,10 +606,12 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
                     OCLF_ARG(c->alpha), OCLF_ARG(c->beta), OCLF_ARG(c->act),   OCLF_ARG(c->before),
                     OCLF_ARG(m),        OCLF_ARG(n),       OCLF_ARG(k),        OCLF_ARG(sm),
                     OCLF_ARG(so),       OCLF_ARG(ss),      OCLF_ARG(zm),       OCLF_ARG(zo),
-                    OCLF_ARG(zs)};
-    /* A plain W's kernel ends before the scale and zero-point arguments. */
-    return oclf_enqueue(ctx, queue, prog, kernel, a, OCLF_NARGS(a) - (c->q.fmt ? 0 : 6),
-                        groups * wgs, wgs, num_events, wait_list, event);
+                    OCLF_ARG(zs),       OCLF_ARG_LOCAL(qlocal ? qlocal : 4)};
+    /* A plain W's kernel ends before the scale and zero-point arguments,
+     * a quantized W's before the staged scales unless they are staged. */
+    return oclf_enqueue(ctx, queue, prog, kernel, a,
+                        OCLF_NARGS(a) - (c->q.fmt ? 0 : 6) - (qlocal ? 0 : 1), groups * wgs, wgs,
+                        num_events, wait_list, event);
 }
 
 /* One elementwise launch of the unfused path over rows x cols. */

@@ -14,6 +14,12 @@
  * Parameters: LAYOUT (0 row per work-item, 1 work-group per row), WGS
  * (work-group size, a power of two), VEC (vector width 1..16), all
  * compiled in, as the row structure of cl/common.h.
+ *
+ * With a work-group per row, ce_fused keeps the row's capped logits in
+ * local memory between its statistics and its gradient (OCLF_CE_STAGE)
+ * where the row fits in half the device's local memory (two groups of a
+ * unit keep each other's latency covered), so the gradient pass reads no
+ * logit from global memory: the row is read once and written once.
  */
 #include "loss.h"
 
@@ -42,6 +48,17 @@ static void oclf_loss_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     oclf_row_heuristic(ctx, dtype, shape->dim[1], 4, 64, out);
 }
 
+/* ce_fused's staged row: cols f32 beside the group's reduction scratch,
+ * where that fits in half the device's local memory; else 0. */
+static size_t ce_stage_bytes(const oclf_context *ctx, const loss_cfg *cfg, oclf_path path,
+                             size_t cols)
+{
+    if (path != OCLF_PATH_FUSED || cfg->layout != 1)
+        return 0;
+    const uint64_t need = (uint64_t)cols * 4, scratch = (uint64_t)cfg->wgs * 4;
+    return need + scratch <= ctx->info.local_mem / 2 ? (size_t)need : 0;
+}
+
 static int path_kernels(oclf_path path, const char **names)
 {
     if (path == OCLF_PATH_FUSED) {
@@ -57,10 +74,23 @@ static oclf_status oclf_loss_validate(oclf_context *ctx, oclf_op op, oclf_dtype 
                                       const oclf_shape *shape, const oclf_resolved *r, int deep,
                                       oclf_op_cfg *out)
 {
-    (void)op, (void)shape;
+    (void)op;
     const char *names[2];
     const int n = path_kernels(r->path, names);
-    return oclf_row_validate(ctx, loss_params, NPARAMS, dtype, r, deep, "loss.cl", names, n, out);
+    loss_cfg cfg;
+    oclf_status st =
+        oclf_row_validate(ctx, loss_params, NPARAMS, dtype, r, deep, "loss.cl", names, n,
+                          (oclf_op_cfg *)&cfg);
+    if (st == OCLF_SUCCESS && out)
+        memcpy(out, &cfg, sizeof cfg);
+    /* the staged row's build where the shape takes it, for the
+     * cross-compile suite's list (its aligned form: the common case) */
+    if (st == OCLF_SUCCESS && deep && ce_stage_bytes(ctx, &cfg, r->path, shape->dim[1])) {
+        char d[OCLF_DEFINES_MAX + 24];
+        snprintf(d, sizeof d, "%s -DOCLF_CE_STAGE=1", cfg.defines);
+        oclf_list_aligned_variant(ctx, "loss.cl", dtype, -1, d, cfg.vec);
+    }
+    return st;
 }
 
 const oclf_op_hooks oclf_loss_hooks = {oclf_loss_heuristic, oclf_loss_validate};
@@ -175,12 +205,15 @@ oclf_status oclf_ce_kernels_get(oclf_context *ctx, const char *op, oclf_dtype dt
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu rows exceed the launch range", op, rows);
     out->path = r.path;
     out->prog = NULL;
+    out->stage = 0;
     if (rows == 0)
         return OCLF_SUCCESS;
     out->local = local;
     out->global = cfg.layout == 0 ? oclf_round_up(rows, local) : rows * local;
-    char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, cfg.defines,
+    out->stage = ce_stage_bytes(ctx, &cfg, r.path, cols);
+    char opts[OCLF_OPTIONS_MAX], d[OCLF_DEFINES_MAX + 24];
+    snprintf(d, sizeof d, "%s%s", cfg.defines, out->stage ? " -DOCLF_CE_STAGE=1" : "");
+    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, d,
                                  logits && oclf_rows_aligned(cfg.vec, logits, 1));
     return oclf_program_get(ctx, "loss.cl", opts, &out->prog);
 }
@@ -221,8 +254,9 @@ oclf_status oclf_ce_launch_rows(oclf_chain *ch, const oclf_ce_kernels *k, const 
                         OCLF_ARG(r->losso), OCLF_ARG(r->lse),   OCLF_ARG(r->lseo),
                         OCLF_ARG(r->rows),  OCLF_ARG(r->cols),  OCLF_ARG(r->ignore),
                         OCLF_ARG(r->ls),    OCLF_ARG(r->cap),   OCLF_ARG(r->zl),
-                        OCLF_ARG(r->flags)};
-        return oclf_chain_launch(ch, k->prog, "ce_fused", a, OCLF_NARGS(a), k->global, k->local);
+                        OCLF_ARG(r->flags), OCLF_ARG_LOCAL(k->stage)};
+        return oclf_chain_launch(ch, k->prog, "ce_fused", a, OCLF_NARGS(a) - (k->stage ? 0 : 1),
+                                 k->global, k->local);
     }
     /* The temporaries live until the kernels that use them complete. */
     cl_mem probs = NULL, stats = NULL;

@@ -20,6 +20,9 @@ typedef struct oclf_ce_kernels {
     oclf_path path;
     oclf_program *prog;
     size_t global, local;
+    /* ce_fused's staged row (OCLF_CE_STAGE): its local-memory bytes, 0 when
+     * the row is read from global memory twice */
+    size_t stage;
 } oclf_ce_kernels;
 
 /* Resolves cross_entropy's path and parameters for rows x cols (`choice`
