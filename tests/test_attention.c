@@ -306,6 +306,34 @@ START_TEST(test_fused_unfused)
 }
 END_TEST
 
+/* ---- the matrix-unit structure (STAGE 3) ---------------------------------
+ * Forced here, where it runs cl/mma.h's emulation (the whole kernel: the
+ * fragment loads, the tile loops, the softmax on the fragments). The
+ * emulation synchronises the work-group at every product, so the cases are
+ * small and each covers several things at once: f16 and bf16, head dims 64
+ * and 128, GQA, a varlen batch whose sequences are no multiple of the
+ * tiles (odd lengths, one row, none), and every option. */
+static const int msq[] = {37, 0, 1, 20}, msk[] = {45, 3, 1, 20};
+
+START_TEST(test_mma)
+{
+    /* WGS (rows), BK, head dim, option set of test_options */
+    static const int cfg[][4] = {{16, 32, 64, 1},  {16, 32, 64, 0},  {16, 64, 128, 10},
+                                 {64, 32, 64, 2},  {16, 32, 128, 5}, {16, 32, 64, 6},
+                                 {16, 32, 64, 7},  {16, 64, 64, 11}, {16, 32, 64, 14},
+                                 {32, 32, 64, 3}};
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "STAGE", 3);
+    oclf_params_set(&p, "WGS", cfg[_i][0]);
+    oclf_params_set(&p, "BK", cfg[_i][1]);
+    acase c = {.dt = _i % 2 ? OCLF_BF16 : OCLF_F16, .hq = 4, .hk = 2, .d = (size_t)cfg[_i][2],
+               .batch = 4, .sq = msq, .sk = msk, .path = OCLF_PATH_FUSED, .params = &p};
+    option_set(cfg[_i][3], &c);
+    run_case(&c, NULL);
+}
+END_TEST
+
 /* ---- zero work -------------------------------------------------------------*/
 
 START_TEST(test_empty)
@@ -545,6 +573,10 @@ static Suite *attention_suite(void)
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_empty);
     suite_add_tcase(s, t);
+    TCase *mu = tcase_create("matrix_units");
+    tcase_set_timeout(mu, 0);
+    tcase_add_loop_test(mu, test_mma, 0, th_quick() ? 3 : 10);
+    suite_add_tcase(s, mu);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);
