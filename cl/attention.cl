@@ -437,6 +437,7 @@ kernel void attention_fused(ATTENTION_KERNEL_ARGS)
 #include "attention_decode.cl"
 #endif
 
+#if OCLF_STAGE != 3
 /* Split KV's second step: row x = t Hq + h of every partition's partial
  * output, weighed by exp(lse_p - M), over the sum of the weights and the
  * sink's. A partition that saw no key (LSE -inf) weighs nothing and its
@@ -477,6 +478,8 @@ kernel void attention_merge(global const float *pout, global const float *plse, 
     if (has_lse)
         lse[lso + h * lss + t] = l > 0.0f ? m + log(l) : -INFINITY;
 }
+
+#endif
 
 /* (the decode and matrix-unit structures' programs hold the fused kernels
  * only) */

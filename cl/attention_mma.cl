@@ -18,12 +18,15 @@
  * elements of key fragments 2s and 2s + 1 are exactly the A elements of
  * key step s, so no data moves between lanes.
  *
- * Scores go through attn_score (mask, softcap, ALiBi) except in a tile
- * that every row of the group sees whole with neither softcap nor ALiBi,
- * which needs only the scale; dropout (attn_drop) applies to each
- * probability of P after it is counted in the row's sum; sinks join each
- * row's sum at the end, before the output and the LSE, as in
- * attention_fused. Keys outside the group's visible range are never
+ * Scores are scaled and masked, and where the build has OCLF_FA_SCORE go
+ * through softcap and ALiBi (attn_score); a tile that every row of the
+ * group sees whole needs no mask. With OCLF_FA_DROP dropout (attn_drop)
+ * applies to each probability of P after it is counted in the row's sum.
+ * Both are build options, set by the host from the call, so the common
+ * build's tile loop holds neither tanh nor Philox. Sinks join each row's
+ * sum at the end, before the output and the LSE, as in attention_fused.
+ * The softmax runs in base 2 (scores times log2 e, exp2), the LSE is
+ * converted back. Keys outside the group's visible range are never
  * loaded: the loop starts at the first visible key and ends at the last
  * (causal: a group stops at its last row's diagonal).
  *
@@ -54,6 +57,13 @@
 #endif
 #if OCLF_HD % 32 || OCLF_BK % 32 || OCLF_WGS % 16
 #error "OCLF_HD and OCLF_BK must be multiples of 32, OCLF_WGS of 16"
+#endif
+
+#ifndef OCLF_FA_SCORE
+#define OCLF_FA_SCORE 1 /* softcap and ALiBi compiled in (the call has either) */
+#endif
+#ifndef OCLF_FA_DROP
+#define OCLF_FA_DROP 1 /* dropout compiled in (the call has it) */
 #endif
 
 #define FA_WARPS (OCLF_WGS / 16)
@@ -107,14 +117,7 @@ static inline uint fa_word(global const ushort *p, ulong i)
 }
 
 /* Two f32 values rounded to the dtype, one word, a low. */
-static inline uint fa_pack(float a, float b)
-{
-#if OCLF_DTYPE == 1
-    return as_uint(NARROW_F16(2, (float2)(a, b)));
-#else
-    return as_uint(NARROW_BF16(2, (float2)(a, b)));
-#endif
-}
+static inline uint fa_pack(float a, float b) { return oclf_pack2_16(a, b, OCLF_DTYPE == 2); }
 
 /* D = A B + D in the dtype's instruction. */
 static inline void fa_mma(float d[4], const uint a[4], uint b0, uint b1, uint lane,
@@ -169,7 +172,9 @@ static inline void fa_stage(local uint *kl, local uint *vl, global const ushort 
                 lo4 = fa_ld16(v + vb + (ulong)j * vts + 8 * cb);
             if (j + 1 <= jhi)
                 hi4 = fa_ld16(v + vb + (ulong)(j + 1) * vts + 8 * cb);
-            const uint8 w = convert_uint8(as_ushort8(lo4)) | (convert_uint8(as_ushort8(hi4)) << 16u);
+            /* column c's word: key 2 kp's element low, 2 kp + 1's high */
+            const uint4 ev = (lo4 & 0xffffu) | (hi4 << 16u), od = (lo4 >> 16u) | (hi4 & 0xffff0000u);
+            const uint8 w = (uint8)(ev.s0, od.s0, ev.s1, od.s1, ev.s2, od.s2, ev.s3, od.s3);
             /* pair p of its run of 32 keys: word p / 4 of group p % 4 */
             const uint p = kp % 16, base = 16 * (kp / 16);
             local uint *d = vl + (8 * cb) * FA_VROW + p / 4;
@@ -236,7 +241,7 @@ FA_UNROLL
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const long diag[2] = {ia + shift, ib + shift};
     const float slope = has_alibi ? slopes[slo + h] : 0.0f;
-    const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
+    const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f, scale2 = scale * M_LOG2E_F;
     const ulong kb = ko + (ulong)ks * kts + kh * khs, vbase = vo + (ulong)ks * vts + kh * vhs;
     global const ushort *kp = (global const ushort *)k, *vp = (global const ushort *)v;
 
@@ -262,22 +267,36 @@ FA_UNROLL
             }
         }
 
-        /* A tile that every row of the group sees whole, with neither
-         * softcap nor ALiBi, needs only the scale. */
+        /* A tile that every row of the group sees whole needs no mask;
+         * else each row keeps the keys j0 + [klo, khi] of the tile */
         const long jend = j0 + OCLF_BK - 1;
-        const int plain = jend <= jhi && cap == 0.0f && !has_alibi &&
-                          (left < 0 || j0 >= i1 + shift - left) &&
+        const int whole = jend <= jhi && (left < 0 || j0 >= i1 + shift - left) &&
                           (right < 0 || jend <= r0 + shift + right);
+        int klo[2], khi[2];
+FA_UNROLL
+        for (uint r = 0; r < 2; r++) {
+            const long lo = left >= 0 ? diag[r] - left : j0;
+            const long hi = min(jhi, right >= 0 ? diag[r] + right : jhi);
+            klo[r] = (int)clamp(lo - j0, 0L, (long)OCLF_BK);
+            khi[r] = (int)clamp(hi - j0, -1L, (long)OCLF_BK - 1);
+        }
         float mx[2] = {-INFINITY, -INFINITY};
 FA_UNROLL
         for (uint j = 0; j < FA_NK; j++)
 FA_UNROLL
             for (uint i = 0; i < 4; i++) {
-                const long key = j0 + 8 * j + 2 * t4 + (i & 1u);
+                const int kk = (int)(8 * j + 2 * t4 + (i & 1u));
+#if OCLF_FA_SCORE
+                const long key = j0 + kk;
                 float x = s[j][i] * scale;
-                if (!plain)
-                    x = key > jhi ? -INFINITY
-                                  : attn_score(x, key, diag[i >> 1], left, right, cap, slope);
+                x = key > jhi ? -INFINITY
+                              : attn_score(x, key, diag[i >> 1], left, right, cap, slope);
+                x *= M_LOG2E_F;
+#else
+                float x = s[j][i] * scale2;
+                if (!whole && (kk < klo[i >> 1] || kk > khi[i >> 1]))
+                    x = -INFINITY;
+#endif
                 s[j][i] = x;
                 mx[i >> 1] = fmax(mx[i >> 1], x);
             }
@@ -290,7 +309,7 @@ FA_UNROLL
             const float mn = fmax(m[r], mx[r]);
             /* a row that has seen no key yet keeps nothing to rescale, and
              * its probabilities are 0 (exp(-inf)) */
-            const float cm = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+            const float cm = mn == -INFINITY ? 1.0f : oclf_exp2(m[r] - mn);
             base[r] = mn == -INFINITY ? 0.0f : mn;
             l[r] *= cm;
             m[r] = mn;
@@ -308,11 +327,13 @@ FA_UNROLL
             float pv[4];
 FA_UNROLL
             for (uint i = 0; i < 4; i++) {
-                float pk = exp(s[j][i] - base[i >> 1]);
+                float pk = oclf_exp2(s[j][i] - base[i >> 1]);
                 l[i >> 1] += pk;
+#if OCLF_FA_DROP
                 if (has_drop && pk > 0.0f)
                     pk = attn_drop(pk, drop_p, dscale, seed, doff, j0 + 8 * j + 2 * t4 + (i & 1u),
                                    (ulong)(qs + (i < 2 ? ia : ib)), h);
+#endif
                 pv[i] = pk;
             }
             pa[j / 2][2 * (j & 1u)] = fa_pack(pv[0], pv[1]);
@@ -331,7 +352,7 @@ FA_UNROLL
     }
 
     /* the rows' sums over their four lanes, the sinks, the output */
-    const float sv = has_sinks ? sinks[sio + h] : -INFINITY;
+    const float sv = has_sinks ? sinks[sio + h] * M_LOG2E_F : -INFINITY;
     float inv[2];
 FA_UNROLL
     for (uint r = 0; r < 2; r++) {
@@ -339,8 +360,8 @@ FA_UNROLL
         l[r] += oclf_shfl_xor32(l[r], 2u, lane, sscr);
         const float mn = fmax(m[r], sv);
         if (has_sinks && mn > -INFINITY) {
-            const float cm = exp(m[r] - mn);
-            l[r] = l[r] * cm + exp(sv - mn);
+            const float cm = oclf_exp2(m[r] - mn);
+            l[r] = l[r] * cm + oclf_exp2(sv - mn);
             m[r] = mn;
 FA_UNROLL
             for (uint n = 0; n < FA_ND; n++) {
@@ -365,8 +386,10 @@ FA_UNROLL
     }
     if (has_lse && t4 == 0) {
         if (va)
-            lse[lso + h * lss + (ulong)(qs + ia)] = l[0] > 0.0f ? m[0] + log(l[0]) : -INFINITY;
+            lse[lso + h * lss + (ulong)(qs + ia)] =
+                l[0] > 0.0f ? (m[0] + log2(l[0])) * M_LN2_F : -INFINITY;
         if (vb)
-            lse[lso + h * lss + (ulong)(qs + ib)] = l[1] > 0.0f ? m[1] + log(l[1]) : -INFINITY;
+            lse[lso + h * lss + (ulong)(qs + ib)] =
+                l[1] > 0.0f ? (m[1] + log2(l[1])) * M_LN2_F : -INFINITY;
     }
 }

@@ -46,7 +46,7 @@
 #define ATTN_DECODE_ROWS 64
 
 /* Keys a tile of the matrix-unit structure takes by default. */
-#define ATTN_MMA_BK 64
+#define ATTN_MMA_BK 32
 
 static const oclf_param_spec attn_params[] = {
     {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_DEFINE},
@@ -206,10 +206,10 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
      * tiles of ATTN_MMA_BK keys; attention_paged runs its staged structure
      * instead (oclf_attn_config). */
     if (!(ctx->info.type & CL_DEVICE_TYPE_CPU) && ctx->info.mma && dtype != OCLF_F32 &&
-        shape->dim[0] > ATTN_DECODE_ROWS && mma_dim((size_t)d) && ctx->info.max_wgs >= 128 &&
-        mma_bytes(64, ATTN_MMA_BK, (size_t)d, 1) <= ctx->info.local_mem) {
+        shape->dim[0] > ATTN_DECODE_ROWS && mma_dim((size_t)d) && ctx->info.max_wgs >= 256 &&
+        mma_bytes(128, ATTN_MMA_BK, (size_t)d, 1) <= ctx->info.local_mem) {
         stage = 3;
-        wgs = 64;
+        wgs = 128;
         bk = ATTN_MMA_BK;
         vec = 8;
         acc = 0;
@@ -335,6 +335,17 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
     return OCLF_SUCCESS;
 }
 
+/* The program's options: the configuration's, and for the matrix-unit
+ * structure whether softcap or ALiBi (score) and dropout (drop) are
+ * compiled in: the common build's tile loop holds neither. */
+static void mma_defines(char *out, size_t n, const attn_cfg *cfg, int score, int drop)
+{
+    if (cfg->stage == 3)
+        snprintf(out, n, "%s -DOCLF_FA_SCORE=%d -DOCLF_FA_DROP=%d", cfg->defines, score, drop);
+    else
+        snprintf(out, n, "%s", cfg->defines);
+}
+
 static oclf_status attn_program_aligned(oclf_context *ctx, oclf_dtype dtype, const char *defines,
                                         int aligned, oclf_program **prog)
 {
@@ -380,9 +391,13 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
     /* (the build whose 16-byte units start on 16 bytes, named for the
      * cross-compile list, which takes the first build a check names; a
      * call takes it where its K and V allow) */
+    /* (the matrix-unit structure's build without softcap, ALiBi and
+     * dropout: the common one) */
+    char defs[OCLF_DEFINES_MAX + 64];
+    mma_defines(defs, sizeof defs, &cfg, 0, 0);
     if (cfg.stage >= 2)
-        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, cfg.defines, cfg.ke);
-    if ((st = oclf_attn_program(ctx, dtype, cfg.defines, &prog)) ||
+        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, defs, cfg.ke);
+    if ((st = oclf_attn_program(ctx, dtype, defs, &prog)) ||
         (st = oclf_check_kernel_wgs(ctx, prog,
                                     cfg.stage == 3 ? mma : cfg.stage == 2 ? decode : fused, 1,
                                     (size_t)cfg.wgs * (cfg.stage == 3 ? 2 : 1))))
@@ -603,7 +618,9 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                                {c->k.op.mem, c->d, c->d, 0, 0}};
     const int aligned = cfg->stage >= 2 && oclf_rows_aligned(cfg->ke, kv, 5);
     oclf_program *prog;
-    oclf_status st = attn_program_aligned(ctx, c->dtype, cfg->defines, aligned, &prog);
+    char defs[OCLF_DEFINES_MAX + 64];
+    mma_defines(defs, sizeof defs, cfg, c->cap > 0.0f || c->has_alibi, c->has_drop);
+    oclf_status st = attn_program_aligned(ctx, c->dtype, defs, aligned, &prog);
     if (st != OCLF_SUCCESS)
         return st;
     const char *kname = cfg->stage == 3   ? "attention_mma"
