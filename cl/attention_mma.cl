@@ -66,6 +66,13 @@
 #define OCLF_FA_DROP 1 /* dropout compiled in (the call has it) */
 #endif
 
+/* Where the warps' query fragments live: 0 registers (loaded once), 1
+ * local memory, each lane's own words stored once and read back with
+ * 16-byte loads every tile (fewer registers, more local traffic). */
+#ifndef OCLF_FA_QL
+#define OCLF_FA_QL 0
+#endif
+
 #define FA_WARPS (OCLF_WGS / 16)
 #define FA_ITEMS (32 * FA_WARPS)
 /* k16 steps of Q K^T, key fragments of S, column fragments of O */
@@ -225,6 +232,24 @@ kernel void attention_mma(ATTENTION_KERNEL_ARGS)
     const int va = ia < sq, vb = ib < sq;
     global const ushort *qp = (global const ushort *)q;
     const ulong qra = qo + (ulong)(qs + ia) * qts + h * qhs, qrb = qra + 8 * qts;
+#if OCLF_FA_QL
+    /* group t of each run of rows g and g + 8: this lane's own words, read
+     * back by this lane alone */
+    local uint ql[OCLF_WGS * FA_KROW];
+    local uint *qlw = ql + (warp * 16 + g) * FA_KROW;
+FA_UNROLL
+    for (uint c32 = 0; c32 < OCLF_HD / 32; c32++) {
+        const uint c = 32 * c32 + 2 * t4, off = fa_group(g, 16 * c32, t4);
+        *(local uint4 *)(qlw + off) =
+            va ? (uint4)(fa_word(qp, qra + c), fa_word(qp, qra + c + 8),
+                         fa_word(qp, qra + c + 16), fa_word(qp, qra + c + 24))
+               : (uint4)(0u);
+        *(local uint4 *)(qlw + 8 * FA_KROW + off) =
+            vb ? (uint4)(fa_word(qp, qrb + c), fa_word(qp, qrb + c + 8),
+                         fa_word(qp, qrb + c + 16), fa_word(qp, qrb + c + 24))
+               : (uint4)(0u);
+    }
+#else
     uint qa[FA_KSTEPS][4];
 FA_UNROLL
     for (uint s = 0; s < FA_KSTEPS; s++) {
@@ -234,6 +259,7 @@ FA_UNROLL
         qa[s][2] = va ? fa_word(qp, qra + c + 8) : 0u;
         qa[s][3] = vb ? fa_word(qp, qrb + c + 8) : 0u;
     }
+#endif
     float acc[FA_ND][4];
 FA_UNROLL
     for (uint n = 0; n < FA_ND; n++)
@@ -259,11 +285,19 @@ FA_UNROLL
             /* rows g of fragments that start at multiples of 8 share row
              * g's swizzle */
             const uint off = fa_group(g, 16 * c32, t4);
+#if OCLF_FA_QL
+            const uint4 alo = *(const local uint4 *)(qlw + off);
+            const uint4 ahi = *(const local uint4 *)(qlw + 8 * FA_KROW + off);
+            const uint a0[4] = {alo.s0, ahi.s0, alo.s1, ahi.s1};
+            const uint a1[4] = {alo.s2, ahi.s2, alo.s3, ahi.s3};
+#else
+            const uint *a0 = qa[2 * c32], *a1 = qa[2 * c32 + 1];
+#endif
             FA_UNROLL
             for (uint j = 0; j < FA_NK; j++) {
                 const uint4 bw = *(const local uint4 *)(kl + (8 * j + g) * FA_KROW + off);
-                fa_mma(s[j], qa[2 * c32], bw.s0, bw.s1, lane, scr);
-                fa_mma(s[j], qa[2 * c32 + 1], bw.s2, bw.s3, lane, scr);
+                fa_mma(s[j], a0, bw.s0, bw.s1, lane, scr);
+                fa_mma(s[j], a1, bw.s2, bw.s3, lane, scr);
             }
         }
 

@@ -101,16 +101,24 @@ static size_t decode_bytes(int wgs, int qr, int tpk, int ke, size_t d)
     return n * sizeof(float);
 }
 
+/* The matrix-unit structure keeps its query fragments in local memory
+ * (OCLF_FA_QL) above this head dim: at 128 the accumulators (64 registers a
+ * lane) and the query (32) left ptxas at 224 registers, one group of 8
+ * warps an SM; with the query in local memory 168, three groups of 4. */
+#define ATTN_MMA_QREG_MAX_D 64
+
 /* Local memory of the matrix-unit structure (cl/attention_mma.cl, which
  * declares it in the kernel): a tile of K (bk rows of d / 2 words) and of
  * V transposed (d rows of bk / 2 words), each row padded to 16 words
- * modulo 32, and with the emulated instruction each warp's scratch. */
+ * modulo 32, above ATTN_MMA_QREG_MAX_D the query rows (wgs rows as K's),
+ * and with the emulated instruction each warp's scratch. */
 static size_t mma_bytes(size_t wgs, size_t bk, size_t d, int native)
 {
     const size_t krow = d / 2 + (d / 2 % 32 == 0 ? 16 : 0);
     const size_t vrow = bk / 2 + (bk / 2 % 32 == 0 ? 16 : 0);
+    const size_t ql = d > ATTN_MMA_QREG_MAX_D ? wgs * krow : 0;
     const size_t scratch = native ? 0 : wgs / 16 * (32 * 4 + 32 * 2 + 32);
-    return (bk * krow + d * vrow + scratch) * 4;
+    return (bk * krow + d * vrow + ql + scratch) * 4;
 }
 
 /* The bytes of the fused kernels' local argument (the matrix-unit
@@ -202,14 +210,17 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
     }
     /* Prefill on a GPU whose matrix unit the library drives natively (the
      * fact linear's matrix-unit structure uses): f16 and bf16, head dims
-     * the fragments tile. A group takes 64 query rows (4 warps of 16) and
-     * tiles of ATTN_MMA_BK keys; attention_paged runs its staged structure
-     * instead (oclf_attn_config). */
+     * the fragments tile. A group takes 128 query rows (8 warps of 16),
+     * 64 where the query goes through local memory (so that three groups'
+     * tiles fit an SM), and tiles of ATTN_MMA_BK keys; attention_paged runs
+     * its staged structure instead (oclf_attn_config). */
+    const int mrows = d > ATTN_MMA_QREG_MAX_D ? 64 : 128;
     if (!(ctx->info.type & CL_DEVICE_TYPE_CPU) && ctx->info.mma && dtype != OCLF_F32 &&
-        shape->dim[0] > ATTN_DECODE_ROWS && mma_dim((size_t)d) && ctx->info.max_wgs >= 256 &&
-        mma_bytes(128, ATTN_MMA_BK, (size_t)d, 1) <= ctx->info.local_mem) {
+        shape->dim[0] > ATTN_DECODE_ROWS && mma_dim((size_t)d) &&
+        ctx->info.max_wgs >= 2 * (size_t)mrows &&
+        mma_bytes((size_t)mrows, ATTN_MMA_BK, (size_t)d, 1) <= ctx->info.local_mem) {
         stage = 3;
-        wgs = 128;
+        wgs = mrows;
         bk = ATTN_MMA_BK;
         vec = 8;
         acc = 0;
@@ -287,8 +298,8 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
                              (unsigned long long)ctx->info.local_mem);
         const int used = snprintf(cfg->defines, sizeof cfg->defines,
                                   "-DOCLF_HD=%zu -DOCLF_MMA=%d -DOCLF_STAGE=3 -DOCLF_WGS=%d "
-                                  "-DOCLF_BK=%d",
-                                  d, native, cfg->wgs, cfg->bk);
+                                  "-DOCLF_BK=%d -DOCLF_FA_QL=%d",
+                                  d, native, cfg->wgs, cfg->bk, d > ATTN_MMA_QREG_MAX_D);
         return used > 0 && (size_t)used < sizeof cfg->defines
                    ? OCLF_SUCCESS
                    : oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: options too long");
