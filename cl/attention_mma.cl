@@ -41,6 +41,12 @@
  * banks: the eight lanes of a 16-byte phase (two rows, four t) touch every
  * bank once.
  *
+ * With OCLF_PAGED 1 the keys come from a paged cache (attention.cl's
+ * attn_key_token): a tile's token addresses are resolved once into `ltok`,
+ * and a key whose block lies outside the cache stages as zeros and is
+ * masked. There is no split of the keys (PART): chunked prefill has rows
+ * enough for the device.
+ *
  * Every work-item of the group runs every loop the same number of times
  * (cl/mma.h's emulation synchronises the group in each product and
  * shuffle); rows past the sequence compute on zeros and store nothing.
@@ -48,9 +54,6 @@
 #include "mma.h"
 #if OCLF_DTYPE == 0
 #error "the matrix-unit structure takes f16 or bf16 operands"
-#endif
-#if OCLF_PAGED
-#error "the matrix-unit structure reads contiguous K and V"
 #endif
 #ifndef OCLF_HD
 #error "the matrix-unit structure needs the head dim OCLF_HD"
@@ -143,7 +146,7 @@ static inline void fa_mma(float d[4], const uint a[4], uint b0, uint b1, uint la
  * sequence's first key in k and v. */
 static inline void fa_stage(local uint *kl, local uint *vl, global const ushort *k, ulong kb,
                             ulong kts, global const ushort *v, ulong vb, ulong vts, long j0,
-                            long jhi, uint lid)
+                            long jhi, const local long *ltok, uint lid)
 {
 #pragma unroll
     for (uint u = 0; u < FA_KPER; u++) {
@@ -151,8 +154,13 @@ static inline void fa_stage(local uint *kl, local uint *vl, global const ushort 
         if (e < FA_KRUNS) {
             const uint row = e / (OCLF_HD / 32), c32 = e % (OCLF_HD / 32);
             uint4 p0 = (uint4)(0u), p1 = p0, p2 = p0, p3 = p0;
+#if OCLF_PAGED
+            if (ltok[row] >= 0) {
+                global const ushort *q = k + kb + (ulong)ltok[row] * kts + 32 * c32;
+#else
             if (j0 + row <= jhi) {
                 global const ushort *q = k + kb + (ulong)(j0 + row) * kts + 32 * c32;
+#endif
                 p0 = fa_ld16(q);
                 p1 = fa_ld16(q + 8);
                 p2 = fa_ld16(q + 16);
@@ -175,10 +183,15 @@ static inline void fa_stage(local uint *kl, local uint *vl, global const ushort 
             const uint kp = e / (OCLF_HD / 8), cb = e % (OCLF_HD / 8);
             const long j = j0 + 2 * (long)kp;
             uint4 lo4 = (uint4)(0u), hi4 = lo4;
-            if (j <= jhi)
-                lo4 = fa_ld16(v + vb + (ulong)j * vts + 8 * cb);
-            if (j + 1 <= jhi)
-                hi4 = fa_ld16(v + vb + (ulong)(j + 1) * vts + 8 * cb);
+#if OCLF_PAGED
+            const long t0 = ltok[2 * kp], t1 = ltok[2 * kp + 1];
+#else
+            const long t0 = j <= jhi ? j : -1, t1 = j + 1 <= jhi ? j + 1 : -1;
+#endif
+            if (t0 >= 0)
+                lo4 = fa_ld16(v + vb + (ulong)t0 * vts + 8 * cb);
+            if (t1 >= 0)
+                hi4 = fa_ld16(v + vb + (ulong)t1 * vts + 8 * cb);
             /* column c's word: key 2 kp's element low, 2 kp + 1's high */
             const uint4 ev = (lo4 & 0xffffu) | (hi4 << 16u), od = (lo4 >> 16u) | (hi4 & 0xffff0000u);
             const uint8 w = (uint8)(ev.s0, od.s0, ev.s1, od.s1, ev.s2, od.s2, ev.s3, od.s3);
@@ -217,7 +230,14 @@ kernel void attention_mma(ATTENTION_KERNEL_ARGS)
     const uint b = (uint)(gid / nqb / hq), kh = h / grp;
     long qs, sq, ks, sk;
     attn_seq(cuq, cuqo, b, total_q, &qs, &sq);
+#if OCLF_PAGED
+    /* total_k is the block table's reach; cuk holds the key counts */
+    ks = 0;
+    sk = clamp((long)cuk[cuko + b], 0L, (long)total_k);
+    const ulong btrow = bto + (ulong)b * bts;
+#else
     attn_seq(cuk, cuko, b, total_k, &ks, &sk);
+#endif
     sq = min(sq, (long)max_sq);
     const long r0 = (long)qb * OCLF_WGS;
     /* the whole group leaves together, before any barrier */
@@ -273,7 +293,13 @@ FA_UNROLL
 
     for (long j0 = jlo; j0 <= jhi; j0 += OCLF_BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        fa_stage(kl, vl, kp, kb, kts, vp, vbase, vts, j0, jhi, lid);
+#if OCLF_PAGED
+        /* the tile's slots in the cache, -1 past the range or the cache */
+        for (uint kk = lid; kk < OCLF_BK; kk += FA_ITEMS)
+            ltok[kk] = j0 + kk <= jhi ? attn_key_token(j0 + kk, 0, bt, btrow, bs, nblk) : -1;
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        fa_stage(kl, vl, kp, kb, kts, vp, vbase, vts, j0, jhi, ltok, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float s[FA_NK][4];
@@ -329,6 +355,10 @@ FA_UNROLL
 #else
                 float x = s[j][i] * scale2;
                 if (!whole && (kk < klo[i >> 1] || kk > khi[i >> 1]))
+                    x = -INFINITY;
+#endif
+#if OCLF_PAGED
+                if (ltok[kk] < 0)
                     x = -INFINITY;
 #endif
                 s[j][i] = x;

@@ -183,7 +183,8 @@ int main(int argc, char **argv)
         }
         const op_desc *od = op_table[oi];
         const oclf_op op = oclf_op_from_name(op_lib_op(od));
-        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_ATTENTION)
+        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_ATTENTION &&
+            op != OCLF_OP_ATTENTION_PAGED)
             continue;
         if (op == OCLF_OP_EXPR) {
             bad |= visit_generated(&env, &s, od, points, MAXP);

@@ -25,9 +25,8 @@
  * prefill on matrix-unit fragments, f16 and bf16, contiguous K and V, head
  * dims that are multiples of 32 up to 128) WGS is the query rows of a
  * work-group (16 a warp of 32 work-items) and BK the keys of a tile (a
- * multiple of 32); VEC and ACC mean nothing there, and attention_paged
- * runs the staged structure (STAGE 1, its GPU defaults) in its place. The
- * unfused path has none: the GEMM library tunes itself.
+ * multiple of 32); VEC, ACC, PART and FILL mean nothing there (no split
+ * of the keys). The unfused path has none: the GEMM library tunes itself.
  */
 #include "attention.h"
 
@@ -118,7 +117,8 @@ static size_t mma_bytes(size_t wgs, size_t bk, size_t d, int native)
     const size_t vrow = bk / 2 + (bk / 2 % 32 == 0 ? 16 : 0);
     const size_t ql = d > ATTN_MMA_QREG_MAX_D ? wgs * krow : 0;
     const size_t scratch = native ? 0 : wgs / 16 * (32 * 4 + 32 * 2 + 32);
-    return (bk * krow + d * vrow + ql + scratch) * 4;
+    /* (and, paged, the tile's token addresses, a launch argument) */
+    return (bk * krow + d * vrow + ql + scratch + 2 * bk) * 4;
 }
 
 /* The bytes of the fused kernels' local argument (the matrix-unit
@@ -212,8 +212,8 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
      * fact linear's matrix-unit structure uses): f16 and bf16, head dims
      * the fragments tile. A group takes 128 query rows (8 warps of 16),
      * 64 where the query goes through local memory (so that three groups'
-     * tiles fit an SM), and tiles of ATTN_MMA_BK keys; attention_paged runs
-     * its staged structure instead (oclf_attn_config). */
+     * tiles fit an SM), and tiles of ATTN_MMA_BK keys, contiguous or paged
+     * (chunked prefill: no split of the keys). */
     const int mrows = d > ATTN_MMA_QREG_MAX_D ? 64 : 128;
     if (!(ctx->info.type & CL_DEVICE_TYPE_CPU) && ctx->info.mma && dtype != OCLF_F32 &&
         shape->dim[0] > ATTN_DECODE_ROWS && mma_dim((size_t)d) &&
@@ -268,14 +268,6 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
     cfg->qr = (int)v[P_QR];
     cfg->fill = paged ? (int)v[P_FILL] : 0;
     cfg->ke = (int)(16 / oclf_dtype_size(dtype));
-    if (cfg->stage == 3 && paged) {
-        /* the paged cache: the staged structure with its GPU defaults */
-        staged_gpu_defaults(ctx, pad_dim(d ? d : 1, 1), &cfg->wgs, &cfg->bk);
-        v[P_WGS] = cfg->wgs, v[P_BK] = cfg->bk, v[P_VEC] = cfg->vec = 1;
-        v[P_ACC] = cfg->acc = 1, v[P_STAGE] = cfg->stage = 1;
-        cfg->dp = (int)pad_dim(d ? d : 1, 1);
-        wgs_default = 0;
-    }
     cfg->tpk = decode_tpk(ctx, dtype, d ? d : 1, cfg->wgs);
     if (cfg->stage == 3) {
         const int native = ctx->info.mma;
@@ -296,10 +288,14 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
                              cfg->wgs, cfg->bk,
                              mma_bytes((size_t)cfg->wgs, (size_t)cfg->bk, d, native),
                              (unsigned long long)ctx->info.local_mem);
+        /* no split of the keys: chunked prefill has rows enough */
+        cfg->part = 0;
+        cfg->fill = 0;
         const int used = snprintf(cfg->defines, sizeof cfg->defines,
                                   "-DOCLF_HD=%zu -DOCLF_MMA=%d -DOCLF_STAGE=3 -DOCLF_WGS=%d "
-                                  "-DOCLF_BK=%d -DOCLF_FA_QL=%d",
-                                  d, native, cfg->wgs, cfg->bk, d > ATTN_MMA_QREG_MAX_D);
+                                  "-DOCLF_BK=%d -DOCLF_FA_QL=%d%s",
+                                  d, native, cfg->wgs, cfg->bk, d > ATTN_MMA_QREG_MAX_D,
+                                  paged ? " -DOCLF_PAGED=1" : "");
         return used > 0 && (size_t)used < sizeof cfg->defines
                    ? OCLF_SUCCESS
                    : oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: options too long");
@@ -355,6 +351,30 @@ static void mma_defines(char *out, size_t n, const attn_cfg *cfg, int score, int
         snprintf(out, n, "%s -DOCLF_FA_SCORE=%d -DOCLF_FA_DROP=%d", cfg->defines, score, drop);
     else
         snprintf(out, n, "%s", cfg->defines);
+}
+
+/* The matrix-unit structure's build with softcap or ALiBi takes 255
+ * registers at head dims above ATTN_MMA_QREG_MAX_D and spills with paging
+ * or dropout beside them (ptxas, sm_90): where the instruction is native,
+ * such calls run the staged structure with its GPU defaults instead. */
+oclf_status oclf_attn_mma_fallback(const oclf_context *ctx, const attn_call *c, attn_cfg *cfg)
+{
+    if (cfg->stage != 3 || !ctx->info.mma || c->d <= ATTN_MMA_QREG_MAX_D ||
+        !(c->cap > 0.0f || c->has_alibi))
+        return OCLF_SUCCESS;
+    int vec = 1, wgs, bk;
+    while (vec < 16 && (size_t)vec * 2 <= c->d)
+        vec *= 2;
+    staged_gpu_defaults(ctx, pad_dim(c->d, (size_t)vec), &wgs, &bk);
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "WGS", wgs);
+    oclf_params_set(&p, "BK", bk);
+    oclf_params_set(&p, "VEC", vec);
+    oclf_params_set(&p, "ACC", 1);
+    oclf_params_set(&p, "STAGE", 1);
+    oclf_params_set(&p, "PART", 0);
+    return oclf_attn_config(ctx, c->dtype, &p, c->d, c->paged, 0, cfg);
 }
 
 static oclf_status attn_program_aligned(oclf_context *ctx, oclf_dtype dtype, const char *defines,
@@ -680,7 +700,9 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                     OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(cfg_local_bytes(cfg, c->d)),
                     OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)(cfg->wgs / cfg->tpk)
-                                    : c->paged && cfg->stage == 1 ? (size_t)cfg->bk : 1) *
+                                    : c->paged && (cfg->stage == 1 || cfg->stage == 3)
+                                        ? (size_t)cfg->bk
+                                        : 1) *
                                    sizeof(cl_long))};
     if (nparts == 1) {
         st = oclf_enqueue(ctx, queue, prog, kname, a, OCLF_NARGS(a), groups * wgs,
