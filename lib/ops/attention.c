@@ -5,7 +5,9 @@
  *   fused:   attention_fused (blocks of keys staged in local memory, online
  *            softmax, every query head of a KV group per work-group), or
  *            with STAGE 2 attention_decode (work-items sharing each key,
- *            16 bytes each a step, the KV group's query heads in registers)
+ *            16 bytes each a step, the KV group's query heads in registers),
+ *            or with STAGE 3 attention_mma (prefill: S and O as matrix-unit
+ *            fragments, a work-group per tile of query rows and query head)
  *            paged: the same kernel reading keys through the block table
  *            (OCLF_PAGED), with PART > 0 one work-group per partition of
  *            keys writing fp32 partials -> attention_merge
@@ -22,8 +24,8 @@
  * decode structure) QR (rows a work-group scores against each key) and
  * FILL (paged, PART 0: work-groups per compute unit the partitions aim for,
  * from the block table's reach; 0 no split). With STAGE 3 (attention_mma,
- * prefill on matrix-unit fragments, f16 and bf16, contiguous K and V, head
- * dims that are multiples of 32 up to 128) WGS is the query rows of a
+ * prefill on matrix-unit fragments, f16 and bf16, contiguous or paged K
+ * and V, head dims that are multiples of 32 up to 128) WGS is the query rows of a
  * work-group (16 a warp of 32 work-items) and BK the keys of a tile (a
  * multiple of 32); VEC, ACC, PART and FILL mean nothing there (no split
  * of the keys). The unfused path has none: the GEMM library tunes itself.
