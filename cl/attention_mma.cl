@@ -9,8 +9,9 @@
  * (K as it lies, V transposed), and every warp computes
  *   S = Q K^T  as OCLF_BK / 8 fragments of 16 rows x 8 keys (f32),
  *   O += P V   as OCLF_HD / 8 fragments of 16 rows x 8 columns (f32),
- * with cl/mma.h's m16n8k16 product, its A operand Q (held in registers for
- * the whole sequence) and then P. The online softmax runs on the S
+ * with cl/mma.h's m16n8k16 product, its A operand Q (loaded once, into
+ * registers or local memory: OCLF_FA_QL) and then P. The online softmax
+ * runs on the S
  * fragments themselves: a lane holds two rows (g and g + 8) of them, and
  * the row's max over the four lanes that share it (the same g) comes from
  * two butterfly shuffles; the row sums stay per lane until the end. P is
