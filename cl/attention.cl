@@ -21,7 +21,9 @@
  *
  * With STAGE 2 the program holds attention_decode (attention_decode.cl,
  * the decode structure for few query rows on a GPU) in place of
- * attention_fused, with the same arguments, and attention_merge.
+ * attention_fused, with the same arguments, and attention_merge; with
+ * STAGE 3 attention_mma (attention_mma.cl, prefill on matrix-unit
+ * fragments) the same way.
  *
  * With OCLF_PAGED 1 the keys come from a paged cache [blocks, block_size,
  * Hk, D]: `cuk` holds each sequence's key count (seq_lens) and key j of
@@ -222,7 +224,7 @@ static inline void attn_key_range(long i0, long i1, long sk, long shift, long le
         uint nparts, global float *pout, global float *plse, float drop_p, ulong seed,        \
         ulong doff, uint has_drop, local float *stage, local long *ltok
 
-#if OCLF_STAGE != 2
+#if OCLF_STAGE < 2
 kernel void attention_fused(ATTENTION_KERNEL_ARGS)
 {
     local float *lk = stage, *lv = stage + OCLF_BK * OCLF_DP;
@@ -429,10 +431,13 @@ kernel void attention_fused(ATTENTION_KERNEL_ARGS)
 #undef ACCV
 #undef ACC_SET
 }
+#elif OCLF_STAGE == 3
+#include "attention_mma.cl"
 #else
 #include "attention_decode.cl"
 #endif
 
+#if OCLF_STAGE != 3
 /* Split KV's second step: row x = t Hq + h of every partition's partial
  * output, weighed by exp(lse_p - M), over the sum of the weights and the
  * sink's. A partition that saw no key (LSE -inf) weighs nothing and its
@@ -474,8 +479,11 @@ kernel void attention_merge(global const float *pout, global const float *plse, 
         lse[lso + h * lss + t] = l > 0.0f ? m + log(l) : -INFINITY;
 }
 
-/* (the decode structure's programs hold the fused kernels only) */
-#if OCLF_STAGE != 2
+#endif
+
+/* (the decode and matrix-unit structures' programs hold the fused kernels
+ * only) */
+#if OCLF_STAGE < 2
 /* Paged keys to a packed f32 copy for the unfused path: token x of the
  * copy is the cache slot slots[x], every head and element of it. */
 kernel void attn_gather(global const stor_t *src, ulong so, uint heads, uint d,

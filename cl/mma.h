@@ -140,6 +140,45 @@ static inline void oclf_mma_m16n8k16_bf16(float d[4], const uint a[4], const uin
 #endif
 }
 
+/* Two f32 values rounded to nearest even into one register of two 16-bit
+ * elements, `lo` in the low half (an A-fragment word): f16, and bf16 with
+ * bf set. One cvt.rn.{f16x2,bf16x2}.f32 natively (sm_80+); the emulation
+ * rounds the same way in plain OpenCL C (NaN stays a NaN). */
+static inline uint oclf_pack2_16(float lo, float hi, int bf)
+{
+#if OCLF_MMA == 1
+    uint r;
+    if (bf)
+        OCLF_ASM("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        OCLF_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    if (bf) {
+        uint a = as_uint(lo), b = as_uint(hi);
+        a = lo != lo ? (a >> 16) | 0x40u : (a + 0x7fffu + ((a >> 16) & 1u)) >> 16;
+        b = hi != hi ? (b >> 16) | 0x40u : (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+        return (a & 0xffffu) | (b << 16);
+    }
+    ushort2 h;
+    vstore_half2_rte((float2)(lo, hi), 0, (private half *)&h);
+    return as_uint(h);
+#endif
+}
+
+/* 2^x: ex2.approx natively (relative error about 2^-22), the library's
+ * exp2 in the emulation. */
+static inline float oclf_exp2(float x)
+{
+#if OCLF_MMA == 1
+    float r;
+    OCLF_ASM("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return exp2(x);
+#endif
+}
+
 /* The value `v` of lane (lane ^ mask) within the group of 32, every lane
  * taking part; scratch is 32 words of local memory per group of 32. */
 static inline float oclf_shfl_xor32(float v, uint mask, uint lane, __local float *scratch)

@@ -408,7 +408,9 @@ def wgs_of(options):
     """The work-group size the options fix, else None."""
     o = dict(re.findall(r"-DOCLF_(\w+)=(\d+)", options))
     if "WGS" in o:
-        return int(o["WGS"])
+        # attention's matrix-unit structure (STAGE 3): WGS query rows, a
+        # warp of 32 per 16
+        return int(o["WGS"]) * (2 if o.get("STAGE") == "3" and "MMA" in o else 1)
     if "WGM" in o and "WGN" in o:
         # linear's matrix-unit structure (STAGE 2): WGM x WGN warps of 32
         return int(o["WGM"]) * int(o["WGN"]) * (32 if o.get("STAGE") == "2" else 1)
@@ -470,13 +472,14 @@ def occupancy_intel(target, grf, simd, slm, wgs):
 def bound_of(source, options, kernel):
     """'arithmetic' for the kernels that reuse each loaded value many times
     (a GEMM's tiles): attention_fused without paging (every key serves
-    every query of a work-group), linear_fused on its tiled path (not the
+    every query of a work-group) and attention_mma, linear_fused on its tiled path (not the
     matrix-vector one, MV 1) and l2_scan with more than one query a
     work-item (QB); 'memory' for every other kernel: each byte read once
     or a few times, so HBM bandwidth bounds it."""
     o = dict(re.findall(r"-DOCLF_(\w+)=(\d+)", options))
     name = os.path.basename(source)
     gemm = (kernel == "attention_fused" and o.get("PAGED") != "1") or \
+        kernel == "attention_mma" or \
         (kernel == "linear_fused" and o.get("MV") != "1") or \
         (kernel == "l2_scan" and int(o.get("QB", "1")) > 1)
     return "arithmetic" if gemm and name in ("attention.cl", "linear.cl", "l2topk.cl") \

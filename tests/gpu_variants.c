@@ -14,7 +14,7 @@
  * parameter set without naming its program: the kernel limits of such a
  * set would never be checked before launch.
  *
- * The ops that use a matrix unit (linear) are listed twice: as for a GPU
+ * The ops that use a matrix unit (linear, attention's prefill) are listed twice: as for a GPU
  * without one, and as for one that has it (the device fact set as compute
  * capability 8.0 and newer sets it), whose defaults and points then name
  * the native instruction form (-DOCLF_MMA=1), which only NVIDIA's back end
@@ -183,7 +183,8 @@ int main(int argc, char **argv)
         }
         const op_desc *od = op_table[oi];
         const oclf_op op = oclf_op_from_name(op_lib_op(od));
-        if (mu && op != OCLF_OP_LINEAR)
+        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_ATTENTION &&
+            op != OCLF_OP_ATTENTION_PAGED)
             continue;
         if (op == OCLF_OP_EXPR) {
             bad |= visit_generated(&env, &s, od, points, MAXP);

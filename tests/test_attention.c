@@ -30,6 +30,7 @@ typedef struct acase {
     float scale, softcap;
     int alibi, sinks, lse;
     int packed; /* q, k, v as views of one qkv buffer (needs sq == sk) */
+    int aligned; /* offsets and strides of q, k and v in whole 16-byte units */
     float dropout;
     uint64_t seed, doff;
     oclf_path path;
@@ -73,7 +74,8 @@ static void run_case(const acase *c, attn_result *res)
         oclf_heads *hv[3] = {&q, &k, &v};
         oclf_ref_heads *rh[3] = {&rq, &rk, &rv};
         for (int i = 0; i < 3; i++) {
-            const size_t hs = d + (size_t)i, ts = heads[i] * hs + 1, off = 3 + (size_t)i;
+            const size_t u = c->aligned ? 16 / es : 1; /* (the padding in 16-byte units) */
+            const size_t hs = d + u * (size_t)i, ts = heads[i] * hs + u, off = u * (3 + (size_t)i);
             const size_t n = off + toks[i] * ts + 1;
             hin[i] = th_random(dt, n, -1, 1);
             min[i] = th_upload(hin[i], n * es);
@@ -303,6 +305,37 @@ START_TEST(test_fused_unfused)
     attn_expect_same(dt, c.hq, c.d, &f, &u, "fused against unfused");
     attn_result_free(&f);
     attn_result_free(&u);
+}
+END_TEST
+
+/* ---- the matrix-unit structure (STAGE 3) ---------------------------------
+ * Forced here, where it runs cl/mma.h's emulation (the whole kernel: the
+ * fragment loads, the tile loops, the softmax on the fragments). The
+ * emulation synchronises the work-group at every product, so the cases are
+ * small and each covers several things at once: f16 and bf16, head dims 64
+ * and 128, GQA, a varlen batch whose sequences are no multiple of the
+ * tiles (odd lengths, one row, none, more queries than keys), every option,
+ * and K and V read by 16-byte loads (the aligned build) or element by
+ * element. */
+static const int msq[] = {37, 0, 1, 20, 9}, msk[] = {45, 3, 1, 20, 2};
+
+START_TEST(test_mma)
+{
+    /* WGS (rows), BK, head dim, option set of test_options, aligned */
+    static const int cfg[][5] = {{16, 32, 64, 1, 0}, {16, 32, 64, 0, 0}, {16, 32, 128, 10, 1},
+                                 {64, 32, 64, 2, 0},  {16, 32, 128, 5, 0}, {16, 32, 64, 6, 0},
+                                 {16, 32, 64, 7, 0},  {16, 64, 64, 11, 1}, {16, 32, 64, 14, 0},
+                                 {32, 32, 64, 3, 0}};
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "STAGE", 3);
+    oclf_params_set(&p, "WGS", cfg[_i][0]);
+    oclf_params_set(&p, "BK", cfg[_i][1]);
+    acase c = {.dt = _i % 2 ? OCLF_BF16 : OCLF_F16, .hq = 4, .hk = 2, .d = (size_t)cfg[_i][2],
+               .batch = 5, .sq = msq, .sk = msk, .aligned = cfg[_i][4],
+               .path = OCLF_PATH_FUSED, .params = &p};
+    option_set(cfg[_i][3], &c);
+    run_case(&c, NULL);
 }
 END_TEST
 
@@ -545,6 +578,10 @@ static Suite *attention_suite(void)
     tcase_add_loop_test(t, test_fused_unfused, 0, 3);
     tcase_add_test(t, test_empty);
     suite_add_tcase(s, t);
+    TCase *mu = tcase_create("matrix_units");
+    tcase_set_timeout(mu, 0);
+    tcase_add_loop_test(mu, test_mma, 0, th_quick() ? 3 : 10);
+    suite_add_tcase(s, mu);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);

@@ -645,6 +645,33 @@ START_TEST(test_long)
 }
 END_TEST
 
+/* ---- the matrix-unit structure (STAGE 3) ---------------------------------
+ * Forced, so that it runs cl/mma.h's emulation here; chunked prefill (more
+ * keys than queries, a sequence of one query, one without any), head dims
+ * 64 and 128, both cache layouts' alignments, NaN in the unused slots, and
+ * the options. Small: the emulation synchronises at every product. */
+START_TEST(test_mma)
+{
+    static const int sq[] = {37, 1, 0, 9}, sk[] = {45, 20, 3, 60};
+    /* WGS, BK, head dim, block size, option set, cache aligned, NaN garbage */
+    static const int cfg[][7] = {{16, 64, 64, 16, 1, 1, 0}, {16, 32, 128, 8, 10, 0, 1},
+                                 {32, 32, 64, 16, 13, 0, 0}};
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "STAGE", 3);
+    oclf_params_set(&p, "WGS", cfg[_i][0]);
+    oclf_params_set(&p, "BK", cfg[_i][1]);
+    pcase c = {.dt = _i % 2 ? OCLF_BF16 : OCLF_F16, .hq = 4, .hk = 2, .d = (size_t)cfg[_i][2],
+               .batch = 4, .bs = (size_t)cfg[_i][3], .sq = sq, .sk = sk,
+               .g = cfg[_i][6] ? GARBAGE_NAN : GARBAGE_LARGE, .path = OCLF_PATH_FUSED};
+    option_set(cfg[_i][4], &c);
+    c.params = &p;
+    cache_aligned = cfg[_i][5];
+    run_case(&c, NULL);
+    cache_aligned = 0;
+}
+END_TEST
+
 /* ---- the paths against each other, garbage, zero work --------------------- */
 
 START_TEST(test_fused_unfused)
@@ -1167,6 +1194,10 @@ static Suite *paged_suite(void)
     tcase_add_loop_test(t, test_decode_against_staged, 0, 3);
     tcase_add_loop_test(t, test_decode_default, 0, 3);
     suite_add_tcase(s, t);
+    TCase *mu = tcase_create("matrix_units");
+    tcase_set_timeout(mu, 0);
+    tcase_add_loop_test(mu, test_mma, 0, th_quick() ? 1 : 3);
+    suite_add_tcase(s, mu);
     TCase *b = tcase_create("arguments");
     tcase_set_timeout(b, 0);
     tcase_add_test(b, test_bad_arguments);

@@ -297,6 +297,32 @@ static int attn_space(const op_env *env, const op_desc *op, const op_shape *s, o
                 }
     if (!acc)
         return n;
+    /* The matrix-unit prefill structure (STAGE 3), where the heuristic
+     * takes it for the shape (the device runs the instruction natively; the
+     * emulation is never worth timing): query rows a group and keys a tile
+     * (64 keys took 255 registers at head dim 128, with spills beside
+     * softcap or paging). */
+    uint64_t dims[4];
+    attn_lib_shape(s, dims);
+    oclf_tuning_decision td;
+    int64_t hstage = 0;
+    if (oclf_tuning_resolve(env->ctx, paged ? "attention_paged" : "attention", dt, dims, 4,
+                            OCLF_PATH_FUSED, &td) == OCLF_SUCCESS &&
+        oclf_params_get(&td.heuristic.params, "STAGE", &hstage) && hstage == 3) {
+        static const int mrows[] = {32, 64, 128};
+        for (int w = 0; w < 3; w++) {
+            oclf_params p;
+            memset(&p, 0, sizeof p);
+            oclf_params_set(&p, "WGS", mrows[w]);
+            oclf_params_set(&p, "BK", 32);
+            oclf_params_set(&p, "VEC", 8);
+            oclf_params_set(&p, "ACC", 0);
+            oclf_params_set(&p, "STAGE", 3);
+            if (paged)
+                oclf_params_set(&p, "PART", 0);
+            op_space_add_valid(&c, out, &n, max, &p);
+        }
+    }
     /* A GPU's decode structure (STAGE 2): work-items a group, rows scored
      * together (up to the KV group; 4 rows spilled registers on gfx1100 in
      * the cross-compile suite, so 1 or 2), and (paged) the partitions'

@@ -5,7 +5,9 @@
  *   fused:   attention_fused (blocks of keys staged in local memory, online
  *            softmax, every query head of a KV group per work-group), or
  *            with STAGE 2 attention_decode (work-items sharing each key,
- *            16 bytes each a step, the KV group's query heads in registers)
+ *            16 bytes each a step, the KV group's query heads in registers),
+ *            or with STAGE 3 attention_mma (prefill: S and O as matrix-unit
+ *            fragments, a work-group per tile of query rows and query head)
  *            paged: the same kernel reading keys through the block table
  *            (OCLF_PAGED), with PART > 0 one work-group per partition of
  *            keys writing fp32 partials -> attention_merge
@@ -21,8 +23,12 @@
  * PART (paged only: keys per split-KV partition, 0 none); with STAGE 2 (the
  * decode structure) QR (rows a work-group scores against each key) and
  * FILL (paged, PART 0: work-groups per compute unit the partitions aim for,
- * from the block table's reach; 0 no split). The unfused path has none: the GEMM
- * library tunes itself.
+ * from the block table's reach; 0 no split). With STAGE 3 (attention_mma,
+ * prefill on matrix-unit fragments, f16 and bf16, contiguous or paged K
+ * and V, head dims that are multiples of 32 up to 128) WGS is the query rows of a
+ * work-group (16 a warp of 32 work-items) and BK the keys of a tile (a
+ * multiple of 32); VEC, ACC, PART and FILL mean nothing there (no split
+ * of the keys). The unfused path has none: the GEMM library tunes itself.
  */
 #include "attention.h"
 
@@ -40,13 +46,16 @@
  * the staged structure shares each K/V block among more rows. */
 #define ATTN_DECODE_ROWS 64
 
+/* Keys a tile of the matrix-unit structure takes by default. */
+#define ATTN_MMA_BK 32
+
 static const oclf_param_spec attn_params[] = {
     {"WGS", 1, OCLF_PARAM_MAX_WGS, 1, OCLF_PARAM_DEFINE},
     {"BK", 1, 64, 0, OCLF_PARAM_DEFINE},
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"ACC", 0, 1, 0, OCLF_PARAM_DEFINE},
     {"PART", 0, 1 << 24, 0, OCLF_PARAM_ARG},
-    {"STAGE", 0, 2, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 3, 0, OCLF_PARAM_DEFINE},
     /* (compiled in with STAGE 2 only, so the other structures' programs
      * keep their options) */
     {"QR", 1, 16, 0, OCLF_PARAM_ARG},
@@ -93,12 +102,58 @@ static size_t decode_bytes(int wgs, int qr, int tpk, int ke, size_t d)
     return n * sizeof(float);
 }
 
+/* The matrix-unit structure keeps its query fragments in local memory
+ * (OCLF_FA_QL) above this head dim: at 128 the accumulators (64 registers a
+ * lane) and the query (32) left ptxas at 224 registers, one group of 8
+ * warps an SM; with the query in local memory 168, three groups of 4. */
+#define ATTN_MMA_QREG_MAX_D 64
+
+/* Local memory of the matrix-unit structure (cl/attention_mma.cl, which
+ * declares it in the kernel): a tile of K (bk rows of d / 2 words) and of
+ * V transposed (d rows of bk / 2 words), each row padded to 16 words
+ * modulo 32, above ATTN_MMA_QREG_MAX_D the query rows (wgs rows as K's),
+ * and with the emulated instruction each warp's scratch. */
+static size_t mma_bytes(size_t wgs, size_t bk, size_t d, int native)
+{
+    const size_t krow = d / 2 + (d / 2 % 32 == 0 ? 16 : 0);
+    const size_t vrow = bk / 2 + (bk / 2 % 32 == 0 ? 16 : 0);
+    const size_t ql = d > ATTN_MMA_QREG_MAX_D ? wgs * krow : 0;
+    const size_t scratch = native ? 0 : wgs / 16 * (32 * 4 + 32 * 2 + 32);
+    /* (and, paged, the tile's token addresses, a launch argument) */
+    return (bk * krow + d * vrow + ql + scratch + 2 * bk) * 4;
+}
+
+/* The bytes of the fused kernels' local argument (the matrix-unit
+ * structure's local memory is its own: one float stands in). */
 static size_t cfg_local_bytes(const attn_cfg *c, size_t d)
 {
+    if (c->stage == 3)
+        return sizeof(float);
     return c->stage == 2 ? decode_bytes(c->wgs, c->qr, c->tpk, c->ke, d)
                          : stage_bytes((size_t)c->wgs, (size_t)c->bk, (size_t)c->dp, c->acc,
                                        c->stage);
 }
+
+/* A GPU's staged structure (STAGE 1, ACC 1): two lockstep widths of rows
+ * share each staged block, and the rows live in local memory; blocks
+ * shrink to 8 keys, then the group, until everything fits. */
+static void staged_gpu_defaults(const oclf_context *ctx, size_t dp, int *wgs_out, int *bk_out)
+{
+    int wgs = ctx->info.simd_width >= 32 ? (int)ctx->info.simd_width * 2 : 64, bk = 32;
+    while ((size_t)wgs > ctx->info.max_wgs && wgs > 1)
+        wgs /= 2;
+    while (bk > 8 && stage_bytes((size_t)wgs, (size_t)bk, dp, 1, 1) > ctx->info.local_mem)
+        bk /= 2;
+    while (wgs > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, 1, 1) > ctx->info.local_mem)
+        wgs /= 2;
+    while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, 1, 1) > ctx->info.local_mem)
+        bk /= 2;
+    *wgs_out = wgs;
+    *bk_out = bk;
+}
+
+/* 1 where the matrix-unit structure (STAGE 3) takes this head dim. */
+static int mma_dim(size_t d) { return d && d % 32 == 0 && d <= 128; }
 
 /* shape: tokens (queries), Hq, Hk, head_dim */
 static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
@@ -131,21 +186,9 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
         while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem / 2)
             bk /= 2;
     } else {
-        /* A GPU: two lockstep widths of rows share each staged block, and
-         * the rows live in local memory; blocks shrink to 8 keys, then the
-         * group, until everything fits. */
-        wgs = ctx->info.simd_width >= 32 ? (int)ctx->info.simd_width * 2 : 64;
-        bk = 32;
+        staged_gpu_defaults(ctx, dp, &wgs, &bk);
         acc = 1;
         stage = 1;
-        while ((size_t)wgs > ctx->info.max_wgs && wgs > 1)
-            wgs /= 2;
-        while (bk > 8 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
-            bk /= 2;
-        while (wgs > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
-            wgs /= 2;
-        while (bk > 1 && stage_bytes((size_t)wgs, (size_t)bk, dp, acc, stage) > ctx->info.local_mem)
-            bk /= 2;
     }
     /* Few query rows on a GPU (decode, tokens standing for sequences):
      * the decode structure, 128 work-items (4 warps' worth of keys in
@@ -166,6 +209,25 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
         vec = 1;
         bk = 1;
         acc = 0;
+    }
+    /* Prefill on a GPU whose matrix unit the library drives natively (the
+     * fact linear's matrix-unit structure uses): f16 and bf16, head dims
+     * the fragments tile. A group takes 128 query rows (8 warps of 16),
+     * 64 where the query goes through local memory (so that three groups'
+     * tiles fit an SM), and tiles of ATTN_MMA_BK keys, contiguous or paged
+     * (chunked prefill: no split of the keys). */
+    const int mrows = d > ATTN_MMA_QREG_MAX_D ? 64 : 128;
+    if (!(ctx->info.type & CL_DEVICE_TYPE_CPU) && ctx->info.mma && dtype != OCLF_F32 &&
+        shape->dim[0] > ATTN_DECODE_ROWS && mma_dim((size_t)d) &&
+        ctx->info.max_wgs >= 2 * (size_t)mrows &&
+        mma_bytes((size_t)mrows, ATTN_MMA_BK, (size_t)d, 1) <= ctx->info.local_mem) {
+        stage = 3;
+        wgs = mrows;
+        bk = ATTN_MMA_BK;
+        vec = 8;
+        acc = 0;
+        qr = 1;
+        fill = 0;
     }
     oclf_params_set(out, "WGS", wgs);
     oclf_params_set(out, "BK", bk);
@@ -209,6 +271,37 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
     cfg->fill = paged ? (int)v[P_FILL] : 0;
     cfg->ke = (int)(16 / oclf_dtype_size(dtype));
     cfg->tpk = decode_tpk(ctx, dtype, d ? d : 1, cfg->wgs);
+    if (cfg->stage == 3) {
+        const int native = ctx->info.mma;
+        if (dtype == OCLF_F32 || !mma_dim(d))
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "attention: STAGE = 3 (matrix units) takes f16 or bf16 and a head "
+                             "dim that is a multiple of 32 up to 128 (got %s, %zu)",
+                             oclf_dtype_name(dtype), d);
+        if (cfg->wgs % 16 || cfg->bk % 32 || (size_t)cfg->wgs * 2 > ctx->info.max_wgs)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "attention: STAGE = 3 takes WGS a multiple of 16 (rows; twice as "
+                             "many work-items, at most %zu) and BK a multiple of 32 (got %d, %d)",
+                             ctx->info.max_wgs, cfg->wgs, cfg->bk);
+        if (mma_bytes((size_t)cfg->wgs, (size_t)cfg->bk, d, native) > ctx->info.local_mem)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "attention: STAGE = 3 with WGS = %d and BK = %d needs %zu bytes of "
+                             "local memory, the device has %llu",
+                             cfg->wgs, cfg->bk,
+                             mma_bytes((size_t)cfg->wgs, (size_t)cfg->bk, d, native),
+                             (unsigned long long)ctx->info.local_mem);
+        /* no split of the keys: chunked prefill has rows enough */
+        cfg->part = 0;
+        cfg->fill = 0;
+        const int used = snprintf(cfg->defines, sizeof cfg->defines,
+                                  "-DOCLF_HD=%zu -DOCLF_MMA=%d -DOCLF_STAGE=3 -DOCLF_WGS=%d "
+                                  "-DOCLF_BK=%d -DOCLF_FA_QL=%d%s",
+                                  d, native, cfg->wgs, cfg->bk, d > ATTN_MMA_QREG_MAX_D,
+                                  paged ? " -DOCLF_PAGED=1" : "");
+        return used > 0 && (size_t)used < sizeof cfg->defines
+                   ? OCLF_SUCCESS
+                   : oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "attention: options too long");
+    }
     if (cfg->stage == 2) {
         if (cfg_local_bytes(cfg, d ? d : 1) > ctx->info.local_mem)
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -249,6 +342,41 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, attn_params,
                        P_COUNT, v);
     return OCLF_SUCCESS;
+}
+
+/* The program's options: the configuration's, and for the matrix-unit
+ * structure whether softcap or ALiBi (score) and dropout (drop) are
+ * compiled in: the common build's tile loop holds neither. */
+static void mma_defines(char *out, size_t n, const attn_cfg *cfg, int score, int drop)
+{
+    if (cfg->stage == 3)
+        snprintf(out, n, "%s -DOCLF_FA_SCORE=%d -DOCLF_FA_DROP=%d", cfg->defines, score, drop);
+    else
+        snprintf(out, n, "%s", cfg->defines);
+}
+
+/* The matrix-unit structure's build with softcap or ALiBi takes 255
+ * registers at head dims above ATTN_MMA_QREG_MAX_D and spills with paging
+ * or dropout beside them (ptxas, sm_90): where the instruction is native,
+ * such calls run the staged structure with its GPU defaults instead. */
+oclf_status oclf_attn_mma_fallback(const oclf_context *ctx, const attn_call *c, attn_cfg *cfg)
+{
+    if (cfg->stage != 3 || !ctx->info.mma || c->d <= ATTN_MMA_QREG_MAX_D ||
+        !(c->cap > 0.0f || c->has_alibi))
+        return OCLF_SUCCESS;
+    int vec = 1, wgs, bk;
+    while (vec < 16 && (size_t)vec * 2 <= c->d)
+        vec *= 2;
+    staged_gpu_defaults(ctx, pad_dim(c->d, (size_t)vec), &wgs, &bk);
+    oclf_params p;
+    memset(&p, 0, sizeof p);
+    oclf_params_set(&p, "WGS", wgs);
+    oclf_params_set(&p, "BK", bk);
+    oclf_params_set(&p, "VEC", vec);
+    oclf_params_set(&p, "ACC", 1);
+    oclf_params_set(&p, "STAGE", 1);
+    oclf_params_set(&p, "PART", 0);
+    return oclf_attn_config(ctx, c->dtype, &p, c->d, c->paged, 0, cfg);
 }
 
 static oclf_status attn_program_aligned(oclf_context *ctx, oclf_dtype dtype, const char *defines,
@@ -292,15 +420,20 @@ static oclf_status oclf_attention_validate(oclf_context *ctx, oclf_op op, oclf_d
     if (!deep)
         return OCLF_SUCCESS;
     static const char *const fused[] = {"attention_fused"}, *const decode[] = {"attention_decode"},
-                             *const merge[] = {"attention_merge"};
+                             *const mma[] = {"attention_mma"}, *const merge[] = {"attention_merge"};
     /* (the build whose 16-byte units start on 16 bytes, named for the
      * cross-compile list, which takes the first build a check names; a
      * call takes it where its K and V allow) */
-    if (cfg.stage == 2)
-        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, cfg.defines, cfg.ke);
-    if ((st = oclf_attn_program(ctx, dtype, cfg.defines, &prog)) ||
-        (st = oclf_check_kernel_wgs(ctx, prog, cfg.stage == 2 ? decode : fused, 1,
-                                    (size_t)cfg.wgs)))
+    /* (the matrix-unit structure's build without softcap, ALiBi and
+     * dropout: the common one) */
+    char defs[OCLF_DEFINES_MAX + 64];
+    mma_defines(defs, sizeof defs, &cfg, 0, 0);
+    if (cfg.stage >= 2)
+        oclf_list_aligned_variant(ctx, "attention.cl", dtype, -1, defs, cfg.ke);
+    if ((st = oclf_attn_program(ctx, dtype, defs, &prog)) ||
+        (st = oclf_check_kernel_wgs(ctx, prog,
+                                    cfg.stage == 3 ? mma : cfg.stage == 2 ? decode : fused, 1,
+                                    (size_t)cfg.wgs * (cfg.stage == 3 ? 2 : 1))))
         return st;
     return cfg.part || cfg.fill ? oclf_check_kernel_wgs(ctx, prog, merge, 1, ATTN_ELEM_WGS)
                                 : OCLF_SUCCESS;
@@ -461,14 +594,19 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                                 const attn_cfg *cfg, cl_uint num_events, const cl_event *wait_list,
                                 cl_event *event)
 {
-    const size_t g = c->hq / c->hk, wgs = (size_t)cfg->wgs;
+    const size_t g = c->hq / c->hk;
+    /* work-items of a group: one a row, or a warp of 32 per 16 rows
+     * (STAGE 3) */
+    const size_t wgs = (size_t)cfg->wgs * (cfg->stage == 3 ? 2 : 1);
     /* rows of a query in one group: its heads of one KV head (STAGE 1 and
-     * 2), or all its heads (STAGE 0, whose groups span the KV heads) */
-    const size_t rpq = cfg->stage ? g : c->hq, kgroups = cfg->stage ? c->hk : 1;
+     * 2), all its heads (STAGE 0, whose groups span the KV heads), or one
+     * query head (STAGE 3: a group per query head) */
+    const size_t rpq = cfg->stage == 3 ? 1 : cfg->stage ? g : c->hq;
+    const size_t kgroups = cfg->stage == 3 ? c->hq : cfg->stage ? c->hk : 1;
     if (c->max_sq > (size_t)INT_MAX / rpq)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: max_seqlen_q x heads exceeds 2^31", c->op);
     /* rows a group takes: one a work-item, or QR scored together (STAGE 2) */
-    const size_t grows = cfg->stage == 2 ? (size_t)cfg->qr : wgs;
+    const size_t grows = cfg->stage == 2 ? (size_t)cfg->qr : (size_t)cfg->wgs;
     const size_t nqb = (c->max_sq * rpq + grows - 1) / grows;
     /* Split KV: partitions of PART keys over the longest sequence the keys
      * allow, PART doubled until the partials fit their bound. */
@@ -505,18 +643,22 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                          "%s: %zu blocks of queries x %zu sequences x %zu KV heads x %zu "
                          "partitions exceed the launch range",
                          c->op, nqb, c->batch, c->hk, nparts);
-    /* The decode structure's aligned build: every 16-byte unit of K and V
+    /* The decode and matrix-unit structures' aligned build: every 16-byte unit of K and V
      * starts on 16 bytes (the offsets, strides and head dim in units). */
     const oclf_operand kv[] = {c->k.op, c->v.op,
                                {c->k.op.mem, c->k.hs, c->k.hs, 0, 0},
                                {c->v.op.mem, c->v.hs, c->v.hs, 0, 0},
                                {c->k.op.mem, c->d, c->d, 0, 0}};
-    const int aligned = cfg->stage == 2 && oclf_rows_aligned(cfg->ke, kv, 5);
+    const int aligned = cfg->stage >= 2 && oclf_rows_aligned(cfg->ke, kv, 5);
     oclf_program *prog;
-    oclf_status st = attn_program_aligned(ctx, c->dtype, cfg->defines, aligned, &prog);
+    char defs[OCLF_DEFINES_MAX + 64];
+    mma_defines(defs, sizeof defs, cfg, c->cap > 0.0f || c->has_alibi, c->has_drop);
+    oclf_status st = attn_program_aligned(ctx, c->dtype, defs, aligned, &prog);
     if (st != OCLF_SUCCESS)
         return st;
-    const char *kname = cfg->stage == 2 ? "attention_decode" : "attention_fused";
+    const char *kname = cfg->stage == 3   ? "attention_mma"
+                        : cfg->stage == 2 ? "attention_decode"
+                                          : "attention_fused";
     cl_mem pout = NULL, plse = NULL;
     if (nparts > 1 &&
         ((st = oclf_temp_buffer(ctx, nparts * c->tq * c->hq * c->d * 4, &pout)) ||
@@ -560,7 +702,9 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                     OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(cfg_local_bytes(cfg, c->d)),
                     OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)(cfg->wgs / cfg->tpk)
-                                    : c->paged && cfg->stage == 1 ? (size_t)cfg->bk : 1) *
+                                    : c->paged && (cfg->stage == 1 || cfg->stage == 3)
+                                        ? (size_t)cfg->bk
+                                        : 1) *
                                    sizeof(cl_long))};
     if (nparts == 1) {
         st = oclf_enqueue(ctx, queue, prog, kname, a, OCLF_NARGS(a), groups * wgs,

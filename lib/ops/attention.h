@@ -64,6 +64,10 @@ typedef struct gemm_view {
 OCLF_HIDDEN oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype,
                                          const oclf_params *p, size_t d, int paged,
                                          int wgs_default, attn_cfg *cfg);
+/* The staged structure in place of the matrix-unit one (STAGE 3) where
+ * the call's options would make its native build spill. */
+OCLF_HIDDEN oclf_status oclf_attn_mma_fallback(const oclf_context *ctx, const attn_call *c,
+                                               attn_cfg *cfg);
 OCLF_HIDDEN oclf_status oclf_attn_program(oclf_context *ctx, oclf_dtype dtype,
                                           const char *defines, oclf_program **prog);
 OCLF_HIDDEN oclf_status oclf_attn_check_heads(oclf_context *ctx, const attn_call *c,

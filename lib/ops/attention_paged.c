@@ -210,6 +210,8 @@ oclf_status oclf_attention_paged(oclf_context *ctx, cl_command_queue queue, oclf
             memcpy(&cfg, &r.cfg, sizeof cfg);
         else if ((st = oclf_attn_config(ctx, dtype, &r.params, c.d, 1, r.wgs_default, &cfg)))
             return st;
+        if ((st = oclf_attn_mma_fallback(ctx, &c, &cfg)))
+            return st;
     }
     if (batch == 0 || total_q == 0 || max_seqlen_q == 0)
         return oclf_enqueue_marker(ctx, queue, num_events, wait_list, event);
