@@ -237,6 +237,26 @@ static void lin_mma_space(const op_env *env, const op_shape *s, oclf_dtype dt,
                       kc, 0);
 }
 
+/* The register-tiled structure's tiles (STAGE 3: MB x NB accumulators a
+ * work-item, WGM x WGN work-items, KC of K a stage, 16-byte global loads),
+ * a GPU's from 17 rows: 128 x 128 and 64 x 128 tiles of 8 x 8, 128 x 128
+ * of 4 x 8 and 8 x 4, 64 x 64 of 4 x 4; K in 8 or 16. Tiles with mostly
+ * padding rows are left out. */
+static void lin_rt_space(const op_shape *s, oclf_dtype dt, const op_point_check *chk,
+                         oclf_params *out, int *n, int max)
+{
+    const uint64_t m = s->d[0] ? s->d[0] : 1;
+    static const int tiles[][4] = {{8, 8, 16, 16}, {8, 8, 8, 16}, {4, 8, 16, 16},
+                                   {8, 4, 16, 16}, {4, 4, 16, 16}};
+    for (int t = 0; t < 5; t++) {
+        if ((uint64_t)(tiles[t][0] * tiles[t][2]) > 2 * m)
+            continue;
+        for (int kc = 8; kc <= 16; kc += 8)
+            lin_point(chk, out, n, max, tiles[t][0], tiles[t][1], dt == OCLF_F32 ? 4 : 8,
+                      tiles[t][2], tiles[t][3], 3, kc, 0);
+    }
+}
+
 /* The search space, pruned by a model before anything compiles rather than
  * walked at random: the register block comes first, and only blocks whose
  * accumulators and operands fit the register file are kept (a CPU: 32
@@ -312,6 +332,8 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
                     lin_point(&chk, out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
         }
     }
+    if (gpu && m > 16)
+        lin_rt_space(s, dt, &chk, out, &n, max);
     if (gpu && dt != OCLF_F32 && strcmp(op->name, "linear") == 0)
         lin_mma_space(env, s, dt, &chk, out, &n, max);
     return n;
