@@ -1275,7 +1275,12 @@ static inline void rt_put(const floatv sx[RT_XPER], const floatv sw[RT_WPER], lo
 static inline void rt_chunk(float4 acc[OCLF_MB][OCLF_NB / 4], const local float *xl,
                             const local float *wl, uint lm, uint ln)
 {
-#pragma unroll
+    /* Two k a trip, not the whole chunk: fully unrolled, AMD's scheduler
+     * hoisted every local load of the chunk (gfx1100 spilled 283 registers
+     * at 8 x 8, KC 16) and ptxas went past 128 registers (one group of
+     * 256 an SM); two at a time keep 124 on sm_90 (8 x 8, KC 8: two
+     * groups an SM) and spill on no target. */
+#pragma unroll 2
     for (uint kk = 0; kk < OCLF_KC; kk++) {
         float4 b[OCLF_NB / 4];
 #pragma unroll

@@ -162,16 +162,17 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
             wgm = 1;
             wgn = dev->simd_width > 64 ? 64 : dev->simd_width < 32 ? 32 : (int)dev->simd_width;
         } else {
-            /* The register-tiled structure (STAGE 3): 8 x 8 accumulators a
-             * work-item, 16 x 16 work-items (a tile of 128 x 128; 8 x 16,
-             * 64 x 128, below 128 rows), K in chunks of 16 in two buffers
-             * (33 KiB of local memory), 16-byte global loads. */
+            /* The register-tiled structure (STAGE 3): 16 x 16 work-items
+             * of 8 x 8 accumulators (a tile of 128 x 128), K in chunks of 8
+             * in two buffers (17 KiB of local memory); below 128 rows 4 x 8
+             * (64 x 128), K in 16. 16-byte global loads. What the GPU
+             * compilers make of them: docs/notes/2026-11-28-gemm-fp32.md. */
             stage = 3;
-            kc = 16;
-            mb = 8;
+            mb = m >= 128 ? 8 : 4;
             nb = 8;
+            kc = m >= 128 ? 8 : 16;
             vec = dtype == OCLF_F32 ? 4 : 8;
-            wgm = m >= 128 ? 16 : 8;
+            wgm = 16;
             wgn = 16;
         }
         while ((size_t)(wgm * wgn) > dev->max_wgs && wgm > 1)
