@@ -433,7 +433,7 @@ END_TEST
 static const char *const rt_structures[] = {
     "MB=4,NB=8,VEC=4,WGM=2,WGN=4,STAGE=3,KC=8,MV=0",
     "MB=8,NB=4,VEC=8,WGM=4,WGN=2,STAGE=3,KC=16,MV=0",
-    "MB=8,NB=8,VEC=4,WGM=16,WGN=16,STAGE=3,KC=16,MV=0",
+    "MB=8,NB=8,VEC=4,WGM=16,WGN=16,STAGE=3,KC=8,MV=0",
 };
 #define NRT (int)(sizeof rt_structures / sizeof *rt_structures)
 

@@ -238,13 +238,13 @@ static void lin_mma_space(const op_env *env, const op_shape *s, oclf_dtype dt,
 }
 
 /* The register-tiled structure's tiles (STAGE 3: MB x NB accumulators a
- * work-item, WGM x WGN work-items, KC of K a stage, 16-byte global loads),
+ * work-item, WGM x WGN work-items, KC of K a stage, loads of 4 elements),
  * a GPU's from 17 rows: 16 x 16 work-items of 8 x 8, 4 x 8 and 8 x 4
  * (128 x 128, 64 x 128, 128 x 64), K in 8 or 16: what no GPU compiler of
  * the cross-compile suite spilled. Tiles with mostly padding rows are left
  * out. */
-static void lin_rt_space(const op_shape *s, oclf_dtype dt, const op_point_check *chk,
-                         oclf_params *out, int *n, int max)
+static void lin_rt_space(const op_shape *s, const op_point_check *chk, oclf_params *out, int *n,
+                         int max)
 {
     const uint64_t m = s->d[0] ? s->d[0] : 1;
     static const int tiles[][4] = {{8, 8, 16, 16}, {4, 8, 16, 16}, {8, 4, 16, 16}};
@@ -252,8 +252,8 @@ static void lin_rt_space(const op_shape *s, oclf_dtype dt, const op_point_check 
         if ((uint64_t)(tiles[t][0] * tiles[t][2]) > 2 * m)
             continue;
         for (int kc = 8; kc <= 16; kc += 8)
-            lin_point(chk, out, n, max, tiles[t][0], tiles[t][1], dt == OCLF_F32 ? 4 : 8,
-                      tiles[t][2], tiles[t][3], 3, kc, 0);
+            lin_point(chk, out, n, max, tiles[t][0], tiles[t][1], 4, tiles[t][2], tiles[t][3],
+                      3, kc, 0);
     }
 }
 
@@ -333,7 +333,7 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
         }
     }
     if (gpu && m > 16)
-        lin_rt_space(s, dt, &chk, out, &n, max);
+        lin_rt_space(s, &chk, out, &n, max);
     if (gpu && dt != OCLF_F32 && strcmp(op->name, "linear") == 0)
         lin_mma_space(env, s, dt, &chk, out, &n, max);
     return n;

@@ -165,13 +165,16 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
             /* The register-tiled structure (STAGE 3): 16 x 16 work-items
              * of 8 x 8 accumulators (a tile of 128 x 128), K in chunks of 8
              * in two buffers (17 KiB of local memory); below 128 rows 4 x 8
-             * (64 x 128), K in 16. 16-byte global loads. What the GPU
-             * compilers make of them: docs/notes/2026-11-28-gemm-fp32.md. */
+             * (64 x 128), K in 16. Global loads of 4 elements (16 bytes of
+             * f32; 8 of f16 and bf16, whose 8-wide pieces took two more
+             * staging registers and spilled on gfx1100 with a bf16 KN W).
+             * What the GPU compilers make of them:
+             * docs/notes/2026-11-28-gemm-fp32.md. */
             stage = 3;
             mb = m >= 128 ? 8 : 4;
             nb = 8;
             kc = m >= 128 ? 8 : 16;
-            vec = dtype == OCLF_F32 ? 4 : 8;
+            vec = 4;
             wgm = 16;
             wgn = 16;
         }
