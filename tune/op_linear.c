@@ -350,8 +350,8 @@ static int lin_lib_shape(const op_shape *s, uint64_t *dims)
 }
 
 /* m x n x k: tails in every dimension, several groups; the CPU block, a
- * KN-friendly block, staged tiles and the matrix-vector shape (NK; a KN
- * call runs the tiled kernel). Traffic: one staged work-group covers the 4
+ * KN-friendly block, staged tiles, the matrix-vector shape (NK; a KN
+ * call runs the tiled kernel) and register tiles. Traffic: one staged work-group covers the 4
  * x 32 output, so x and W leave global memory once, and bias, residual and
  * y once each: the minimum. */
 static const op_kernel_check linear_check = {
@@ -359,7 +359,8 @@ static const op_kernel_check linear_check = {
     "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0;"
     "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0;"
     "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0;"
-    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1",
+    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1;"
+    "MB=4,NB=4,VEC=4,WGM=2,WGN=2,STAGE=3,KC=8,MV=0",
     "MB=2,NB=4,VEC=1,WGM=2,WGN=8,STAGE=1,KC=16,MV=0", "4x32x64", 1, 1};
 
 const op_desc op_linear = {
