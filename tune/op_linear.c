@@ -349,13 +349,14 @@ static int lin_lib_shape(const op_shape *s, uint64_t *dims)
     return 4;
 }
 
-/* m x n x k: tails in every dimension, several groups; the CPU block, a
+/* m x n x k: tails in every dimension, several groups, and 40 rows, which
+ * a GPU's defaults give the register-tiled structure; the CPU block, a
  * KN-friendly block, staged tiles, the matrix-vector shape (NK; a KN
  * call runs the tiled kernel) and register tiles. Traffic: one staged work-group covers the 4
  * x 32 output, so x and W leave global memory once, and bias, residual and
  * y once each: the minimum. */
 static const op_kernel_check linear_check = {
-    "7x37x45,1x20x33",
+    "7x37x45,1x20x33,40x20x17",
     "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0;"
     "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0;"
     "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0;"
