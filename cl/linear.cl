@@ -29,6 +29,11 @@
  *                      KC (a multiple of 32) columns of K a stage, the
  *                      instruction form OCLF_MMA (cl/mma.h); see the
  *                      kernel below.
+ *                      3: register tiles (any dtype, f32 arithmetic): an
+ *                      MB x NB tile of the product per work-item (MB, NB
+ *                      multiples of 4), WGM x WGN work-items a group, KC
+ *                      columns of K a stage in two local buffers read as
+ *                      float4; VEC the global loads' width. See the kernel.
  *   OCLF_PRO           the prologue activation, where x is loaded (with
  *                      STAGE, once per element of a staged tile).
  *   OCLF_QW            0: W in the call's dtype. 1-4: a quantized W (NK
@@ -1257,6 +1262,280 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
         for (uint j = 0; j < OCLF_NB; j++)
             mm_store((float4)(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]),
                      r0 + 16 * i, c0 + 8 * j, lane, m, n, EPI_PASS);
+}
+
+#elif OCLF_STAGE == 3
+/* ---- register tiles: an FP32 GEMM for devices without a matrix unit ------
+ * A work-group of WGM x WGN work-items (lane lm = lid / WGN, ln = lid %
+ * WGN); each holds an MB x NB tile of the product in registers (MB and NB
+ * multiples of 4), so a group's tile is TM = WGM * MB rows by TN = WGN * NB
+ * columns. A lane's rows come in runs of four, run i4 at rows
+ * 4 (i4 WGM + lm) .. + 3 of the tile, and its columns the same way along
+ * WGN: one float4 local load then gives four rows (or columns), and the
+ * lanes of a warp read consecutive float4s, every bank once.
+ *
+ * The group copies KC columns of K of its x and W tiles at a time into
+ * local memory, K-major (xl[kk][row], wl[kk][col]: x and an NK W
+ * transposed as they are stored, a KN W as it is), in f32 whatever the
+ * dtype, the prologue applied to x on the way. Global loads are VEC
+ * elements wide (16 bytes: VEC 4 for f32, 8 for f16 and bf16), aligned ones
+ * where the host found every row on a VEC boundary (OCLF_ALIGNED); edge
+ * tiles and a partial last chunk load element by element with bounds
+ * checks and zero fill. Two buffers: the next chunk is loaded into
+ * registers before the current one's products and stored into the other
+ * buffer after them, one barrier a chunk. Per k a lane does MB / 4 + NB / 4
+ * float4 local loads for MB x NB FMAs (8 x 8: 4 loads, 64 FMAs).
+ *
+ * A quantized W (OCLF_QW) is dequantized to f32 as it is copied, a VEC
+ * run of one row at a time (VEC divides the group), so each weight is
+ * dequantized once per group tile. The epilogue runs on each accumulator
+ * at its row and column. */
+#if OCLF_MB % 4 || OCLF_NB % 4
+#error "the register-tiled structure takes MB and NB multiples of 4"
+#endif
+#if OCLF_KC % OCLF_VEC
+#error "OCLF_KC must be a multiple of OCLF_VEC"
+#endif
+#define RT_WGS (OCLF_WGM * OCLF_WGN)
+#define RT_TM (OCLF_WGM * OCLF_MB)
+#define RT_TN (OCLF_WGN * OCLF_NB)
+/* a local row: one k of the tile's rows (columns), and 4 more, so that
+ * the transposing stores of lanes at different k of one row spread over
+ * more banks, while every lane's float4 stays on a 16-byte boundary */
+#define RT_LDM (RT_TM + 4)
+#define RT_LDN (RT_TN + 4)
+/* VEC-wide pieces a chunk: x's along K; W's along K (NK) or N (KN) */
+#define RT_XU (RT_TM * (OCLF_KC / OCLF_VEC))
+#if !OCLF_WKN
+#define RT_WU (RT_TN * (OCLF_KC / OCLF_VEC))
+#else
+#if RT_TN % OCLF_VEC
+#error "the register-tiled structure's TN must be a multiple of OCLF_VEC for a KN W"
+#endif
+#define RT_WU (OCLF_KC * (RT_TN / OCLF_VEC))
+#endif
+/* pieces a work-item: the registers that carry the next chunk */
+#define RT_XPER ((RT_XU + RT_WGS - 1) / RT_WGS)
+#define RT_WPER ((RT_WU + RT_WGS - 1) / RT_WGS)
+#if OCLF_QW
+#define RT_WARGS LIN_WARGS, QARGS
+#define RT_WPASS w, wo, ws, qs, qso, qss, qz, qzo, qzs
+#else
+#define RT_WARGS LIN_WARGS
+#define RT_WPASS w, wo, ws
+#endif
+
+/* VEC elements of row r (of `rows`) of x from column c, the prologue
+ * applied; `full`: the piece lies inside x (one vector load), else the
+ * elements outside are zeros. */
+static inline floatv rt_ldx(global const stor_t *x, ulong xo, ulong xs, uint r, uint c, uint rows,
+                            uint k, int full)
+{
+    global const stor_t *p = x + xo + (ulong)min(r, rows - 1) * xs;
+    floatv v;
+    if (full) {
+        v = LDV(p, c);
+    } else {
+        float t[OCLF_VEC];
+        for (uint l = 0; l < OCLF_VEC; l++)
+            t[l] = r < rows && c + l < k ? LD(p, c + l) : 0.0f;
+        v = LDV_F(t, 0);
+    }
+    return PRO(floatv, v);
+}
+
+#if !OCLF_WKN
+/* VEC weights of W's row r (of n) from column c, dequantized for OCLF_QW;
+ * zeros outside W unless `full`. */
+static inline floatv rt_ldw(RT_WARGS, uint r, uint c, uint n, uint k, int full)
+{
+    const ulong row = min(r, n - 1);
+    float t[OCLF_VEC];
+#if OCLF_QW
+    global const wstor_t *wp = w + wo + row * ws;
+    global const qsc_t *sp = qs + qso + row * qss;
+    global const uchar *zp = qz + qzo + row * qzs;
+    if (full)
+        return q_ldv(wp, sp, zp, c);
+    for (uint l = 0; l < OCLF_VEC; l++)
+        t[l] = r < n && c + l < k ? q_ld(wp, sp, zp, c + l) : 0.0f;
+#else
+    global const wel_t *wp = w + wo + row * ws;
+    if (full)
+        return LDWV(wp, c);
+    for (uint l = 0; l < OCLF_VEC; l++)
+        t[l] = r < n && c + l < k ? LDW(wp, c + l) : 0.0f;
+#endif
+    return LDV_F(t, 0);
+}
+#else
+/* VEC columns of a KN W's row kr (of k) from column c; zeros outside W
+ * unless `full`. */
+static inline floatv rt_ldw(RT_WARGS, uint kr, uint c, uint n, uint k, int full)
+{
+    global const stor_t *p = w + wo + (ulong)min(kr, k - 1) * ws;
+    if (full)
+        return LDV(p, c);
+    float t[OCLF_VEC];
+    for (uint l = 0; l < OCLF_VEC; l++)
+        t[l] = kr < k && c + l < n ? LD(p, c + l) : 0.0f;
+    return LDV_F(t, 0);
+}
+#endif
+
+/* This work-item's pieces of the chunk from column c0 of K into registers.
+ * Consecutive work-items take consecutive pieces of a row (coalesced). */
+static inline void rt_fetch(floatv sx[RT_XPER], floatv sw[RT_WPER], global const stor_t *x,
+                            ulong xo, ulong xs, RT_WARGS, uint m, uint n, uint k, uint tm0,
+                            uint tn0, uint c0, uint lid)
+{
+    const int kin = c0 + OCLF_KC <= k;
+    const int fx = kin && tm0 + RT_TM <= m, fw = kin && tn0 + RT_TN <= n;
+#pragma unroll
+    for (uint u = 0; u < RT_XPER; u++) {
+        const uint e = lid + u * RT_WGS;
+        if (RT_XU % RT_WGS == 0 || e < RT_XU) {
+            const uint r = e / (OCLF_KC / OCLF_VEC), kv = e % (OCLF_KC / OCLF_VEC) * OCLF_VEC;
+            sx[u] = rt_ldx(x, xo, xs, tm0 + r, c0 + kv, m, k, fx);
+        }
+    }
+#pragma unroll
+    for (uint u = 0; u < RT_WPER; u++) {
+        const uint e = lid + u * RT_WGS;
+        if (RT_WU % RT_WGS == 0 || e < RT_WU) {
+#if !OCLF_WKN
+            const uint r = e / (OCLF_KC / OCLF_VEC), kv = e % (OCLF_KC / OCLF_VEC) * OCLF_VEC;
+            sw[u] = rt_ldw(RT_WPASS, tn0 + r, c0 + kv, n, k, fw);
+#else
+            const uint kr = e / (RT_TN / OCLF_VEC), cv = e % (RT_TN / OCLF_VEC) * OCLF_VEC;
+            sw[u] = rt_ldw(RT_WPASS, c0 + kr, tn0 + cv, n, k, fw);
+#endif
+        }
+    }
+}
+
+/* The fetched pieces into the local tiles xl [KC][LDM] and wl [KC][LDN]. */
+static inline void rt_put(const floatv sx[RT_XPER], const floatv sw[RT_WPER], local float *xl,
+                          local float *wl, uint lid)
+{
+#pragma unroll
+    for (uint u = 0; u < RT_XPER; u++) {
+        const uint e = lid + u * RT_WGS;
+        if (RT_XU % RT_WGS == 0 || e < RT_XU) {
+            const uint r = e / (OCLF_KC / OCLF_VEC), kv = e % (OCLF_KC / OCLF_VEC) * OCLF_VEC;
+            float t[OCLF_VEC];
+            STV_F(t, 0, sx[u]);
+#pragma unroll
+            for (uint l = 0; l < OCLF_VEC; l++)
+                xl[(kv + l) * RT_LDM + r] = t[l];
+        }
+    }
+#pragma unroll
+    for (uint u = 0; u < RT_WPER; u++) {
+        const uint e = lid + u * RT_WGS;
+        if (RT_WU % RT_WGS == 0 || e < RT_WU) {
+#if !OCLF_WKN
+            const uint r = e / (OCLF_KC / OCLF_VEC), kv = e % (OCLF_KC / OCLF_VEC) * OCLF_VEC;
+            float t[OCLF_VEC];
+            STV_F(t, 0, sw[u]);
+#pragma unroll
+            for (uint l = 0; l < OCLF_VEC; l++)
+                wl[(kv + l) * RT_LDN + r] = t[l];
+#else
+            const uint kr = e / (RT_TN / OCLF_VEC), cv = e % (RT_TN / OCLF_VEC) * OCLF_VEC;
+            STV_F(wl + kr * RT_LDN, cv, sw[u]);
+#endif
+        }
+    }
+}
+
+/* One chunk of products: per k, the lane's MB rows of x and NB columns of
+ * W as float4s from local memory, then MB x NB FMAs into the register
+ * tile (acc[i][j4]: row i, columns 4 j4 .. 4 j4 + 3 of the lane's). */
+static inline void rt_chunk(float4 acc[OCLF_MB][OCLF_NB / 4], const local float *xl,
+                            const local float *wl, uint lm, uint ln)
+{
+    /* Two k a trip, not the whole chunk: fully unrolled, AMD's scheduler
+     * hoisted every local load of the chunk (gfx1100 spilled 283 registers
+     * at 8 x 8, KC 16) and ptxas went past 128 registers (one group of
+     * 256 an SM); two at a time keep 124 on sm_90 (8 x 8, KC 8: two
+     * groups an SM) and spill on no target. */
+#pragma unroll 2
+    for (uint kk = 0; kk < OCLF_KC; kk++) {
+        float4 b[OCLF_NB / 4];
+#pragma unroll
+        for (uint j4 = 0; j4 < OCLF_NB / 4; j4++)
+            b[j4] = *(const local float4 *)(wl + kk * RT_LDN + (j4 * OCLF_WGN + ln) * 4);
+#pragma unroll
+        for (uint i4 = 0; i4 < OCLF_MB / 4; i4++) {
+            const float4 a = *(const local float4 *)(xl + kk * RT_LDM + (i4 * OCLF_WGM + lm) * 4);
+#pragma unroll
+            for (uint j4 = 0; j4 < OCLF_NB / 4; j4++) {
+                acc[4 * i4][j4] = fma((float4)(a.s0), b[j4], acc[4 * i4][j4]);
+                acc[4 * i4 + 1][j4] = fma((float4)(a.s1), b[j4], acc[4 * i4 + 1][j4]);
+                acc[4 * i4 + 2][j4] = fma((float4)(a.s2), b[j4], acc[4 * i4 + 2][j4]);
+                acc[4 * i4 + 3][j4] = fma((float4)(a.s3), b[j4], acc[4 * i4 + 3][j4]);
+            }
+        }
+    }
+}
+
+/* The epilogue on four accumulators of row r from column c, those inside y.
+ * By value, so the accumulators never leave registers. */
+static inline void rt_store(float4 v, uint r, uint c, uint m, uint n, EPI_ARGS)
+{
+    if (r >= m)
+        return;
+    if (c < n)
+        lin_store(v.s0, r, c, EPI_PASS);
+    if (c + 1 < n)
+        lin_store(v.s1, r, c + 1, EPI_PASS);
+    if (c + 2 < n)
+        lin_store(v.s2, r, c + 2, EPI_PASS);
+    if (c + 3 < n)
+        lin_store(v.s3, r, c + 3, EPI_PASS);
+}
+
+kernel __attribute__((reqd_work_group_size(RT_WGS, 1, 1))) void linear_fused(LIN_ARGS)
+{
+    local float xl[2][OCLF_KC * RT_LDM] __attribute__((aligned(16)));
+    local float wl[2][OCLF_KC * RT_LDN] __attribute__((aligned(16)));
+    const uint lid = get_local_id(0), ln = lid % OCLF_WGN, lm = lid / OCLF_WGN;
+    /* groups along M vary fastest: groups that run together share W */
+    const uint ngm = (m + RT_TM - 1) / RT_TM, g = get_group_id(0);
+    const uint tm0 = (g % ngm) * RT_TM, tn0 = (g / ngm) * RT_TN;
+    float4 acc[OCLF_MB][OCLF_NB / 4];
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++)
+#pragma unroll
+        for (uint j4 = 0; j4 < OCLF_NB / 4; j4++)
+            acc[i][j4] = (float4)(0.0f);
+    floatv sx[RT_XPER], sw[RT_WPER];
+    const uint chunks = (k + OCLF_KC - 1) / OCLF_KC;
+    if (chunks) {
+        rt_fetch(sx, sw, x, xo, xs, RT_WPASS, m, n, k, tm0, tn0, 0, lid);
+        rt_put(sx, sw, xl[0], wl[0], lid);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint ch = 0; ch < chunks; ch++) {
+        const uint cur = ch & 1u;
+        const int more = ch + 1 < chunks;
+        /* the next chunk's loads in flight during this one's products */
+        if (more)
+            rt_fetch(sx, sw, x, xo, xs, RT_WPASS, m, n, k, tm0, tn0, (ch + 1) * OCLF_KC, lid);
+        rt_chunk(acc, xl[cur], wl[cur], lm, ln);
+        /* the other buffer was last read before the previous barrier */
+        if (more)
+            rt_put(sx, sw, xl[cur ^ 1u], wl[cur ^ 1u], lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (uint i = 0; i < OCLF_MB; i++) {
+        const uint r = tm0 + ((i / 4) * OCLF_WGM + lm) * 4 + i % 4;
+#pragma unroll
+        for (uint j4 = 0; j4 < OCLF_NB / 4; j4++)
+            rt_store(acc[i][j4], r, tn0 + (j4 * OCLF_WGN + ln) * 4, m, n, EPI_PASS);
+    }
 }
 
 #else

@@ -4,7 +4,8 @@
  * every dtype and path, odd M/N/K (1, 7, 129, 1000), K = 0, M = 0, strided
  * rows with offsets on every operand, y in place on the residual, several
  * kernel structures (the CPU and GPU defaults, staged tiles, the
- * matrix-vector shape, the matrix-unit fragments in their emulated form),
+ * matrix-vector shape, the matrix-unit fragments in their emulated form,
+ * the register tiles),
  * fused against unfused, and the bad arguments.
  */
 #include "harness.h"
@@ -458,6 +459,92 @@ START_TEST(test_mma_exact)
 }
 END_TEST
 
+/* The register-tiled structure (STAGE 3), forced: every dtype (f16 and
+ * bf16 widened to f32 in the local tiles), both layouts, M, N and K that
+ * are no multiples of the tile or the chunk (1, odd, K = 0), the prologue
+ * applied where x is staged and the epilogue on the register tile.
+ * Structures: 4 x 8 accumulators in 2 x 4 work-items with K in chunks of 8
+ * (a tile of 8 x 32); 8 x 4 in 4 x 2 with 8-wide global loads (32 x 8);
+ * the GPU default, 8 x 8 in 16 x 16 (128 x 128). */
+static const char *const rt_structures[] = {
+    "MB=4,NB=8,VEC=4,WGM=2,WGN=4,STAGE=3,KC=8,MV=0",
+    "MB=8,NB=4,VEC=8,WGM=4,WGN=2,STAGE=3,KC=16,MV=0",
+    "MB=8,NB=8,VEC=4,WGM=16,WGN=16,STAGE=3,KC=8,MV=0",
+};
+#define NRT (int)(sizeof rt_structures / sizeof *rt_structures)
+
+START_TEST(test_rt_shapes)
+{
+    /* each structure in two dtypes, each dtype in two structures (every
+     * prologue a program of its own: one prologue a structure and dtype) */
+    const oclf_dtype dt = dtypes[(_i + _i / NRT) % 3];
+    const oclf_choice ch = parse_choice(rt_structures[_i % NRT]);
+    const oclf_linear_act pro = (oclf_linear_act)(1 + _i % (OCLF_LINEAR_ACT_COUNT_ - 1));
+    static const size_t shapes[][3] = {{13, 37, 45}, {1, 70, 129}, {3, 5, 3},
+                                       {2, 9, 0},    {33, 40, 17}, {130, 20, 33}};
+    for (int s = 0; s < 6; s++)
+        for (int l = 0; l < 2; l++) {
+            if ((s + l) % 2 && th_quick())
+                continue;
+            lin_case c = base_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+            c.layout = (oclf_weight_layout)l;
+            c.bias = 1;
+            c.res = s % 2;
+            c.alpha = 0.75f;
+            c.prologue = s % 2 ? pro : OCLF_LINEAR_NONE;
+            c.act = (oclf_linear_act)((s + 2) % OCLF_LINEAR_ACT_COUNT_);
+            c.before = l;
+            c.choice = &ch;
+            free(run_case(&c, NULL));
+        }
+}
+END_TEST
+
+/* Exact inputs (y is the reference rounded once, bit for bit: every
+ * element reached the right local slot, lane and accumulator), with rows
+ * on the VEC boundary (the aligned build's vector loads) and off it
+ * (offset 3, element loads), each checked to have run; strides, offsets,
+ * y in place on the residual, every dtype. Interior tiles (the vector
+ * path) beside edge tiles. */
+START_TEST(test_rt_exact)
+{
+    /* the two small structures, each in both layouts; f32, f16, bf16, f32 */
+    const oclf_dtype dt = dtypes[_i % 3];
+    const int st = _i % 2;
+    const oclf_choice ch = parse_choice(rt_structures[st]);
+    const int layout = _i / 2;
+    static const size_t shapes[][3] = {{64, 72, 96}, {19, 23, 45}};
+    for (int s = 0; s < 2; s++)
+        for (int a = 0; a < 2; a++) {
+            lin_case c = base_case(dt, shapes[s][0], shapes[s][1], shapes[s][2]);
+            c.layout = (oclf_weight_layout)layout;
+            c.exact = 1;
+            c.bias = 1;
+            c.res = 1;
+            c.inplace = s;
+            c.beta = s ? -1.0f : 1.0f;
+            c.prologue = a ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
+            c.act = s ? OCLF_LINEAR_RELU : OCLF_LINEAR_NONE;
+            c.before = a;
+            c.offset = a ? 8 : 3;
+            c.pad = a ? 8 : 1;
+            c.choice = &ch;
+            case_ctx = th_build_log_context();
+            free(run_case(&c, NULL));
+            const int vec = st ? 8 : 4;
+            const size_t wcols = layout ? c.n : c.k;
+            const int aligned = a && (c.k + c.pad) % (size_t)vec == 0 &&
+                                (wcols + c.pad) % (size_t)vec == 0;
+            ck_assert_msg(th_built("linear.cl", "-DOCLF_STAGE=3", aligned),
+                          "%s %zux%zux%zu: no %s build of the register-tiled structure ran:\n%s",
+                          oclf_dtype_name(dt), c.m, c.n, c.k, aligned ? "aligned" : "plain",
+                          th_builds());
+            oclf_context_destroy(case_ctx);
+            case_ctx = NULL;
+        }
+}
+END_TEST
+
 /* The GEMM library is asked for beta = 0: NaN already in y must not
  * survive (0 * NaN), on the path that lets it write y directly. */
 START_TEST(test_nan_in_y)
@@ -624,6 +711,9 @@ START_TEST(test_bad_arguments)
     ch = parse_choice("MB=2,NB=2,VEC=8,WGM=2,WGN=2,STAGE=1,KC=12,MV=0");
     EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
            "KC = 12 is not a multiple");
+    ch = parse_choice("MB=2,NB=4,VEC=4,WGM=2,WGN=2,STAGE=3,KC=16,MV=0");
+    EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
+           "multiples of 4");
     ch = parse_choice("MB=2,NB=2,VEC=8,WGM=2,WGN=3,STAGE=0,KC=16,MV=1");
     EXPECT(LIN(e->ctx, q, OCLF_F32, M, N, K, X, P, W, L, Y, NULL, &ch, 0), OCLF_INVALID_ARGUMENT,
            "MV = 1 needs");
@@ -665,6 +755,11 @@ static Suite *linear_suite(void)
     tcase_add_loop_test(mu, test_mma_epilogues, 0, th_quick() ? 2 : 6);
     tcase_add_loop_test(mu, test_mma_exact, 0, 2 * NMMA);
     suite_add_tcase(s, mu);
+    TCase *rt = tcase_create("register_tiles");
+    tcase_set_timeout(rt, 0);
+    tcase_add_loop_test(rt, test_rt_shapes, 0, th_quick() ? NRT : 2 * NRT);
+    tcase_add_loop_test(rt, test_rt_exact, 0, th_quick() ? 2 : 4);
+    suite_add_tcase(s, rt);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);

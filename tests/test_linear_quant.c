@@ -760,9 +760,10 @@ END_TEST
 
 /* Kernel structures given in full: the CPU block, tiny and odd blocks,
  * staged tiles whose K chunk is below, equal to and above a group of 32,
- * the matrix-vector shape with 16, 32 and 64 lanes; each with an INT8, an
- * INT4 and a GGUF weight. The unstaged blocks scale a group's partial sums
- * by default (the library's QSCALE); one dequantizes every weight. */
+ * the matrix-vector shape with 16, 32 and 64 lanes, register tiles; each
+ * with an INT8, an INT4 and a GGUF weight. The unstaged blocks scale a
+ * group's partial sums by default (the library's QSCALE); one dequantizes
+ * every weight. */
 static const struct {
     const char *params;
     int fmts[3];
@@ -777,6 +778,9 @@ static const struct {
     {"MB=4,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1", {F_INT8_G0_F16, F_INT4_G64, F_Q8_0}},
     {"MB=1,NB=2,VEC=16,WGM=1,WGN=64,STAGE=0,KC=16,MV=1", {F_INT8_G64, F_INT4_G128_Z, F_Q4_0}},
     {"MB=2,NB=4,VEC=8,WGM=1,WGN=32,STAGE=0,KC=16,MV=1", {F_INT8_G128, F_INT4_G32, F_Q8_0}},
+    /* register tiles: W dequantized into the local tile as it is staged */
+    {"MB=4,NB=8,VEC=4,WGM=2,WGN=4,STAGE=3,KC=8,MV=0", {F_INT8_G0_F32, F_INT4_G32_Z, F_Q4_0}},
+    {"MB=8,NB=4,VEC=8,WGM=4,WGN=2,STAGE=3,KC=16,MV=0", {F_INT8_G32, F_INT4_G64, F_Q8_0}},
 };
 #define NSTRUCT (int)(sizeof structures / sizeof *structures)
 

@@ -237,6 +237,26 @@ static void lin_mma_space(const op_env *env, const op_shape *s, oclf_dtype dt,
                       kc, 0);
 }
 
+/* The register-tiled structure's tiles (STAGE 3: MB x NB accumulators a
+ * work-item, WGM x WGN work-items, KC of K a stage, loads of 4 elements),
+ * a GPU's from 17 rows: 16 x 16 work-items of 8 x 8, 4 x 8 and 8 x 4
+ * (128 x 128, 64 x 128, 128 x 64), K in 8 or 16: what no GPU compiler of
+ * the cross-compile suite spilled. Tiles with mostly padding rows are left
+ * out. */
+static void lin_rt_space(const op_shape *s, const op_point_check *chk, oclf_params *out, int *n,
+                         int max)
+{
+    const uint64_t m = s->d[0] ? s->d[0] : 1;
+    static const int tiles[][4] = {{8, 8, 16, 16}, {4, 8, 16, 16}, {8, 4, 16, 16}};
+    for (int t = 0; t < 3; t++) {
+        if ((uint64_t)(tiles[t][0] * tiles[t][2]) > 2 * m)
+            continue;
+        for (int kc = 8; kc <= 16; kc += 8)
+            lin_point(chk, out, n, max, tiles[t][0], tiles[t][1], 4, tiles[t][2], tiles[t][3],
+                      3, kc, 0);
+    }
+}
+
 /* The search space, pruned by a model before anything compiles rather than
  * walked at random: the register block comes first, and only blocks whose
  * accumulators and operands fit the register file are kept (a CPU: 32
@@ -312,6 +332,8 @@ static int lin_space(const op_env *env, const op_desc *op, const op_shape *s, oc
                     lin_point(&chk, out, &n, max, mb, nb, vec, 1, (int64_t)wgn, 0, 16, 1);
         }
     }
+    if (gpu && m > 16)
+        lin_rt_space(s, &chk, out, &n, max);
     if (gpu && dt != OCLF_F32 && strcmp(op->name, "linear") == 0)
         lin_mma_space(env, s, dt, &chk, out, &n, max);
     return n;
@@ -327,17 +349,19 @@ static int lin_lib_shape(const op_shape *s, uint64_t *dims)
     return 4;
 }
 
-/* m x n x k: tails in every dimension, several groups; the CPU block, a
- * KN-friendly block, staged tiles and the matrix-vector shape (NK; a KN
- * call runs the tiled kernel). Traffic: one staged work-group covers the 4
+/* m x n x k: tails in every dimension, several groups, and 40 rows, which
+ * a GPU's defaults give the register-tiled structure; the CPU block, a
+ * KN-friendly block, staged tiles, the matrix-vector shape (NK; a KN
+ * call runs the tiled kernel) and register tiles. Traffic: one staged work-group covers the 4
  * x 32 output, so x and W leave global memory once, and bias, residual and
  * y once each: the minimum. */
 static const op_kernel_check linear_check = {
-    "7x37x45,1x20x33",
+    "7x37x45,1x20x33,40x20x17",
     "MB=4,NB=4,VEC=16,WGM=2,WGN=1,STAGE=0,KC=16,MV=0;"
     "MB=2,NB=2,VEC=4,WGM=2,WGN=3,STAGE=0,KC=16,MV=0;"
     "MB=2,NB=2,VEC=4,WGM=4,WGN=4,STAGE=1,KC=16,MV=0;"
-    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1",
+    "MB=2,NB=1,VEC=4,WGM=1,WGN=16,STAGE=0,KC=16,MV=1;"
+    "MB=4,NB=4,VEC=4,WGM=2,WGN=2,STAGE=3,KC=8,MV=0",
     "MB=2,NB=4,VEC=1,WGM=2,WGN=8,STAGE=1,KC=16,MV=0", "4x32x64", 1, 1};
 
 const op_desc op_linear = {

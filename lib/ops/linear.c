@@ -13,7 +13,11 @@
  * matrix-unit structure (f16 and bf16), reads MB x NB as a warp's 16 x 8
  * fragments and WGM x WGN as warps of 32 work-items; its instruction form
  * is the device's (OCLF_MMA: inline PTX on compute capability 8.0 and
- * newer, else the emulation, which only a forced STAGE 2 runs).
+ * newer, else the emulation, which only a forced STAGE 2 runs). STAGE 3,
+ * the register-tiled structure (every dtype, f32 arithmetic: the GPU
+ * default where no matrix unit serves), reads MB x NB as a work-item's
+ * tile of the product in registers (multiples of 4) and VEC as the width
+ * of its global loads.
  *
  * oclf_linear_q (op linear_q) runs the same kernels built with a quantized
  * W (OCLF_QW), dequantized at its load; its unfused path dequantizes a tile
@@ -35,7 +39,7 @@ static const oclf_param_spec lin_params[] = {
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"WGM", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
     {"WGN", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
-    {"STAGE", 0, 2, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 3, 0, OCLF_PARAM_DEFINE},
     {"KC", 4, 256, 0, OCLF_PARAM_DEFINE},
     {"MV", 0, 1, 0, OCLF_PARAM_DEFINE},
 };
@@ -89,6 +93,8 @@ static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
         return (2 * rows * lrow + (c->mma ? 0 : (uint64_t)c->wgm * c->wgn * (32 * 4 + 32 * 2))) * 4;
     }
     const uint64_t tm = (uint64_t)c->wgm * (uint64_t)c->mb, kc = (uint64_t)c->kc;
+    if (c->stage == 3) /* two buffers of KC rows of TM + 4 and TN + 4 floats */
+        return 2 * kc * (tm + 4 + (uint64_t)c->wgn * (uint64_t)c->nb + 4) * 4;
     const uint64_t tn = (uint64_t)c->wgn * (uint64_t)c->nb * (uint64_t)(wkn ? c->vec : 1);
     return (tm * (kc + 1) + (wkn ? kc * tn : tn * (kc + 1))) * 4;
 }
@@ -106,7 +112,8 @@ static void lin_geometry(const lin_cfg *c, int wkn, size_t *wgs, size_t *tm, siz
     /* the matrix-vector shape: WGM segments of NB columns each, MB rows */
     *tm = c->mv ? (size_t)c->mb : (size_t)c->wgm * (size_t)c->mb;
     *tn = c->mv ? (size_t)c->wgm * (size_t)c->nb
-                : (size_t)c->wgn * (size_t)c->nb * (size_t)(wkn ? c->vec : 1);
+                : (size_t)c->wgn * (size_t)c->nb *
+                      (size_t)(wkn && c->stage != 3 ? c->vec : 1);
 }
 
 static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, const oclf_shape *shape,
@@ -168,11 +175,21 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
             else
                 wgn = dev->simd_width > 64 ? 64 : dev->simd_width < 32 ? 32 : (int)dev->simd_width;
         } else {
-            mb = 2;
-            nb = 2;
+            /* The register-tiled structure (STAGE 3): 16 x 16 work-items
+             * of 8 x 8 accumulators (a tile of 128 x 128), K in chunks of 8
+             * in two buffers (17 KiB of local memory); below 128 rows 4 x 8
+             * (64 x 128), K in 16. Global loads of 4 elements (16 bytes of
+             * f32; 8 of f16 and bf16, whose 8-wide pieces took two more
+             * staging registers and spilled on gfx1100 with a bf16 KN W).
+             * What the GPU compilers make of them:
+             * docs/notes/2026-11-28-gemm-fp32.md. */
+            stage = 3;
+            mb = m >= 128 ? 8 : 4;
+            nb = 8;
+            kc = m >= 128 ? 8 : 16;
             vec = 4;
-            wgm = 8;
-            wgn = 8;
+            wgm = 16;
+            wgn = 16;
         }
         while ((size_t)(wgm * wgn) > dev->max_wgs && wgm > 1)
             wgm /= 2;
@@ -228,6 +245,20 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
     if (st != OCLF_SUCCESS)
         return st;
     const int mma = v[P_STAGE] == 2;
+    if (v[P_STAGE] == 3) {
+        /* float4 local reads of a work-item's rows and columns */
+        if (v[P_MB] % 4 || v[P_NB] % 4)
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "kernel parameters MB = %lld and NB = %lld must be multiples of 4 "
+                             "(STAGE = 3)",
+                             (long long)v[P_MB], (long long)v[P_NB]);
+        if (wkn && (v[P_WGN] * v[P_NB]) % v[P_VEC])
+            return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                             "kernel parameter VEC = %lld does not divide the tile's %lld columns "
+                             "(STAGE = 3, KN)",
+                             (long long)v[P_VEC], (long long)(v[P_WGN] * v[P_NB]));
+        v[P_MV] = 0;
+    }
     if (mma) {
         /* warps of 32; 16-byte pieces of 8 elements; MV and VEC unused */
         if (dtype == OCLF_F32 || (q && q->fmt))
@@ -432,11 +463,13 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
             return l ? listed : st; /* the other layout's tile may not fit */
         size_t wgs, tm, tn;
         lin_geometry(&lc, l ? !wkn : wkn, &wgs, &tm, &tn);
-        /* the matrix-unit structure's 16-byte loads: its aligned build */
-        if (lc.stage == 2) {
+        /* the matrix-unit and register-tiled structures' 16-byte loads:
+         * their aligned builds */
+        if (lc.stage >= 2) {
             char defines[OCLF_DEFINES_MAX + 32];
             snprintf(defines, sizeof defines, "-DOCLF_PRO=0 %s", lc.defines);
-            oclf_list_aligned_variant(ctx, "linear.cl", dtype, -1, defines, 8);
+            oclf_list_aligned_variant(ctx, "linear.cl", dtype, -1, defines,
+                                      lc.stage == 2 ? 8 : lc.vec);
         }
         if (lc.mv && ctx->program_sink)
             (void)fused_program(ctx, dtype, 0, NULL, 0, &lc, 1, 0, &prog, &kernel);
@@ -557,9 +590,14 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
     oclf_program *prog;
     const char *kernel;
     /* x's and W's rows on 16-byte boundaries: the matrix-unit structure's
-     * aligned build, whose pieces are single 16-byte loads */
+     * aligned build, whose pieces are single 16-byte loads; the register-
+     * tiled structure's, whose VEC-wide pieces are single loads (a
+     * quantized W is read as bytes, whatever its alignment) */
     const oclf_operand ops[] = {c->x, c->w};
-    int aligned = cfg->stage == 2 && oclf_rows_aligned(8, ops, OCLF_NARGS(ops));
+    int aligned =
+        cfg->stage == 2   ? oclf_rows_aligned(8, ops, OCLF_NARGS(ops))
+        : cfg->stage == 3 ? oclf_rows_aligned(cfg->vec, ops, c->q.fmt ? 1 : OCLF_NARGS(ops))
+                          : 0;
     /* The matrix-vector shape's: x's pieces (VEC elements) and W's units
      * (VEC elements; a quantized W's 16 bytes) start on their own size, so
      * each is one load; else the element-aligned build. A GGUF W is read
