@@ -80,17 +80,15 @@ static int decode_tpk(const oclf_context *ctx, oclf_dtype dtype, size_t d, int w
 }
 
 /* Local memory of the decode structure (cl/attention_decode.cl): the rows'
- * queries, the local-memory reduction's QR floats a work-item, or the
+ * queries, then the local-memory reduction's QR floats a work-item or the
  * merge's state of each key slot (its max, sum and accumulator), whichever
- * is largest. */
+ * is larger. */
 static size_t decode_bytes(int wgs, int qr, int tpk, int ke, size_t d)
 {
     const size_t slots = (size_t)(wgs / tpk), units = (d + (size_t)ke - 1) / (size_t)ke;
     const size_t dpu = (units + (size_t)tpk - 1) / (size_t)tpk * (size_t)tpk * (size_t)ke;
     const size_t red = (size_t)qr * (size_t)wgs, merge = slots * (dpu + 2);
-    size_t n = red > merge ? red : merge;
-    n = (size_t)qr * dpu > n ? (size_t)qr * dpu : n;
-    return n * sizeof(float);
+    return ((size_t)qr * dpu + (red > merge ? red : merge)) * sizeof(float);
 }
 
 static size_t cfg_local_bytes(const attn_cfg *c, size_t d)
@@ -505,15 +503,22 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                          "%s: %zu blocks of queries x %zu sequences x %zu KV heads x %zu "
                          "partitions exceed the launch range",
                          c->op, nqb, c->batch, c->hk, nparts);
-    /* The decode structure's aligned build: every 16-byte unit of K and V
-     * starts on 16 bytes (the offsets, strides and head dim in units). */
-    const oclf_operand kv[] = {c->k.op, c->v.op,
+    /* The decode structure's aligned build: every 16-byte unit of K, V and
+     * the output starts on 16 bytes (the offsets, strides and head dim in
+     * units). */
+    const oclf_operand kv[] = {c->k.op, c->v.op, c->o.op,
                                {c->k.op.mem, c->k.hs, c->k.hs, 0, 0},
                                {c->v.op.mem, c->v.hs, c->v.hs, 0, 0},
+                               {c->o.op.mem, c->o.hs, c->o.hs, 0, 0},
                                {c->k.op.mem, c->d, c->d, 0, 0}};
-    const int aligned = cfg->stage == 2 && oclf_rows_aligned(cfg->ke, kv, 5);
+    const int aligned = cfg->stage == 2 && oclf_rows_aligned(cfg->ke, kv, 7);
+    /* The decode structure compiles dropout in only where it is asked for:
+     * its generator's registers would cost every other call occupancy. */
+    char defines[OCLF_DEFINES_MAX + 16];
+    snprintf(defines, sizeof defines, "%s%s", cfg->defines,
+             cfg->stage == 2 && c->has_drop ? " -DOCLF_DROP=1" : "");
     oclf_program *prog;
-    oclf_status st = attn_program_aligned(ctx, c->dtype, cfg->defines, aligned, &prog);
+    oclf_status st = attn_program_aligned(ctx, c->dtype, defines, aligned, &prog);
     if (st != OCLF_SUCCESS)
         return st;
     const char *kname = cfg->stage == 2 ? "attention_decode" : "attention_fused";
@@ -559,7 +564,7 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                     OCLF_ARG(pom),         OCLF_ARG(plm),   OCLF_ARG(c->drop_p), OCLF_ARG(seed),
                     OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(cfg_local_bytes(cfg, c->d)),
-                    OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)(cfg->wgs / cfg->tpk)
+                    OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)cfg->wgs
                                     : c->paged && cfg->stage == 1 ? (size_t)cfg->bk : 1) *
                                    sizeof(cl_long))};
     if (nparts == 1) {
