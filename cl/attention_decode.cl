@@ -90,12 +90,11 @@ static inline float8 dec_widen_unit(uint4 w)
 /* Elements [e0, e0 + DEC_KE) of the head at element `off`, zeros past the
  * head dim: for a whole unit one 16-byte load in the aligned build (the
  * host checked that every unit of K and V starts on 16 bytes), else
- * (`elem`: the query, whose rows the host does not check) an
- * element-aligned vector load; a partial unit element by element. The
- * choice is made by the preprocessor or a constant argument after
- * inlining: where both loads sit in one function under a run-time
- * condition, the optimizer merges them into one load of the weaker
- * alignment, which NVIDIA's back end splits. */
+ * (and always for the query, whose rows the host does not check: the
+ * `_elem` forms) an element-aligned vector load; a partial unit element by
+ * element. The preprocessor makes the choice, not a run-time flag: where
+ * both loads sat in one function under a flag, the optimizer merged them
+ * into one load of the weaker alignment, which NVIDIA's back end split. */
 static inline dec_unit dec_load_whole(global const stor_t *p, ulong at)
 {
 #if OCLF_ALIGNED && OCLF_DTYPE == 0
