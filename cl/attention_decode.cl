@@ -9,21 +9,23 @@
  * work-items share a key, each loading 16 bytes of its head a step (a
  * unit: 4 f32 or 8 16-bit elements; DEC_NC units where the head is wider
  * than OCLF_TPK units), so a group has OCLF_WGS / OCLF_TPK keys (slots) in
- * flight. Each work-item keeps its slice of every row's query in
- * registers and scores every key it loads against all of them: each K and
- * V byte is read once per group. A key's partial dot products are summed
+ * flight. Each work-item scores every key it loads against its slice of
+ * every row's query (kept in local memory, where it costs no registers):
+ * each K and V byte is read once per group. A key's partial dot products are summed
  * across its work-items (cl/subgroup.h: sub-group shuffles where the
  * device has them, else local memory); each slot keeps its own running
  * max, sum and accumulator per row (online softmax in registers), and the
  * slots merge once, at the end, through local memory. K and V are never
  * staged in local memory.
  *
- * `stage` holds max(OCLF_QR x DEC_DPU, OCLF_QR x OCLF_WGS, DEC_KS x
- * (DEC_DPU + 2)) floats: the rows' queries as the first slot read them,
- * the local-memory reduction's scratch, then the merge's per-slot state;
- * `ltok` 4 + 2 DEC_KS longs: the sequence's extent and each step's key
- * slots, read from global memory by one work-item for all (block ids and
- * lengths are the same for every work-item of a key).
+ * `stage` holds OCLF_QR x DEC_DPU + max(OCLF_QR x OCLF_WGS, DEC_KS x
+ * (DEC_DPU + 2)) floats: the rows' queries as the first slot read them
+ * (read back at every key), then the local-memory reduction's scratch or
+ * the merge's per-slot state;
+ * `ltok` 4 + 2 OCLF_WGS longs: the sequence's extent, read from global
+ * memory by one work-item for all, and where a chunk of keys' K and V rows
+ * start, each key's resolved by one work-item for the slot's work-items
+ * (block ids are the same for every work-item of a key).
  */
 #include "subgroup.h"
 
@@ -35,6 +37,9 @@
 #endif
 #ifndef OCLF_HD
 #define OCLF_HD 128 /* head dim, compiled in */
+#endif
+#ifndef OCLF_DROP
+#define OCLF_DROP 0 /* 1: dropout compiled in (then has_drop decides); 0: has_drop is ignored */
 #endif
 
 #if OCLF_DTYPE == 0
@@ -61,48 +66,59 @@ static inline float dec_hsum(dec_unit v)
 }
 
 #if OCLF_DTYPE != 0
-/* A unit of 16-bit elements as four 32-bit words (element 2i in the low
- * half of word i) widened to f32 in integer operations on the words:
- * converting the eight 16-bit lanes instead (vload_half of a private copy,
- * or a widening of ushort8) let a GPU compiler split the unit's one 16-byte
- * load into eight 2-byte loads (sm_90). f16 exactly: normals by their
- * fields, zeros and subnormals as m 2^-24, infinities and NaNs. */
-static inline float4 dec_widen_words(uint4 h)
-{
-#if OCLF_DTYPE == 1
-    const uint4 e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    uint4 bits = select(((e + 112u) << 23) | (m << 13), 0x7f800000u | (m << 13), e == 31u);
-    bits = select(bits, as_uint4(convert_float4(m) * 0x1p-24f), e == 0u);
-    return as_float4(bits | ((h & 0x8000u) << 16));
-#else
-    return as_float4(h << 16);
-#endif
-}
-
+/* A unit of 16-bit elements loaded as four 32-bit words (element 2i in the
+ * low half of word i), widened to f32 without taking the words apart into
+ * 16-bit lanes in the code the optimizer sees: a word masked or shifted
+ * down to its low half, or a 16-bit vector, lets it split the one 16-byte
+ * load into 16-bit ones (sm_90). f16: the converting load of a private
+ * copy of the words (exact: subnormals, infinities and NaNs included);
+ * bf16: each element moved to (or kept in) its word's high half, which is
+ * its f32. */
 static inline float8 dec_widen_unit(uint4 w)
 {
-    const float4 lo = dec_widen_words(w & 0xffffu), hi = dec_widen_words(w >> 16);
+#if OCLF_DTYPE == 1
+    uint t[4];
+    vstore4(w, 0, t);
+    return vload_half8(0, (const private half *)t);
+#else
+    const float4 lo = as_float4(w << 16), hi = as_float4(w & 0xffff0000u);
     return (float8)(lo.s0, hi.s0, lo.s1, hi.s1, lo.s2, hi.s2, lo.s3, hi.s3);
+#endif
 }
 #endif
 
 /* Elements [e0, e0 + DEC_KE) of the head at element `off`, zeros past the
- * head dim: one 16-byte load where the unit is whole and `aligned` (the
- * host checked that every unit starts on 16 bytes: the aligned build),
- * else an element-aligned vector load or, for a partial unit, element by
- * element. */
-static inline dec_unit dec_load(global const stor_t *p, ulong off, uint e0, int aligned)
+ * head dim: for a whole unit one 16-byte load in the aligned build (the
+ * host checked that every unit of K and V starts on 16 bytes), else
+ * (and always for the query, whose rows the host does not check: the
+ * `_elem` forms) an element-aligned vector load; a partial unit element by
+ * element. The preprocessor makes the choice, not a run-time flag: where
+ * both loads sat in one function under a flag, the optimizer merged them
+ * into one load of the weaker alignment, which NVIDIA's back end split. */
+static inline dec_unit dec_load_whole(global const stor_t *p, ulong at)
 {
-    if (e0 >= OCLF_HD)
-        return (dec_unit)(0.0f);
-    if (e0 + DEC_KE <= OCLF_HD) {
-#if OCLF_DTYPE == 0
-        return aligned ? *(global const float4 *)(p + off + e0) : LDFV(4, p + off + e0);
+#if OCLF_ALIGNED && OCLF_DTYPE == 0
+    return *(global const float4 *)(p + at);
+#elif OCLF_ALIGNED
+    return dec_widen_unit(*(global const uint4 *)(p + at));
+#elif OCLF_DTYPE == 0
+    return LDFV(4, p + at);
 #else
-        return dec_widen_unit(aligned ? *(global const uint4 *)(p + off + e0)
-                                      : as_uint4(LD16V(8, p + off + e0)));
+    return dec_widen_unit(as_uint4(LD16V(8, p + at)));
 #endif
-    }
+}
+
+static inline dec_unit dec_load_whole_elem(global const stor_t *p, ulong at)
+{
+#if OCLF_DTYPE == 0
+    return LDFV(4, p + at);
+#else
+    return dec_widen_unit(as_uint4(LD16V(8, p + at)));
+#endif
+}
+
+static inline dec_unit dec_load_part(global const stor_t *p, ulong off, uint e0)
+{
 #if OCLF_HD % DEC_KE
     /* (a head dim of whole units never gets here: e0 is a multiple of one) */
     float t[DEC_KE];
@@ -115,15 +131,38 @@ static inline dec_unit dec_load(global const stor_t *p, ulong off, uint e0, int 
 #endif
 }
 
-/* A work-item's units of one head (unit c: elements from
+static inline dec_unit dec_load(global const stor_t *p, ulong off, uint e0)
+{
+    if (e0 >= OCLF_HD)
+        return (dec_unit)(0.0f);
+    return e0 + DEC_KE <= OCLF_HD ? dec_load_whole(p, off + e0) : dec_load_part(p, off, e0);
+}
+
+static inline dec_unit dec_load_elem(global const stor_t *p, ulong off, uint e0)
+{
+    if (e0 >= OCLF_HD)
+        return (dec_unit)(0.0f);
+    return e0 + DEC_KE <= OCLF_HD ? dec_load_whole_elem(p, off + e0)
+                                  : dec_load_part(p, off, e0);
+}
+
+/* A work-item's units of one head of K or V (unit c: elements from
  * (c OCLF_TPK + lane) DEC_KE, so neighbouring work-items read neighbouring
  * 16 bytes), zeros where `row` is -1 (a key not read). */
-static inline void dec_load_head(dec_unit u[DEC_NC], global const stor_t *p, long row, uint lane,
-                                 int aligned)
+static inline void dec_load_head(dec_unit u[DEC_NC], global const stor_t *p, long row, uint lane)
 {
     _Pragma("unroll")
     for (uint c = 0; c < DEC_NC; c++)
-        u[c] = row >= 0 ? dec_load(p, (ulong)row, (c * OCLF_TPK + lane) * DEC_KE, aligned)
+        u[c] = row >= 0 ? dec_load(p, (ulong)row, (c * OCLF_TPK + lane) * DEC_KE)
+                        : (dec_unit)(0.0f);
+}
+
+/* The same for a query row, element-aligned. */
+static inline void dec_load_query(dec_unit u[DEC_NC], global const stor_t *p, long row, uint lane)
+{
+    _Pragma("unroll")
+    for (uint c = 0; c < DEC_NC; c++)
+        u[c] = row >= 0 ? dec_load_elem(p, (ulong)row, (c * OCLF_TPK + lane) * DEC_KE)
                         : (dec_unit)(0.0f);
 }
 
@@ -142,16 +181,19 @@ static inline long dec_key_token(uint j, long ks, global const int *bt, ulong bt
 #endif
 }
 
-/* This work-item's share of each row's dot product with one key. */
-static inline void dec_score(float s[OCLF_QR], const dec_unit qv[OCLF_QR][DEC_NC],
+/* This work-item's share of each row's dot product with one key, the
+ * rows' queries read from local memory (`lq`: DEC_DPU floats a row, each
+ * unit aligned to its size). */
+static inline void dec_score(float s[OCLF_QR], local const float *lq, uint lane,
                              const dec_unit kv[DEC_NC])
 {
     _Pragma("unroll")
     for (uint r = 0; r < OCLF_QR; r++) {
-        dec_unit dv = qv[r][0] * kv[0];
+        local const dec_unit *qr = (local const dec_unit *)(lq + r * DEC_DPU) + lane;
+        dec_unit dv = qr[0] * kv[0];
         _Pragma("unroll")
         for (uint c = 1; c < DEC_NC; c++)
-            dv = fma(qv[r][c], kv[c], dv);
+            dv = fma(qr[c * OCLF_TPK], kv[c], dv);
         s[r] = dec_hsum(dv);
     }
 }
@@ -182,7 +224,7 @@ static inline void dec_accumulate(float m[OCLF_QR], float l[OCLF_QR],
     if (bm == -INFINITY)
         return;
     dec_unit vv[DEC_NC];
-    dec_load_head(vv, v, vrow, lane, OCLF_ALIGNED);
+    dec_load_head(vv, v, vrow, lane);
     _Pragma("unroll")
     for (uint r = 0; r < OCLF_QR; r++) {
         if (x[r] == -INFINITY)
@@ -201,7 +243,7 @@ static inline void dec_accumulate(float m[OCLF_QR], float l[OCLF_QR],
             pk = exp(x[r] - m[r]);
         }
         l[r] += pk;
-        if (has_drop)
+        if (OCLF_DROP && has_drop)
             pk = attn_drop(pk, drop_p, dscale, seed, doff, j, (ulong)(qs + rw[r].i), rw[r].h);
         _Pragma("unroll")
         for (uint c = 0; c < DEC_NC; c++)
@@ -209,10 +251,81 @@ static inline void dec_accumulate(float m[OCLF_QR], float l[OCLF_QR],
     }
 }
 
+/* The sum over the slots of the merged accumulators' n elements from
+ * element e (n 4 or DEC_KE; `la` holds DEC_DPU floats a slot, zeros past
+ * the head dim). */
+static inline float4 dec_slot_sum4(local const float *la, uint e)
+{
+    float4 u = (float4)(0.0f);
+    _Pragma("unroll")
+    for (uint s = 0; s < DEC_KS; s++)
+        u += vload4(0, la + s * DEC_DPU + e);
+    return u;
+}
+
+static inline dec_unit dec_slot_sum(local const float *la, uint e)
+{
+    dec_unit u = (dec_unit)(0.0f);
+    _Pragma("unroll")
+    for (uint s = 0; s < DEC_KS; s++)
+        u += OCLF_CAT(vload, DEC_KE)(0, la + s * DEC_DPU + e);
+    return u;
+}
+
+/* Four elements of a partial output row from element e (f32, rows of
+ * OCLF_HD in a buffer the library allocates): one aligned 16-byte store
+ * where the head dim is a multiple of four, so every group of four starts
+ * on 16 bytes; element by element past the head dim. */
+static inline void dec_store_partial(global float *p, ulong row, uint e, float4 u)
+{
+#if OCLF_HD % 4 == 0
+    *(global float4 *)(p + row * OCLF_HD + e) = u;
+#else
+    float t[4];
+    vstore4(u, 0, t);
+    _Pragma("unroll")
+    for (uint x = 0; x < 4; x++)
+        if (e + x < OCLF_HD)
+            p[row * OCLF_HD + e + x] = t[x];
+#endif
+}
+
+/* A unit of the output at element `at` (its first element e of the head):
+ * one 16-byte store in the aligned build (the host checked the output's
+ * rows too), 16-bit elements narrowed into 32-bit words (through 16-bit
+ * lanes NVIDIA's back end splits the store); element by element
+ * otherwise. */
+static inline void dec_store_out(global stor_t *o, ulong at, uint e, dec_unit u)
+{
+#if OCLF_ALIGNED
+    /* (a head dim of whole units: every unit is whole) */
+    if (OCLF_HD % DEC_KE == 0 || e + DEC_KE <= OCLF_HD) {
+#if OCLF_DTYPE == 0
+        *(global float4 *)(o + at) = u;
+#elif OCLF_DTYPE == 1
+        *(global uint4 *)(o + at) = as_uint4(NARROW_F16(8, u));
+#else
+        /* rounding as NARROW_BF16: even lanes into the low halves */
+        const uint8 b = as_uint8(u);
+        const uint8 r = select(b + 0x7fffu + ((b >> 16) & 1u), b | 0x00400000u, u != u) >> 16;
+        *(global uint4 *)(o + at) = r.even | (r.odd << 16);
+#endif
+        return;
+    }
+#endif
+    float t[DEC_KE];
+    OCLF_CAT(vstore, DEC_KE)(u, 0, t);
+    _Pragma("unroll")
+    for (uint x = 0; x < DEC_KE; x++)
+        if (e + x < OCLF_HD)
+            ST(o, at + x, t[x]);
+}
+
 /* Row r's slots merged through local memory (every work-item calls it;
- * it has barriers), then written by the first slot's work-items: the
- * partition's normalized share and LSE with a split, else the output with
- * the sink added and the LSE. */
+ * it has barriers), then written: the partition's normalized share and
+ * LSE with a split, else the output with the sink added and the LSE. The
+ * writes go to consecutive work-items, 16 consecutive bytes each, so a
+ * sub-group's stores cover whole rows rather than every other 16 bytes. */
 static inline void dec_finish(float m, float l, const dec_unit acc[DEC_NC], dec_row rw,
                               uint lid, long t, uint hq, uint p, uint nparts, uint total_q,
                               global float *pout, global float *plse, global const float *sinks,
@@ -237,34 +350,20 @@ static inline void dec_finish(float m, float l, const dec_unit acc[DEC_NC], dec_
     for (uint c = 0; c < DEC_NC; c++)
         OCLF_CAT(vstore, DEC_KE)(acc[c] * w, 0, la + slot * DEC_DPU + (c * OCLF_TPK + lane) * DEC_KE);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (slot != 0 || !rw.active)
+    if (!rw.active)
         return;
     float ls = 0.0f;
     _Pragma("unroll")
     for (uint s = 0; s < DEC_KS; s++)
         ls += ll[s];
-    dec_unit out[DEC_NC];
-    _Pragma("unroll")
-    for (uint c = 0; c < DEC_NC; c++) {
-        out[c] = (dec_unit)(0.0f);
-        _Pragma("unroll")
-        for (uint s = 0; s < DEC_KS; s++)
-            out[c] += OCLF_CAT(vload, DEC_KE)(0, la + s * DEC_DPU + (c * OCLF_TPK + lane) * DEC_KE);
-    }
     const uint h = rw.h;
     if (nparts > 1) {
         const ulong row = ((ulong)p * total_q + (ulong)t) * hq + h;
         const float pinv = ls > 0.0f ? 1.0f / ls : 0.0f;
         _Pragma("unroll")
-        for (uint c = 0; c < DEC_NC; c++) {
-            float e[DEC_KE];
-            OCLF_CAT(vstore, DEC_KE)(out[c] * pinv, 0, e);
-            const uint e0 = (c * OCLF_TPK + lane) * DEC_KE;
-            _Pragma("unroll")
-            for (uint x = 0; x < DEC_KE && e0 + x < OCLF_HD; x++)
-                pout[row * OCLF_HD + e0 + x] = e[x];
-        }
-        if (lane == 0)
+        for (uint e = lid * 4; e < OCLF_HD; e += OCLF_WGS * 4)
+            dec_store_partial(pout, row, e, dec_slot_sum4(la, e) * pinv);
+        if (lid == 0)
             plse[row] = ls > 0.0f ? mm + log(ls) : -INFINITY;
         return;
     }
@@ -278,15 +377,9 @@ static inline void dec_finish(float m, float l, const dec_unit acc[DEC_NC], dec_
     const float inv = ls > 0.0f ? cm / ls : 0.0f;
     const ulong orow = oo + (ulong)t * ots + h * ohs;
     _Pragma("unroll")
-    for (uint c = 0; c < DEC_NC; c++) {
-        float e[DEC_KE];
-        OCLF_CAT(vstore, DEC_KE)(out[c] * inv, 0, e);
-        const uint e0 = (c * OCLF_TPK + lane) * DEC_KE;
-        _Pragma("unroll")
-        for (uint x = 0; x < DEC_KE && e0 + x < OCLF_HD; x++)
-            ST(o, orow + e0 + x, e[x]);
-    }
-    if (has_lse && lane == 0)
+    for (uint e = lid * DEC_KE; e < OCLF_HD; e += OCLF_WGS * DEC_KE)
+        dec_store_out(o, orow + e, e, dec_slot_sum(la, e) * inv);
+    if (has_lse && lid == 0)
         lse[lso + h * lss + (ulong)t] = ls > 0.0f ? mm + log(ls) : -INFINITY;
 }
 
@@ -334,7 +427,14 @@ attention_decode(ATTENTION_KERNEL_ARGS)
     attn_key_range(i0, i1, sk, shift, left, right, nparts, p, part, &jlo, &jhi);
 
     dec_row rw[OCLF_QR];
-    dec_unit qv[OCLF_QR][DEC_NC], acc[OCLF_QR][DEC_NC];
+    dec_unit qv[DEC_NC], acc[OCLF_QR][DEC_NC];
+    /* the rows' queries stay in local memory for the whole loop, read
+     * back at each key (registers for them cost the occupancy), and the
+     * reductions and the merge get the rest */
+    local float *lq = stage, *scratch = stage + OCLF_QR * DEC_DPU;
+    /* for a chunk of keys, where each key's K row starts (-1: not read),
+     * then its V row */
+    local long *ltab = ltok + 4;
     float m[OCLF_QR], l[OCLF_QR];
     _Pragma("unroll")
     for (uint r = 0; r < OCLF_QR; r++) {
@@ -348,53 +448,54 @@ attention_decode(ATTENTION_KERNEL_ARGS)
         const long qrow = rw[r].active && slot == 0
                               ? (long)(qo + (ulong)(qs + rw[r].i) * qts + rw[r].h * qhs)
                               : -1;
-        dec_load_head(qv[r], q, qrow, lane, 0);
+        dec_load_query(qv, q, qrow, lane);
         _Pragma("unroll")
         for (uint c = 0; c < DEC_NC; c++) {
             if (slot == 0)
-                OCLF_CAT(vstore, DEC_KE)(qv[r][c], 0, stage + r * DEC_DPU + (c * OCLF_TPK + lane) * DEC_KE);
+                *(local dec_unit *)(lq + r * DEC_DPU + (c * OCLF_TPK + lane) * DEC_KE) = qv[c];
             acc[r][c] = (dec_unit)(0.0f);
         }
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    _Pragma("unroll")
-    for (uint r = 0; r < OCLF_QR; r++)
-        _Pragma("unroll")
-        for (uint c = 0; c < DEC_NC; c++)
-            qv[r][c] = OCLF_CAT(vload, DEC_KE)(0, stage + r * DEC_DPU + (c * OCLF_TPK + lane) * DEC_KE);
-    /* (the reductions below reuse `stage`) */
-    barrier(CLK_LOCAL_MEM_FENCE);
     const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
     const ulong khead = kh * khs, vhead = kh * vhs;
-    for (long j0 = jlo; j0 <= jhi; j0 += DEC_KS) {
-        const long j = j0 + slot;
-        /* each key's slot, resolved once for its work-items, in one of two
-         * halves in turn: the barrier of the next step orders this step's
-         * reads before the next write to the same half */
-        local long *lt = ltok + 4 + (((j0 - jlo) / DEC_KS) & 1) * DEC_KS;
-        if (lane == 0)
-            lt[slot] = j <= jhi ? dec_key_token((uint)j, ks, bt, btrow, bs, nblk) : -1;
+    /* Chunks of OCLF_WGS keys: each work-item resolves one key of the
+     * chunk to where its K and V rows start (the block table read once a
+     * key, and the 64-bit address arithmetic done, outside the loop that
+     * reads K and V), then the slots step through the chunk. Key indices
+     * stay below 2^31 (the host checks). */
+    for (long cl0 = jlo; cl0 <= jhi; cl0 += OCLF_WGS) {
+        const uint c0 = (uint)cl0;
+        /* (the previous chunk's reads of ltab are done) */
         barrier(CLK_LOCAL_MEM_FENCE);
-        const long tok = lt[slot];
-        dec_unit kv[DEC_NC];
-        dec_load_head(kv, k, tok >= 0 ? (long)(ko + (ulong)tok * kts + khead) : -1, lane,
-                      OCLF_ALIGNED);
-        float x[OCLF_QR];
-        dec_score(x, qv, kv);
-        oclf_seg_sum_n(x, OCLF_QR, OCLF_TPK, lid, OCLF_WGS, stage);
-        _Pragma("unroll")
-        for (uint r = 0; r < OCLF_QR; r++)
-            x[r] = tok >= 0 && rw[r].active ? attn_score(scale * x[r], j, rw[r].i + shift, left,
-                                                         right, cap, rw[r].slope)
-                                            : -INFINITY;
-        dec_accumulate(m, l, acc, x, v, tok >= 0 ? (long)(vo + (ulong)tok * vts + vhead) : -1,
-                       lane, rw, j, qs, drop_p, dscale, seed, doff, has_drop);
+        const long tk = cl0 + lid <= jhi ? dec_key_token(c0 + lid, ks, bt, btrow, bs, nblk) : -1;
+        ltab[lid] = tk >= 0 ? (long)(ko + (ulong)tk * kts + khead) : -1;
+        ltab[OCLF_WGS + lid] = tk >= 0 ? (long)(vo + (ulong)tk * vts + vhead) : -1;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* (one key a slot in flight: unrolled, the loop's registers cost
+         * occupancy) */
+        _Pragma("unroll 1")
+        for (uint j1 = slot; j1 < OCLF_WGS; j1 += DEC_KS) {
+            const long krow = ltab[j1], j = (long)(c0 + j1);
+            dec_unit kv[DEC_NC];
+            dec_load_head(kv, k, krow, lane);
+            float x[OCLF_QR];
+            dec_score(x, lq, lane, kv);
+            oclf_seg_sum_n(x, OCLF_QR, OCLF_TPK, lid, OCLF_WGS, scratch);
+            _Pragma("unroll")
+            for (uint r = 0; r < OCLF_QR; r++)
+                x[r] = krow >= 0 && rw[r].active ? attn_score(scale * x[r], j, rw[r].i + shift,
+                                                              left, right, cap, rw[r].slope)
+                                                 : -INFINITY;
+            dec_accumulate(m, l, acc, x, v, ltab[OCLF_WGS + j1], lane, rw, j, qs, drop_p,
+                           dscale, seed, doff, has_drop);
+        }
     }
     _Pragma("unroll")
     for (uint r = 0; r < OCLF_QR; r++)
         dec_finish(m[r], l[r], acc[r], rw[r], lid, qs + rw[r].i, hk * grp, p, nparts, total_q,
                    pout, plse, sinks, sio, has_sinks, o, oo, ots, ohs, lse, lso, lss, has_lse,
-                   stage);
+                   scratch);
 }

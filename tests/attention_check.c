@@ -3,17 +3,29 @@
 #include <math.h>
 #include <string.h>
 
-void attn_out_make(attn_out *r, oclf_dtype dt, size_t tq, size_t hq, size_t d)
+static void attn_out_layout(attn_out *r, oclf_dtype dt, size_t tq, size_t hq, size_t d,
+                            size_t ooff, size_t ohs, size_t ots)
 {
     memset(r, 0, sizeof *r);
     const size_t es = oclf_dtype_size(dt);
     r->dt = dt, r->tq = tq, r->hq = hq, r->d = d;
-    r->ohs = d + 1, r->ots = hq * r->ohs + 2, r->ooff = 5, r->on = r->ooff + tq * r->ots + 1;
+    r->ohs = ohs, r->ots = ots, r->ooff = ooff, r->on = r->ooff + tq * r->ots + 1;
     r->ho = th_random(dt, r->on, 5, 6);
     r->mo = th_upload(r->ho, r->on * es);
     r->loff = 2, r->lst = tq + 3, r->ln = r->loff + hq * r->lst + 1;
     r->hl = th_random(OCLF_F32, r->ln, 7, 8);
     r->ml = th_upload(r->hl, r->ln * 4);
+}
+
+void attn_out_make(attn_out *r, oclf_dtype dt, size_t tq, size_t hq, size_t d)
+{
+    attn_out_layout(r, dt, tq, hq, d, 5, d + 1, hq * (d + 1) + 2);
+}
+
+void attn_out_make_aligned(attn_out *r, oclf_dtype dt, size_t tq, size_t hq, size_t d)
+{
+    const size_t ohs = (d + 8 + 7) / 8 * 8;
+    attn_out_layout(r, dt, tq, hq, d, 8, ohs, hq * ohs + 8);
 }
 
 oclf_heads attn_out_heads(const attn_out *r)

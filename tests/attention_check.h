@@ -28,6 +28,9 @@ typedef struct attn_out {
 /* o and the LSE of tq tokens of hq heads of d elements, filled and
  * uploaded (o's host data first, then the LSE's: th_random's order). */
 void attn_out_make(attn_out *r, oclf_dtype dt, size_t tq, size_t hq, size_t d);
+/* The same with every head starting on 16 bytes (offset, strides and head
+ * stride multiples of 8 elements), gaps between heads kept. */
+void attn_out_make_aligned(attn_out *r, oclf_dtype dt, size_t tq, size_t hq, size_t d);
 /* o and the LSE as a call takes them. */
 oclf_heads attn_out_heads(const attn_out *r);
 oclf_buf attn_out_lse(const attn_out *r);

@@ -33,10 +33,10 @@ static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
 
 /* ---- the paged cache built on the host ---------------------------------- */
 
-/* 1: the cache's K and V planes start at element offsets that are
- * multiples of 8 (16 bytes for 16-bit elements), so a head dim that is a
- * multiple of the 16-byte unit lets the decode structure take its aligned
- * build; 0 (most cases): odd offsets. */
+/* 1: the cache's K and V planes and the output's rows start at element
+ * offsets that are multiples of 8 (16 bytes for 16-bit elements), so a
+ * head dim that is a multiple of the 16-byte unit lets the decode
+ * structure take its aligned build; 0 (most cases): odd offsets. */
 static int cache_aligned;
 /* A context that logs its launches for the case (th_build_log_context), or
  * NULL for the suite's. */
@@ -211,7 +211,12 @@ static void run_case(const pcase *c, attn_result *res)
     cl_mem mq = th_upload(hq_, qn * es);
     oclf_heads q = {{mq, qoff, qts}, hq, qhs};
     attn_out out;
-    attn_out_make(&out, dt, tq, hq, d);
+    /* (the decode structure's aligned build wants the output's rows on 16
+     * bytes too) */
+    if (cache_aligned)
+        attn_out_make_aligned(&out, dt, tq, hq, d);
+    else
+        attn_out_make(&out, dt, tq, hq, d);
     const oclf_heads o = attn_out_heads(&out);
     oclf_buf lse = attn_out_lse(&out);
     float *slopes = th_random(OCLF_F32, hq, 0.05f, 0.5f);

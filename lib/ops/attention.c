@@ -89,17 +89,15 @@ static int decode_tpk(const oclf_context *ctx, oclf_dtype dtype, size_t d, int w
 }
 
 /* Local memory of the decode structure (cl/attention_decode.cl): the rows'
- * queries, the local-memory reduction's QR floats a work-item, or the
+ * queries, then the local-memory reduction's QR floats a work-item or the
  * merge's state of each key slot (its max, sum and accumulator), whichever
- * is largest. */
+ * is larger. */
 static size_t decode_bytes(int wgs, int qr, int tpk, int ke, size_t d)
 {
     const size_t slots = (size_t)(wgs / tpk), units = (d + (size_t)ke - 1) / (size_t)ke;
     const size_t dpu = (units + (size_t)tpk - 1) / (size_t)tpk * (size_t)tpk * (size_t)ke;
     const size_t red = (size_t)qr * (size_t)wgs, merge = slots * (dpu + 2);
-    size_t n = red > merge ? red : merge;
-    n = (size_t)qr * dpu > n ? (size_t)qr * dpu : n;
-    return n * sizeof(float);
+    return ((size_t)qr * dpu + (red > merge ? red : merge)) * sizeof(float);
 }
 
 /* The matrix-unit structure keeps its query fragments in local memory
@@ -346,11 +344,15 @@ oclf_status oclf_attn_config(const oclf_context *ctx, oclf_dtype dtype, const oc
 
 /* The program's options: the configuration's, and for the matrix-unit
  * structure whether softcap or ALiBi (score) and dropout (drop) are
- * compiled in: the common build's tile loop holds neither. */
+ * compiled in: the common build's tile loop holds neither. The decode
+ * structure compiles dropout in only where a call asks for it: its
+ * generator's registers would cost every other call occupancy. */
 static void mma_defines(char *out, size_t n, const attn_cfg *cfg, int score, int drop)
 {
     if (cfg->stage == 3)
         snprintf(out, n, "%s -DOCLF_FA_SCORE=%d -DOCLF_FA_DROP=%d", cfg->defines, score, drop);
+    else if (cfg->stage == 2 && drop)
+        snprintf(out, n, "%s -DOCLF_DROP=1", cfg->defines);
     else
         snprintf(out, n, "%s", cfg->defines);
 }
@@ -643,13 +645,17 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                          "%s: %zu blocks of queries x %zu sequences x %zu KV heads x %zu "
                          "partitions exceed the launch range",
                          c->op, nqb, c->batch, c->hk, nparts);
-    /* The decode and matrix-unit structures' aligned build: every 16-byte unit of K and V
-     * starts on 16 bytes (the offsets, strides and head dim in units). */
+    /* The decode structure's aligned build: every 16-byte unit of K, V and
+     * the output starts on 16 bytes; the matrix-unit structure's: every
+     * unit of K and V (the offsets, strides and head dim in units). */
     const oclf_operand kv[] = {c->k.op, c->v.op,
                                {c->k.op.mem, c->k.hs, c->k.hs, 0, 0},
                                {c->v.op.mem, c->v.hs, c->v.hs, 0, 0},
-                               {c->k.op.mem, c->d, c->d, 0, 0}};
-    const int aligned = cfg->stage >= 2 && oclf_rows_aligned(cfg->ke, kv, 5);
+                               {c->k.op.mem, c->d, c->d, 0, 0},
+                               c->o.op,
+                               {c->o.op.mem, c->o.hs, c->o.hs, 0, 0}};
+    const int aligned = (cfg->stage == 2 && oclf_rows_aligned(cfg->ke, kv, 7)) ||
+                        (cfg->stage == 3 && oclf_rows_aligned(cfg->ke, kv, 5));
     oclf_program *prog;
     char defs[OCLF_DEFINES_MAX + 64];
     mma_defines(defs, sizeof defs, cfg, c->cap > 0.0f || c->has_alibi, c->has_drop);
@@ -701,7 +707,7 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                     OCLF_ARG(pom),         OCLF_ARG(plm),   OCLF_ARG(c->drop_p), OCLF_ARG(seed),
                     OCLF_ARG(doff),        OCLF_ARG(hd),
                     OCLF_ARG_LOCAL(cfg_local_bytes(cfg, c->d)),
-                    OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)(cfg->wgs / cfg->tpk)
+                    OCLF_ARG_LOCAL((cfg->stage == 2 ? 4 + 2 * (size_t)cfg->wgs
                                     : c->paged && (cfg->stage == 1 || cfg->stage == 3)
                                         ? (size_t)cfg->bk
                                         : 1) *
