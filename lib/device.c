@@ -242,6 +242,7 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
             CL_SUCCESS)
         cc = 0;
     subgroup_facts(o, wave, warp, cc);
+    o->gemm_staged = (o->type & CL_DEVICE_TYPE_GPU) && o->subgroup_intel;
     oclf_status st = apply_class_override(ctx, o);
     return st != OCLF_SUCCESS ? st : apply_kernel_wgs_cap(ctx, o);
 }

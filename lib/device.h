@@ -65,6 +65,12 @@ typedef struct oclf_device_info {
      * PTX (compute capability 8.0 or newer, from
      * cl_nv_device_attribute_query). OCLF_MATRIX_UNITS=0 clears it. */
     int mma;
+    /* The register-tiled GEMM (linear's STAGE 3) builds worse than the
+     * staged one: Intel's compiler (a GPU with cl_intel_subgroups) left no
+     * FMA-dense loop in it, 8-10% of FP32 peak by the GPU report against
+     * the staged structure's 12-25% (docs/notes/2026-11-28-gemm-fp32.md),
+     * so linear's heuristic keeps the staged tiles there. */
+    bool gemm_staged;
     /* How a kernel reduces across the work-items of a sub-group
      * (OCLF_SUBGROUP_FORM): 0 local memory and barriers (any device), 1
      * the sub-group shuffle functions of cl_khr_subgroup_shuffle or

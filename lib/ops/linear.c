@@ -174,6 +174,14 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
                 wgn = (int)dev->subgroup_width;
             else
                 wgn = dev->simd_width > 64 ? 64 : dev->simd_width < 32 ? 32 : (int)dev->simd_width;
+        } else if (dev->gemm_staged) {
+            /* where the register tile builds worse (lib/device.h): 8 x 8
+             * work-items of 2 x 2 blocks of float4, staged 32 of K at a time */
+            mb = 2;
+            nb = 2;
+            vec = 4;
+            wgm = 8;
+            wgn = 8;
         } else {
             /* The register-tiled structure (STAGE 3): 16 x 16 work-items
              * of 8 x 8 accumulators (a tile of 128 x 128), K in chunks of 8
