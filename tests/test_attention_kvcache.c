@@ -404,6 +404,32 @@ START_TEST(test_qk_cache_structures)
 }
 END_TEST
 
+/* The packed structure (STAGE 2: several heads per work-group), fused
+ * and unfused: head counts that fill whole passes of the group's segments
+ * (40 over 8) and ones that do not (6), an odd head_dim, groups of 1 to 3
+ * tokens ending short, positions out of range inside groups, 0 and 1
+ * tokens. */
+START_TEST(test_qk_cache_packed)
+{
+    const oclf_dtype dt = dtypes[_i];
+    const int vec = dt == OCLF_F32 ? 4 : 8;
+    /* tokens, nq, nkv, hd, rot, block, pad, WGS, ROWS */
+    static const size_t cases[][9] = {
+        {29, 4, 2, 80, 80, 16, 1, 64, 2}, {5, 32, 8, 128, 128, 16, 0, 64, 1},
+        {7, 3, 1, 37, 18, 1, 0, 32, 3},   {1, 2, 1, 128, 96, 16, 3, 32, 2},
+        {0, 2, 1, 80, 80, 16, 0, 64, 2},
+    };
+    for (int path = 0; path < 2; path++)
+        for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+            const size_t *c = cases[k];
+            oclf_choice ch = th_row_choice(path ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED, 1,
+                                           (int)c[7], vec, 2, (int)c[8]);
+            qkc_case q = {dt, c[0], c[1], c[2], c[3], c[4], c[5], c[6], (int)(k % 2), 1, &ch};
+            run_qkc(&q);
+        }
+}
+END_TEST
+
 /* ---- validation ----------------------------------------------------------- */
 
 /* A slot past the cache under `validate` is named and nothing runs; the
@@ -617,6 +643,10 @@ static Suite *kvcache_suite(void)
     tcase_add_loop_test(t, test_qk_cache_structures, 0, 3);
     tcase_add_test(t, test_validate);
     suite_add_tcase(s, t);
+    TCase *p = tcase_create("packed");
+    tcase_set_timeout(p, 0);
+    tcase_add_loop_test(p, test_qk_cache_packed, 0, 3);
+    suite_add_tcase(s, p);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);
