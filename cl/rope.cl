@@ -398,6 +398,7 @@ typedef float8 hfloatv;
 #endif
 #define PACKED_SEGMENTS (OCLF_WGS / OCLF_HLANES)
 #undef PACKED_NATIVE
+/* (the host refuses WGS below the sub-group width where there is a form) */
 #define PACKED_NATIVE (OCLF_SUBGROUP_FORM != 0 && OCLF_HLANES <= OCLF_SUBGROUP_WIDTH)
 #undef ROPE_KERNEL
 #define ROPE_KERNEL kernel OCLF_SUBGROUP_KERNEL

@@ -162,6 +162,12 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
                          "STAGE = 2: cos/sin rows of %zu floats for %lld tokens do not fit %llu "
                          "bytes of local memory",
                          rot, (long long)rpg, (unsigned long long)ctx->info.local_mem);
+    /* A segment's shuffles need every lane of its sub-group present. */
+    if (stage == 2 && ctx->info.subgroup_form != 0 &&
+        (size_t)cfg->row.wgs < ctx->info.subgroup_width)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "STAGE = 2 needs WGS of at least the sub-group width %u on this device",
+                         (unsigned)ctx->info.subgroup_width);
     if (stage == 1 && stage_bytes(hd, rot, (size_t)rpg) + (size_t)cfg->row.wgs * sizeof(float) >
                      ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
