@@ -781,7 +781,9 @@ ROPE_KERNEL void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
  * into the cache at their tokens' slots: the public kv_cache_write.
  * LAYOUT 0 a (token, head) item per work-item, LAYOUT 1 a work-group per
  * item with the head's vectors spread over its work-items (coalesced on a
- * GPU); the rope structures' other parameters do not apply. */
+ * GPU), and in the packed programs (STAGE 2) an item per segment of
+ * OCLF_HLANES work-items; the rope structures' other parameters do not
+ * apply. */
 kernel void kv_cache_write(global const stor_t *k, ulong ko, ulong kts, ulong khs,
                            global const stor_t *v, ulong vo, ulong vts, ulong vhs, uint heads,
                            uint hd, global const long *slots, ulong so, ulong nslots,
@@ -790,10 +792,15 @@ kernel void kv_cache_write(global const stor_t *k, ulong ko, ulong kts, ulong kh
 {
 #if OCLF_LAYOUT == 0
     const ulong item = get_global_id(0);
+    ROW_LANES;
+#elif OCLF_STAGE == 2
+    /* the packed programs: an item per segment */
+    const ulong item = (ulong)get_group_id(0) * PACKED_SEGMENTS + get_local_id(0) / OCLF_HLANES;
+    const uint lane = get_local_id(0) % OCLF_HLANES, nlanes = OCLF_HLANES;
 #else
     const ulong item = get_group_id(0);
-#endif
     ROW_LANES;
+#endif
     if (item >= tokens * heads)
         return;
     const ulong t = item / heads;

@@ -371,6 +371,7 @@ oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op, o
         return st;
     l->local = (size_t)cfg.row.wgs;
     l->layout = cfg.row.layout;
+    l->items = cfg.stage == 2 ? (size_t)(cfg.row.wgs / cfg.hlanes) : 1;
     if (heads != 0 && tokens > OCLF_MAX_LAUNCH_ITEMS / heads / l->local)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range", name,
                          tokens);
@@ -622,8 +623,9 @@ oclf_status oclf_rope_launch_cache_write(oclf_chain *ch, const char *op, oclf_pr
     if (items > OCLF_MAX_LAUNCH_ITEMS / l->local)
         return oclf_fail(ch->ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range", op,
                          tokens);
-    /* LAYOUT 0 an item per work-item, LAYOUT 1 a work-group per item */
-    const size_t global = l->layout == 0 ? oclf_round_up(items, l->local) : items * l->local;
+    /* LAYOUT 0 an item per work-item, LAYOUT 1 l->items per work-group */
+    const size_t global = l->layout == 0 ? oclf_round_up(items, l->local)
+                                         : (items + l->items - 1) / l->items * l->local;
     cl_ulong ntok = tokens;
     oclf_arg a[] = {OCLF_ARG(v->k),      OCLF_ARG(v->ko),    OCLF_ARG(v->kts), OCLF_ARG(v->khs),
                     OCLF_ARG(v->v),      OCLF_ARG(v->vo),    OCLF_ARG(v->vts), OCLF_ARG(v->vhs),
