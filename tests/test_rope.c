@@ -568,6 +568,17 @@ START_TEST(test_packed_default)
     qk_fused_vs_unfused(c);
     ck_assert_msg(th_built("rope.cl", "-DOCLF_STAGE=2 -DOCLF_HLANES=8", 1),
                   "no packed build of rope.cl:\n%s", th_builds());
+    /* LAYOUT 0 laid over that default (a record or a caller naming only
+     * the layout) takes the item structure rather than failing */
+    oclf_choice l0 = th_choice(OCLF_PATH_AUTO);
+    oclf_params_set(&l0.params, "LAYOUT", 0);
+    th_builds_clear();
+    qk_case c0 = {OCLF_BF16, OCLF_BF16, 1, 0, 0, 3, 4, 2, 2, 64, 64, 0, 1, &l0, 16};
+    qk_fused_vs_unfused(c0);
+    ck_assert_msg(th_built("rope.cl", "-DOCLF_LAYOUT=0", 1) &&
+                      !th_built("rope.cl", "-DOCLF_STAGE=2", 1) &&
+                      !th_built("rope.cl", "-DOCLF_STAGE=2", 0),
+                  "LAYOUT 0 over the packed default:\n%s", th_builds());
     (void)e;
     oclf_context_destroy(case_ctx);
     case_ctx = NULL;

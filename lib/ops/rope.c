@@ -146,6 +146,14 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
     oclf_status st = oclf_params_read(ctx, rope_params, OCLF_STAGED_ROW_NPARAMS, p, v);
     if (st != OCLF_SUCCESS)
         return st;
+    /* The packed structure is a LAYOUT 1 form and the GPU heuristic's
+     * default: LAYOUT 0 laid over it (a tuning record's or a caller's
+     * partial parameters) takes the item structure, a token per work-item,
+     * rather than failing on parameters the caller never set. */
+    if (v[OCLF_P_STAGE] == 2 && v[OCLF_P_LAYOUT] == 0) {
+        v[OCLF_P_STAGE] = 0;
+        v[OCLF_P_ROWS] = 1;
+    }
     const int64_t stage = v[OCLF_P_STAGE], rpg = v[OCLF_P_ROWS];
     cfg->row.layout = (int)v[OCLF_P_LAYOUT];
     cfg->row.wgs = (int)v[OCLF_P_WGS];
