@@ -24,6 +24,20 @@
  * staging, later passes re-read the row, which a CPU serves from its caches.
  */
 
+/* Row reductions (ROW_REDUCE) by sub-group shuffles where the device has
+ * them and a work-group spans whole sub-groups (cl/subgroup.h: a butterfly
+ * per sub-group, then its partial sums through local memory), else
+ * common.h's local-memory tree; the kernels then carry the sub-group width
+ * the shuffles were compiled for. */
+#if OCLF_LAYOUT == 1 && OCLF_SUBGROUP_FORM != 0 && OCLF_WGS >= OCLF_SUBGROUP_WIDTH
+#include "subgroup.h"
+#undef ROW_REDUCE
+#define ROW_REDUCE(v, scratch) oclf_group_sum((v), (scratch))
+#define ROW_KERNEL kernel OCLF_SUBGROUP_KERNEL
+#else
+#define ROW_KERNEL kernel
+#endif
+
 /* Copies this work-item's share of a vector into local memory. */
 #define STAGE_VECTOR(src, dst)                                                 \
     do {                                                                       \
@@ -245,7 +259,7 @@
         ROW_MOMENTS(MLOAD_V, MLOAD_S, MSTAGE_V, MSTAGE_S, 0.0f, 0, unused, ss);\
         NORM_APPLY(xr, yr, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));      \
     }
-kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
+ROW_KERNEL void rms_norm(global const stor_t *x, ulong xo, ulong xs,
                      global stor_t *y, ulong yo, ulong ys,
                      global const stor_t *w, ulong wo,
                      ulong rows, uint rpg, uint cols, float eps,
@@ -268,7 +282,7 @@ kernel void rms_norm(global const stor_t *x, ulong xo, ulong xs,
         ROW_MOMENTS(MADD_STORE_V, MADD_S, MSTAGE_V, MRES_S, 0.0f, 0, unused, ss);\
         NORM_APPLY(rr, ir, 0, 0.0f, 0.0f, rsqrt(ss / (float)cols + eps));      \
     }
-kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
+ROW_KERNEL void add_rms_norm(global stor_t *in, ulong io, ulong is,
                          global stor_t *res, ulong ro, ulong rs,
                          global const stor_t *w, ulong wo,
                          ulong rows, uint rpg, uint cols, float eps,
@@ -288,7 +302,7 @@ kernel void add_rms_norm(global stor_t *in, ulong io, ulong is,
         LN_STATS(mu0, dm, rstd);                                               \
         NORM_APPLY(xr, yr, 1, mu0, dm, rstd);                                  \
     }
-kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
+ROW_KERNEL void layer_norm(global const stor_t *x, ulong xo, ulong xs,
                        global stor_t *y, ulong yo, ulong ys,
                        global const stor_t *w, ulong wo,
                        global const stor_t *b, ulong bo,
@@ -311,7 +325,7 @@ kernel void layer_norm(global const stor_t *x, ulong xo, ulong xs,
         LN_FINISH(k, sum, sq, mu0, dm, rstd);                                  \
         NORM_APPLY(rr, yr, 1, mu0, dm, rstd);                                  \
     }
-kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
+ROW_KERNEL void add_layer_norm(global const stor_t *in, ulong io, ulong is,
                            global stor_t *res, ulong ro, ulong rs,
                            global stor_t *y, ulong yo, ulong ys,
                            global const stor_t *w, ulong wo,
@@ -326,7 +340,7 @@ kernel void add_layer_norm(global const stor_t *in, ulong io, ulong is,
 /* ---- unfused building blocks ------------------------------------------- */
 
 /* b <- round(a + b), row by row. */
-kernel void add_rows(global const stor_t *a, ulong ao, ulong as,
+ROW_KERNEL void add_rows(global const stor_t *a, ulong ao, ulong as,
                      global stor_t *b, ulong bo, ulong bs,
                      ulong rows, uint rpg, uint cols)
 {
@@ -345,7 +359,7 @@ kernel void add_rows(global const stor_t *a, ulong ao, ulong as,
  * when the branch is uniform, but a CPU runtime that cannot prove it may
  * drop rows (seen here as rows whose statistics were never written). */
 #define STATS_KERNEL(name, COMPUTE)                                            \
-    kernel void name(global const stor_t *x, ulong xo, ulong xs,               \
+    ROW_KERNEL void name(global const stor_t *x, ulong xo, ulong xs,           \
                      global float4 *stats, ulong rows, uint rpg, uint cols,    \
                      float eps, local float *stage, uint stage_flag)           \
     {                                                                          \
@@ -375,7 +389,7 @@ STATS_KERNEL(rms_stats, RMS_STATS_)
 STATS_KERNEL(ln_stats, LN_STATS_)
 
 /* y = ((x - mu0) - dm) * rstd * w + b with the row's stats from *_stats. */
-kernel void norm_apply(global const stor_t *x, ulong xo, ulong xs,
+ROW_KERNEL void norm_apply(global const stor_t *x, ulong xo, ulong xs,
                        global const float4 *stats,
                        global stor_t *y, ulong yo, ulong ys,
                        global const stor_t *w, ulong wo,

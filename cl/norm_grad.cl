@@ -30,6 +30,20 @@
  * (dm is 0 too, and xhat is x * rstd exactly).
  */
 
+/* Row reductions (ROW_REDUCE) by sub-group shuffles where the device has
+ * them and a work-group spans whole sub-groups (cl/subgroup.h: a butterfly
+ * per sub-group, then its partial sums through local memory), else
+ * common.h's local-memory tree; the kernels then carry the sub-group width
+ * the shuffles were compiled for. */
+#if OCLF_LAYOUT == 1 && OCLF_SUBGROUP_FORM != 0 && OCLF_WGS >= OCLF_SUBGROUP_WIDTH
+#include "subgroup.h"
+#undef ROW_REDUCE
+#define ROW_REDUCE(v, scratch) oclf_group_sum((v), (scratch))
+#define ROW_KERNEL kernel OCLF_SUBGROUP_KERNEL
+#else
+#define ROW_KERNEL kernel
+#endif
+
 /* Rows per chunk of the dw/db partials: lib/ops/norm_grad.c has the same
  * constant (NG_CHUNK_ROWS) for the partial buffer's size. */
 #define NG_CHUNK 32
@@ -232,7 +246,7 @@ static inline float4 ng_stats_means(global const stor_t *xr, global const stor_t
  * then the group takes the rows one after another, each lane the same
  * columns of every row, so it alone sums those columns' partials. */
 #define NG_FUSED_KERNEL(name, LN)                                              \
-    kernel void name(global const stor_t *x, ulong xo, ulong xs,               \
+    ROW_KERNEL void name(global const stor_t *x, ulong xo, ulong xs,           \
                      global const stor_t *dy, ulong dyo, ulong dys,            \
                      global const stor_t *w, ulong wo,                         \
                      global const stor_t *dres, ulong dro, ulong drs,          \
@@ -294,7 +308,7 @@ NG_FUSED_KERNEL(layer_norm_bwd, 1)
 
 /* dw[j] and db[j]: the chunk partials of column j added in chunk order
  * (none: 0). A work-item per column. */
-kernel void ng_reduce(global const float *part, ulong nch, uint cols,
+ROW_KERNEL void ng_reduce(global const float *part, ulong nch, uint cols,
                       global float *dw, ulong dwo, global float *db, ulong dbo)
 {
     const uint j = get_global_id(0);
@@ -318,7 +332,7 @@ kernel void ng_reduce(global const float *part, ulong nch, uint cols,
 
 /* stats[row] = ng_stats of the row, a work-item per row. */
 #define NG_STATS_KERNEL(name, LN)                                              \
-    kernel void name(global const stor_t *x, ulong xo, ulong xs,               \
+    ROW_KERNEL void name(global const stor_t *x, ulong xo, ulong xs,           \
                      global float4 *stats, ulong rows, uint cols, float eps)   \
     {                                                                          \
         const ulong row = get_global_id(0);                                    \
@@ -330,7 +344,7 @@ NG_STATS_KERNEL(ng_stats_ln, 1)
 
 /* The chunk partials of one column, a work-item per (chunk, column): the
  * same sums in the same order as the fused kernels. */
-kernel void ng_colpart(global const stor_t *x, ulong xo, ulong xs,
+ROW_KERNEL void ng_colpart(global const stor_t *x, ulong xo, ulong xs,
                        global const stor_t *dy, ulong dyo, ulong dys,
                        global const float4 *stats, global float *part,
                        uint want_w, uint want_b, ulong rows, uint cols)
@@ -358,7 +372,7 @@ kernel void ng_colpart(global const stor_t *x, ulong xo, ulong xs,
 
 /* dx alone, with the statistics from ng_stats_*: the row structure. */
 #define NG_DX_KERNEL(name, LN)                                                 \
-    kernel void name(global const stor_t *x, ulong xo, ulong xs,               \
+    ROW_KERNEL void name(global const stor_t *x, ulong xo, ulong xs,           \
                      global const stor_t *dy, ulong dyo, ulong dys,            \
                      global const stor_t *w, ulong wo,                         \
                      global const stor_t *dres, ulong dro, ulong drs,          \

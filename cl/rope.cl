@@ -208,7 +208,7 @@ typedef float8 hfloatv;
     do {                                                                       \
         float ss_;                                                             \
         HEAD_SUMSQ(hp, n, keep, ss_);                                          \
-        (out) = rsqrt(ROW_REDUCE(ss_, scratch) / (float)hd + eps);            \
+        (out) = rsqrt(HEAD_REDUCE(ss_) / (float)hd + eps);                    \
     } while (0)
 
 /* Position of token t; the int64 view is taken only when pos64 is set. */
@@ -242,6 +242,17 @@ typedef float8 hfloatv;
 #define OCLF_CACHE_WRITE 0
 #endif
 #define SKIPPED_HEADS(t, h0, h1) (void)0
+/* A head's sum of squares over the work-items that hold it; the packed
+ * structure reduces within a head's segment instead. */
+#define HEAD_REDUCE(v) ROW_REDUCE((v), scratch)
+/* Whether the (token, head) item of the body is a real one: the packed
+ * structure's last pass may have segments without a head. */
+#define HEAD_LIVE 1
+/* Kernel qualifiers: the packed structure's reductions may need the
+ * sub-group width they were compiled for. */
+#define ROPE_KERNEL kernel
+/* 1 where the packed structure reduces a head by sub-group shuffles. */
+#define PACKED_NATIVE 0
 
 /* ---- the two structures --------------------------------------------------
  * Each kernel is written once, over:
@@ -356,6 +367,108 @@ typedef float8 hfloatv;
 #define VLD(p, i) LDV(p, (i))
 #define SLD(p, i) LD(p, (i))
 
+#elif OCLF_STAGE == 2
+/* ---- packed structure: several heads per work-group (LAYOUT 1) -----------
+ * A work-group of OCLF_WGS work-items is OCLF_WGS / OCLF_HLANES segments of
+ * OCLF_HLANES consecutive work-items, a (token, head) item per segment at a
+ * time. The host sizes a segment to the head (about one vector pair of the
+ * rotation per work-item), so a head of 128 bf16 elements keeps 8 lanes busy
+ * on both the norm and the rotation, where a work-group per head left most
+ * of a warp or wavefront idle. The group takes `rpg` tokens, all their heads
+ * (token-major), in passes of one item per segment; the host picks rpg so
+ * that rpg x heads fills whole passes where it can. Only the last pass of a
+ * group may have segments without an item (HEAD_LIVE 0), and they run the
+ * body over 0 elements, so every work-item reaches every barrier.
+ *
+ * The group's cos/sin rows are staged once, as fp32, in `stage` (rpg rows of
+ * rot floats; a token outside the cache leaves its row unwritten and
+ * unread): each row is read from global memory once for all the heads of its
+ * token. A head's sum of squares is reduced within its segment: by sub-group
+ * shuffles where the device has them (cl/subgroup.h; segments are aligned
+ * to and no wider than the sub-group), else through local memory with a
+ * barrier per step, which every segment reaches together. Norm weights are
+ * read from global memory, where every head after the first finds them in
+ * cache. */
+#include "subgroup.h"
+#ifndef OCLF_HLANES
+#define OCLF_HLANES 8 /* work-items per head: a power of two dividing OCLF_WGS */
+#endif
+#if OCLF_LAYOUT != 1 || OCLF_WGS % OCLF_HLANES != 0
+#error "OCLF_STAGE 2 needs OCLF_LAYOUT 1 and OCLF_HLANES dividing OCLF_WGS"
+#endif
+#define PACKED_SEGMENTS (OCLF_WGS / OCLF_HLANES)
+#undef PACKED_NATIVE
+/* (the host refuses WGS below the sub-group width where there is a form) */
+#define PACKED_NATIVE (OCLF_SUBGROUP_FORM != 0 && OCLF_HLANES <= OCLF_SUBGROUP_WIDTH)
+#undef ROPE_KERNEL
+#define ROPE_KERNEL kernel OCLF_SUBGROUP_KERNEL
+#undef HEAD_REDUCE
+#define HEAD_REDUCE(v) oclf_seg_sum((v), OCLF_HLANES, lid_, OCLF_WGS, scratch)
+#undef HEAD_LIVE
+#define HEAD_LIVE live_
+
+/* The group's `ntok` cos/sin rows (tokens from t0) into `lcs` as fp32, all
+ * work-items sharing the work; rows of tokens outside the cache are left. */
+static inline void packed_stage_rows(local float *lcs, global const cstor_t *cache, ulong co,
+                                     ulong cs, global const int *pos, ulong po, uint pos64,
+                                     ulong max_pos, ulong t0, uint ntok, uint rot, uint lid)
+{
+    for (uint i = 0; i < ntok; i++) {
+        const ulong t = t0 + i;
+        const long p = TOKEN_POSITION(t);
+        if (p < 0 || (ulong)p >= max_pos)
+            continue;
+        global const cstor_t *const cr = cache + co + (ulong)p * cs;
+        local float *const lc = lcs + i * rot;
+        const uint lane = lid, nlanes = OCLF_WGS;
+        FOR_VEC_IN(j, 0, rot) STV_F(lc, j, CLOAD(OCLF_VEC, cr, j));
+        FOR_TAIL_IN(j, 0, rot) lc[j] = LDC(cr, j);
+    }
+}
+
+#define HEADS_PROLOGUE(wq, wk) HEADS_PROLOGUE_UNWEIGHTED
+#define HEADS_PROLOGUE_UNWEIGHTED                                              \
+    local float scratch[OCLF_WGS];                                             \
+    const uint lid_ = get_local_id(0);                                         \
+    const uint lane = lid_ % OCLF_HLANES, nlanes = OCLF_HLANES;                \
+    const uint seg_ = lid_ / OCLF_HLANES;                                      \
+    const ulong t0_ = (ulong)get_group_id(0) * rpg;                            \
+    const uint ntok_ = (uint)min((ulong)rpg, tokens - t0_);                    \
+    local float *const lcs = stage;                                            \
+    packed_stage_rows(lcs, cache, co, cs, pos, po, pos64, max_pos, t0_, ntok_, rot, lid_); \
+    barrier(CLK_LOCAL_MEM_FENCE)
+
+/* One pass per PACKED_SEGMENTS items; the pass count is the group's. */
+#define FOR_HEADS(nh)                                                          \
+    for (uint pass_ = 0, items_ = ntok_ * (uint)(nh); pass_ * PACKED_SEGMENTS < items_; pass_++) { \
+        const uint it_ = pass_ * PACKED_SEGMENTS + seg_;                       \
+        const int live_ = it_ < items_;                                        \
+        const uint ti_ = live_ ? it_ / (uint)(nh) : 0;                         \
+        const uint h = live_ ? it_ % (uint)(nh) : 0;                           \
+        const ulong t = t0_ + ti_;                                             \
+        const long p = TOKEN_POSITION(t);                                      \
+        const int in_cache = live_ && p >= 0 && (ulong)p < max_pos;            \
+        const uint trot = in_cache ? rot : 0, thd = in_cache ? hd : 0;         \
+        local const float *const lc = lcs + ti_ * rot;                         \
+        {
+#define END_HEADS                                                              \
+    }                                                                          \
+    }
+#define FOR_NORMED_HEADS FOR_HEADS
+#define CACHE_V CACHE_LV
+#define CACHE_S CACHE_LS
+
+/* Values and weights from global memory, 1 / rms from the segment. */
+#define QK_HEAD()                                                              \
+    global stor_t *hp = x + xo + t * ts + (ulong)h * hd;                       \
+    global const stor_t *wp = h < nq ? (qw ? qw + qwo : 0) : (kw ? kw + kwo : 0); \
+    float r;                                                                   \
+    HEAD_RSTD(hp, thd, (local float *)0, r);                                   \
+    global const stor_t *const hv = hp, *const wv = wp ? wp : hp;              \
+    const int has_w = wp != 0
+#define VLD(p, i) LDV(p, (i))
+#define SLD(p, i) LD(p, (i))
+
 #else
 /* ---- staged structure: a work-group per `rpg` tokens (LAYOUT 1) ----------
  * The group visits every head of its tokens, so what heads share leaves
@@ -455,7 +568,7 @@ typedef float8 hfloatv;
 
 /* q (nq heads) and k (nk heads, may be 0) rotated in place. Items are
  * (token, head) with the q heads first. */
-kernel void rotary_embedding(ROTARY_ARGS)
+ROPE_KERNEL void rotary_embedding(ROTARY_ARGS)
 {
     HEADS_PROLOGUE_UNWEIGHTED; /* no norm weights */
     FOR_HEADS(nq + nk) {
@@ -477,7 +590,7 @@ kernel void rotary_embedding(ROTARY_ARGS)
 /* Per-head RMSNorm of the nq Q and nk K heads of a packed qkv, in place:
  * the unfused path's first kernel. Tokens with a bad position are skipped
  * here too, so both paths leave them alone. */
-kernel void head_rms_norm(HEAD_NORM_ARGS)
+ROPE_KERNEL void head_rms_norm(HEAD_NORM_ARGS)
 {
     /* no cos/sin rows: nothing rotated, nothing of the cache read */
     const uint rot = 0;
@@ -611,14 +724,16 @@ static inline global stor_t *cache_put_head(global stor_t *x, ulong xo, ulong ts
  * storage in between), one store per element. With OCLF_CACHE_WRITE each K
  * head's rotated values are stored into the cache as well, and its V head
  * copied there, so the new keys are written once. */
-kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
+ROPE_KERNEL void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
 {
     HEADS_PROLOGUE(qw ? qw + qwo : 0, kw ? kw + kwo : 0);
     FOR_NORMED_HEADS(nq + nk) {
         QK_HEAD();
-#if OCLF_LAYOUT == 1
+#if OCLF_LAYOUT == 1 && !PACKED_NATIVE
         /* The rotation writes elements other work-items read for the sum
-         * of squares; the reduction's barriers fence local memory only. */
+         * of squares; the reduction's barriers fence local memory only.
+         * (Reduced by shuffles, every such read has already delivered its
+         * value into the sum the writing work-item waits for.) */
         barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
 #if OCLF_CACHE_WRITE
@@ -627,7 +742,8 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
          * and, for a K head with a slot, from the same value into the
          * cache. */
         global stor_t *const cp =
-            h < nq ? 0
+            h < nq || !HEAD_LIVE
+                   ? 0
                    : cache_put_head(x, xo, ts, nq, nk, hd, t, h, slots, so, nslots, ck, cko, cv,
                                     cvo, thd == 0, lane, nlanes);
 #define PUT_BOTH(store, type, i, v)                                            \
@@ -665,7 +781,9 @@ kernel void qk_norm_rope(QK_NORM_ROPE_ARGS CACHE_WRITE_ARGS)
  * into the cache at their tokens' slots: the public kv_cache_write.
  * LAYOUT 0 a (token, head) item per work-item, LAYOUT 1 a work-group per
  * item with the head's vectors spread over its work-items (coalesced on a
- * GPU); the rope structures' other parameters do not apply. */
+ * GPU), and in the packed programs (STAGE 2) an item per segment of
+ * OCLF_HLANES work-items; the rope structures' other parameters do not
+ * apply. */
 kernel void kv_cache_write(global const stor_t *k, ulong ko, ulong kts, ulong khs,
                            global const stor_t *v, ulong vo, ulong vts, ulong vhs, uint heads,
                            uint hd, global const long *slots, ulong so, ulong nslots,
@@ -674,10 +792,15 @@ kernel void kv_cache_write(global const stor_t *k, ulong ko, ulong kts, ulong kh
 {
 #if OCLF_LAYOUT == 0
     const ulong item = get_global_id(0);
+    ROW_LANES;
+#elif OCLF_STAGE == 2
+    /* the packed programs: an item per segment */
+    const ulong item = (ulong)get_group_id(0) * PACKED_SEGMENTS + get_local_id(0) / OCLF_HLANES;
+    const uint lane = get_local_id(0) % OCLF_HLANES, nlanes = OCLF_HLANES;
 #else
     const ulong item = get_group_id(0);
-#endif
     ROW_LANES;
+#endif
     if (item >= tokens * heads)
         return;
     const ulong t = item / heads;

@@ -94,4 +94,34 @@ static inline float oclf_seg_sum(float v, uint width, uint lid, uint nitems,
     return v;
 }
 
+/* The sum of one float per work-item over a work-group of OCLF_WGS (a
+ * power of two, at least OCLF_SUBGROUP_WIDTH), every work-item getting the
+ * same bits: each sub-group's butterfly, then the OCLF_WGS /
+ * OCLF_SUBGROUP_WIDTH partial sums through `scratch` (that many floats),
+ * added in one order by every work-item. Native forms only. The leading
+ * barrier lets the next call reuse `scratch` once every work-item has read
+ * this one's partials; a work-group of one sub-group needs neither. */
+#if OCLF_SUBGROUP_FORM
+static inline float oclf_group_sum(float v, local float *scratch)
+{
+    _Pragma("unroll")
+    for (uint s = 1; s < OCLF_SUBGROUP_WIDTH; s <<= 1)
+        v += oclf_sg_xor(v, s);
+#if OCLF_WGS > OCLF_SUBGROUP_WIDTH
+    const uint lid = get_local_id(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid % OCLF_SUBGROUP_WIDTH == 0)
+        scratch[lid / OCLF_SUBGROUP_WIDTH] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    v = 0.0f;
+    _Pragma("unroll")
+    for (uint i = 0; i < OCLF_WGS / OCLF_SUBGROUP_WIDTH; i++)
+        v += scratch[i];
+#else
+    (void)scratch;
+#endif
+    return v;
+}
+#endif
+
 #endif

@@ -404,6 +404,53 @@ START_TEST(test_qk_cache_structures)
 }
 END_TEST
 
+/* The packed structure (STAGE 2: several heads per work-group), fused
+ * and unfused, and kv_cache_write in its programs: head counts that fill whole passes of the group's segments
+ * (40 over 8) and ones that do not (6), an odd head_dim, groups of 1 to 3
+ * tokens ending short, positions out of range inside groups, 0 and 1
+ * tokens. */
+START_TEST(test_qk_cache_packed)
+{
+    const oclf_dtype dt = dtypes[_i];
+    const int vec = dt == OCLF_F32 ? 4 : 8;
+    /* tokens, nq, nkv, hd, rot, block, pad, WGS, ROWS */
+    static const size_t cases[][9] = {
+        {29, 4, 2, 80, 80, 16, 1, 64, 2}, {5, 32, 8, 128, 128, 16, 0, 64, 1},
+        {7, 3, 1, 37, 18, 1, 0, 32, 3},   {1, 2, 1, 128, 96, 16, 3, 32, 2},
+        {0, 2, 1, 80, 80, 16, 0, 64, 2},
+    };
+    for (int path = 0; path < 2; path++)
+        for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+            const size_t *c = cases[k];
+            oclf_choice ch = th_row_choice(path ? OCLF_PATH_UNFUSED : OCLF_PATH_FUSED, 1,
+                                           (int)c[7], vec, 2, (int)c[8]);
+            qkc_case q = {dt, c[0], c[1], c[2], c[3], c[4], c[5], c[6], (int)(k % 2), 1, &ch};
+            run_qkc(&q);
+        }
+    /* kv_cache_write in the packed programs: an item per segment, head
+     * counts that leave a group's last segments without one, padding slots
+     * and slots past the cache, aligned and plain builds */
+    static const size_t hds[] = {3, 80, 128};
+    for (int wgs = 32; wgs <= 64; wgs *= 2) {
+        const oclf_choice ch = th_row_choice(OCLF_PATH_AUTO, 1, wgs, vec, 2, 1);
+        for (size_t hi = 0; hi < 3; hi++) {
+            write_case s = {dt, 37, 2, hds[hi], 16, 0, 3, 5, 1, 1, 0, &ch};
+            run_write(&s);
+            write_case p = {dt, 37, 3, hds[hi], 1, 1, 0, 7, 1, 0, 0, &ch};
+            run_write(&p);
+            write_case one = {dt, 1, 1, hds[hi], 16, 0, 1, 0, 0, 0, 0, &ch};
+            run_write(&one);
+        }
+        cache_on_vectors = 1;
+        write_case a = {dt, 9, 3, 128, 16, 0, 0, 0, 1, 0, 16, &ch};
+        run_write(&a);
+        cache_on_vectors = 0;
+        write_case z = {dt, 0, 2, 64, 16, 0, 0, 0, 0, 0, 0, &ch};
+        run_write(&z);
+    }
+}
+END_TEST
+
 /* ---- validation ----------------------------------------------------------- */
 
 /* A slot past the cache under `validate` is named and nothing runs; the
@@ -617,6 +664,10 @@ static Suite *kvcache_suite(void)
     tcase_add_loop_test(t, test_qk_cache_structures, 0, 3);
     tcase_add_test(t, test_validate);
     suite_add_tcase(s, t);
+    TCase *p = tcase_create("packed");
+    tcase_set_timeout(p, 0);
+    tcase_add_loop_test(p, test_qk_cache_packed, 0, 3);
+    suite_add_tcase(s, p);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);

@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const oclf_dtype dtypes[] = {OCLF_F32, OCLF_F16, OCLF_BF16};
@@ -495,6 +496,95 @@ START_TEST(test_aligned_build)
 }
 END_TEST
 
+/* The packed structure (STAGE 2: several heads per work-group, a segment of
+ * work-items per head), dtype x style (loop index): head counts that fill
+ * whole passes of the group's segments and ones that leave the last pass
+ * short, odd and partial head dims, 0, 1 and 5 tokens over 1 to 3 tokens a
+ * group, tokens outside the cache, rows on and off vector boundaries (the
+ * aligned and the plain build), fused against unfused and both against the
+ * reference; rotary forward and backward over qkv views and over separate
+ * padded buffers. */
+START_TEST(test_packed)
+{
+    const int d = _i / 2, gptj = _i % 2;
+    const oclf_dtype dt = dtypes[d];
+    const int vec = dt == OCLF_F32 ? 4 : 8;
+    /* tokens, rows per group, nq, nk, nv, hd, rot, pad, off, bad */
+    static const size_t cases[][10] = {
+        {5, 2, 32, 8, 8, 128, 128, 0, 16, 0}, /* 40 heads: whole passes */
+        {5, 3, 3, 2, 1, 128, 64, 3, 2, 1},    /* 5 heads: short passes */
+        {1, 1, 4, 2, 2, 37, 18, 0, 2, 0},     /* odd head_dim */
+        {5, 2, 3, 3, 3, 80, 40, 8, 8, 1},     /* partial rotary, aligned */
+        {0, 2, 4, 2, 2, 64, 64, 0, 16, 0},    /* no tokens */
+        {3, 1, 2, 1, 1, 256, 128, 16, 16, 0}, /* wide heads */
+    };
+    for (int wgs = 32; wgs <= 64; wgs *= 2)
+        for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+            const size_t *c = cases[k];
+            oclf_choice ch = th_row_choice(OCLF_PATH_AUTO, 1, wgs, vec, 2, (int)c[1]);
+            qk_case q = {dt, dt, gptj, (int)(k % 2), (int)c[9], c[0], c[2], c[3], c[4], c[5],
+                         c[6], c[7], (int)(k != 3), &ch, c[8]};
+            qk_fused_vs_unfused(q);
+            if (wgs == 64) {
+                rot_case v = {dt, dt, gptj, (int)(k % 2), (int)c[9], c[0], c[2], c[3], c[5],
+                              c[6], 1, 0, 1, &ch, 0, 0};
+                run_both(v);
+                rot_case sep = {dt, dt, gptj, 0, 0, c[0], c[2], c[3], c[5], c[6], 0, c[7],
+                                1, &ch, 0, (int)(c[8] % 8 == 0)};
+                run_both(sep);
+            }
+        }
+}
+END_TEST
+
+/* On a device the library treats as a GPU the default of both ops is the
+ * packed structure, and a call runs its build. */
+START_TEST(test_packed_default)
+{
+    th_env *e = th_get();
+    const char *was = getenv("OCLF_DEVICE_CLASS");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("OCLF_DEVICE_CLASS", "gpu", 1);
+    case_ctx = th_build_log_context();
+    if (saved)
+        setenv("OCLF_DEVICE_CLASS", saved, 1);
+    else
+        unsetenv("OCLF_DEVICE_CLASS");
+    free(saved);
+    const uint64_t dims[4] = {7, 48, 128, 128};
+    static const char *const ops[] = {"qk_norm_rope", "rotary_embedding"};
+    for (int o = 0; o < 2; o++) {
+        oclf_tuning_decision dec;
+        TH_OK(oclf_tuning_resolve(case_ctx, ops[o], OCLF_BF16, dims, 4, OCLF_PATH_AUTO, &dec));
+        int64_t stage = -1, rows = -1;
+        ck_assert(oclf_params_get(&dec.heuristic.params, "STAGE", &stage));
+        ck_assert(oclf_params_get(&dec.heuristic.params, "ROWS", &rows));
+        ck_assert_int_eq(stage, 2);
+        /* 48 heads over 16 segments of 8 work-items: whole passes per token */
+        ck_assert_int_eq(rows, 1);
+    }
+    th_builds_clear();
+    qk_case c = {OCLF_BF16, OCLF_BF16, 0, 0, 0, 7, 32, 8, 8, 128, 128, 0, 1, NULL, 16};
+    qk_fused_vs_unfused(c);
+    ck_assert_msg(th_built("rope.cl", "-DOCLF_STAGE=2 -DOCLF_HLANES=8", 1),
+                  "no packed build of rope.cl:\n%s", th_builds());
+    /* LAYOUT 0 laid over that default (a record or a caller naming only
+     * the layout) takes the item structure rather than failing */
+    oclf_choice l0 = th_choice(OCLF_PATH_AUTO);
+    oclf_params_set(&l0.params, "LAYOUT", 0);
+    th_builds_clear();
+    qk_case c0 = {OCLF_BF16, OCLF_BF16, 1, 0, 0, 3, 4, 2, 2, 64, 64, 0, 1, &l0, 16};
+    qk_fused_vs_unfused(c0);
+    ck_assert_msg(th_built("rope.cl", "-DOCLF_LAYOUT=0", 1) &&
+                      !th_built("rope.cl", "-DOCLF_STAGE=2", 1) &&
+                      !th_built("rope.cl", "-DOCLF_STAGE=2", 0),
+                  "LAYOUT 0 over the packed default:\n%s", th_builds());
+    (void)e;
+    oclf_context_destroy(case_ctx);
+    case_ctx = NULL;
+}
+END_TEST
+
 /* A rotary half of 15 with 4-wide vectors over a work-group per head: the
  * combination POCL's compiler gets wrong and NVIDIA's faults on. On the simulator it
  * must be right; elsewhere it must be refused before anything runs. */
@@ -908,6 +998,11 @@ static Suite *rope_suite(void)
     tcase_add_test(t, test_finite_differences);
     tcase_add_test(t, test_validate);
     suite_add_tcase(s, t);
+    TCase *p = tcase_create("packed");
+    tcase_set_timeout(p, 0);
+    tcase_add_loop_test(p, test_packed, 0, 6);
+    tcase_add_test(p, test_packed_default);
+    suite_add_tcase(s, p);
     TCase *b = tcase_create("arguments");
     tcase_add_test(b, test_bad_arguments);
     suite_add_tcase(s, b);

@@ -33,14 +33,18 @@
 
 /* The row structure and the staged structure are compiled in; tokens per
  * staged group are a kernel argument. */
-static const oclf_param_spec rope_params[] = {OCLF_STAGED_ROW_PARAM_SPECS(OCLF_PARAM_DEFINE)};
+static const oclf_param_spec rope_params[] = {
+    OCLF_ROW_PARAM_SPECS, {"STAGE", 0, 2, 0, OCLF_PARAM_DEFINE}, {"ROWS", 1, 1024, 0, OCLF_PARAM_ARG}};
+_Static_assert(sizeof rope_params / sizeof rope_params[0] == OCLF_STAGED_ROW_NPARAMS,
+               "the staged row parameters, in their order");
 
 typedef struct rope_cfg {
     struct {
         int layout, wgs, vec;
     } row;
     int stage;
-    int rpg; /* tokens per work-group when staged */
+    int rpg; /* tokens per work-group when staged or packed */
+    int hlanes; /* work-items per head when packed (STAGE 2) */
     char defines[OCLF_DEFINES_MAX];
 } rope_cfg;
 OCLF_CFG_FITS(rope_cfg);
@@ -54,6 +58,22 @@ static int split_tail_vec(int vec, size_t hd, size_t rot, oclf_path path)
 {
     return (path == OCLF_PATH_FUSED && vec >= 4 && (rot / 2) % (size_t)vec != 0) ||
            (vec >= 2 && hd % (size_t)vec != 0);
+}
+
+/* The packed structure's work-items per head (a power of two up to wgs):
+ * enough for half a head in one vector each, so the NeoX rotation of a
+ * whole head gives every work-item one vector pair and the norm two
+ * vectors; no wider than the device's shuffle reduction where it has one,
+ * so a head reduces within a sub-group. */
+static size_t packed_lanes(const oclf_context *ctx, size_t hd, int vec, size_t wgs)
+{
+    const size_t want = (hd + 2 * (size_t)vec - 1) / (2 * (size_t)vec);
+    size_t lanes = 1;
+    while (lanes < want && lanes < wgs)
+        lanes *= 2;
+    if (ctx->info.subgroup_form != 0 && lanes > ctx->info.subgroup_width)
+        lanes = ctx->info.subgroup_width;
+    return lanes;
 }
 
 /* shape: tokens, heads rotated per token, head_dim, rot_dim */
@@ -78,6 +98,31 @@ static void oclf_rope_heuristic(const oclf_context *ctx, oclf_dtype dtype, const
      * group; whether that beats a group per head is the tuner's call. */
     oclf_params_set(out, "STAGE", 0);
     oclf_params_set(out, "ROWS", 1);
+    if (layout != 1)
+        return;
+    /* GPUs: the packed structure, a head per segment of a few work-items
+     * (packed_lanes), 128 work-items a group (a whole number of warps or
+     * wavefronts), and enough tokens a group that their heads fill whole
+     * passes of its segments (heads 40 over 16 segments: 2 tokens, 5 passes)
+     * while their cos/sin rows fit a quarter of local memory. */
+    size_t wgs = 128;
+    while (wgs > ctx->info.max_wgs && wgs > 1)
+        wgs /= 2;
+    const size_t lanes = packed_lanes(ctx, (size_t)shape->dim[2], (int)vec, wgs);
+    const size_t segs = wgs / lanes, heads = shape->dim[1] ? (size_t)shape->dim[1] : 1;
+    size_t a = segs, b = heads % segs;
+    while (b) {
+        const size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    size_t rpg = segs / a;
+    const size_t row = (size_t)shape->dim[3] * sizeof(float);
+    while (rpg > 1 && rpg * row > ctx->info.local_mem / 4)
+        rpg /= 2;
+    oclf_params_set(out, "WGS", (int64_t)wgs);
+    oclf_params_set(out, "STAGE", 2);
+    oclf_params_set(out, "ROWS", (int64_t)rpg);
 }
 
 /* Local memory of a staged launch: the group's positions, then two weight
@@ -88,6 +133,12 @@ static size_t stage_bytes(size_t hd, size_t rot, size_t rpg)
     return rpg * sizeof(int64_t) + (4 * hd + 2 * rot) * sizeof(float);
 }
 
+/* The packed structure's: the group's cos/sin rows in fp32. */
+static size_t packed_bytes(size_t rot, size_t rpg)
+{
+    return rpg * rot * sizeof(float);
+}
+
 static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path path,
                                const oclf_params *p, size_t hd, size_t rot, rope_cfg *cfg)
 {
@@ -95,15 +146,37 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
     oclf_status st = oclf_params_read(ctx, rope_params, OCLF_STAGED_ROW_NPARAMS, p, v);
     if (st != OCLF_SUCCESS)
         return st;
+    /* The packed structure is a LAYOUT 1 form and the GPU heuristic's
+     * default: LAYOUT 0 laid over it (a tuning record's or a caller's
+     * partial parameters) takes the item structure, a token per work-item,
+     * rather than failing on parameters the caller never set. */
+    if (v[OCLF_P_STAGE] == 2 && v[OCLF_P_LAYOUT] == 0) {
+        v[OCLF_P_STAGE] = 0;
+        v[OCLF_P_ROWS] = 1;
+    }
     const int64_t stage = v[OCLF_P_STAGE], rpg = v[OCLF_P_ROWS];
     cfg->row.layout = (int)v[OCLF_P_LAYOUT];
     cfg->row.wgs = (int)v[OCLF_P_WGS];
     cfg->row.vec = (int)v[OCLF_P_VEC];
     if (stage && cfg->row.layout != 1)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter STAGE = 1 needs LAYOUT = 1");
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter STAGE = %lld needs LAYOUT = 1", (long long)stage);
     if (rpg > 1 && !stage)
-        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT, "kernel parameter ROWS > 1 needs STAGE = 1");
-    if (stage && stage_bytes(hd, rot, (size_t)rpg) + (size_t)cfg->row.wgs * sizeof(float) >
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "kernel parameter ROWS > 1 needs STAGE = 1 or 2");
+    if (stage == 2 && packed_bytes(rot, (size_t)rpg) + (size_t)cfg->row.wgs * sizeof(float) >
+                          ctx->info.local_mem)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "STAGE = 2: cos/sin rows of %zu floats for %lld tokens do not fit %llu "
+                         "bytes of local memory",
+                         rot, (long long)rpg, (unsigned long long)ctx->info.local_mem);
+    /* A segment's shuffles need every lane of its sub-group present. */
+    if (stage == 2 && ctx->info.subgroup_form != 0 &&
+        (size_t)cfg->row.wgs < ctx->info.subgroup_width)
+        return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
+                         "STAGE = 2 needs WGS of at least the sub-group width %u on this device",
+                         (unsigned)ctx->info.subgroup_width);
+    if (stage == 1 && stage_bytes(hd, rot, (size_t)rpg) + (size_t)cfg->row.wgs * sizeof(float) >
                      ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "STAGE = 1: heads of %zu and cos/sin rows of %zu floats for %lld tokens do "
@@ -119,6 +192,13 @@ static oclf_status rope_config(const oclf_context *ctx, oclf_op op, oclf_path pa
     cfg->rpg = (int)rpg;
     oclf_param_defines(cfg->defines, sizeof cfg->defines, rope_params, OCLF_STAGED_ROW_NPARAMS,
                        v);
+    cfg->hlanes = 0;
+    if (stage == 2) {
+        cfg->hlanes = (int)packed_lanes(ctx, hd, cfg->row.vec, (size_t)cfg->row.wgs);
+        const size_t len = strlen(cfg->defines);
+        snprintf(cfg->defines + len, sizeof cfg->defines - len, " -DOCLF_HLANES=%d",
+                 cfg->hlanes);
+    }
     return OCLF_SUCCESS;
 }
 
@@ -299,6 +379,7 @@ oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op, o
         return st;
     l->local = (size_t)cfg.row.wgs;
     l->layout = cfg.row.layout;
+    l->items = cfg.stage == 2 ? (size_t)(cfg.row.wgs / cfg.hlanes) : 1;
     if (heads != 0 && tokens > OCLF_MAX_LAUNCH_ITEMS / heads / l->local)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range", name,
                          tokens);
@@ -310,7 +391,11 @@ oclf_status oclf_rope_prepare(oclf_context *ctx, const char *name, oclf_op op, o
         l->global = tokens * heads * l->local;
     l->rpg = (cl_uint)cfg.rpg;
     /* unstaged kernels ignore the stage; a local argument cannot be empty */
-    l->stage_size = cfg.stage ? stage_bytes(hd, rot, (size_t)cfg.rpg) : sizeof(float);
+    l->stage_size = cfg.stage == 1   ? stage_bytes(hd, rot, (size_t)cfg.rpg)
+                    : cfg.stage == 2 ? packed_bytes(rot, (size_t)cfg.rpg)
+                                     : sizeof(float);
+    if (l->stage_size == 0)
+        l->stage_size = sizeof(float);
     char defines[OCLF_DEFINES_MAX + 64], opts[OCLF_OPTIONS_MAX + 64];
     snprintf(defines, sizeof defines, "%s%s%s", cfg.defines,
              cache_write && r->path == OCLF_PATH_FUSED ? " -DOCLF_CACHE_WRITE=1" : "",
@@ -546,8 +631,9 @@ oclf_status oclf_rope_launch_cache_write(oclf_chain *ch, const char *op, oclf_pr
     if (items > OCLF_MAX_LAUNCH_ITEMS / l->local)
         return oclf_fail(ch->ctx, OCLF_UNSUPPORTED, "%s: %zu tokens exceed the launch range", op,
                          tokens);
-    /* LAYOUT 0 an item per work-item, LAYOUT 1 a work-group per item */
-    const size_t global = l->layout == 0 ? oclf_round_up(items, l->local) : items * l->local;
+    /* LAYOUT 0 an item per work-item, LAYOUT 1 l->items per work-group */
+    const size_t global = l->layout == 0 ? oclf_round_up(items, l->local)
+                                         : (items + l->items - 1) / l->items * l->local;
     cl_ulong ntok = tokens;
     oclf_arg a[] = {OCLF_ARG(v->k),      OCLF_ARG(v->ko),    OCLF_ARG(v->kts), OCLF_ARG(v->khs),
                     OCLF_ARG(v->v),      OCLF_ARG(v->vo),    OCLF_ARG(v->vts), OCLF_ARG(v->vhs),

@@ -18,6 +18,7 @@
 typedef struct rope_launch {
     size_t global, local;
     int layout;
+    size_t items; /* (token, head) items per work-group of kv_cache_write (LAYOUT 1) */
     cl_uint rpg;
     size_t stage_size;
 } rope_launch;
