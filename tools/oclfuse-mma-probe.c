@@ -73,6 +73,19 @@ static const char probe_kernel[] =
     "    shfl_out[32 + lane] = oclf_shfl_xor32((float)lane, 5u, lane, sscratch);\n"
     "}\n";
 
+/* The warp family's conversions: each of 64 work-items packs its pair of
+ * inputs into f16 and bf16 words and raises 2 to its first input. */
+static const char conv_kernel[] =
+    "__kernel void conv_probe(__global const float *in, __global uint *pk,\n"
+    "                         __global float *ex)\n"
+    "{\n"
+    "    const uint i = get_global_id(0);\n"
+    "    const float lo = in[2 * i], hi = in[2 * i + 1];\n"
+    "    pk[2 * i] = oclf_pack2_16(lo, hi, 0);\n"
+    "    pk[2 * i + 1] = oclf_pack2_16(lo, hi, 1);\n"
+    "    ex[i] = oclf_exp2(lo);\n"
+    "}\n";
+
 /* The wavefront's 16x16x16: A row-major 16x16, B row-major 16x16 (k by
  * column), C and D row-major 16x16; one group of 64 work-items. */
 static const char mfma_kernel[] =
@@ -358,6 +371,68 @@ out:
     return failed;
 }
 
+/* The warp family's conversion wrappers through `prog` (built from
+ * conv_kernel): pairs packed into f16 and bf16 words must be the host's
+ * round-to-nearest-even bits exactly (both halves, in order); 2^x within 4
+ * ulp (the native form is an approximation). Inputs are finite and inside
+ * f16's normal range. Returns the number of failed checks. */
+static int run_conv(probe_dev *p, cl_program prog, const char *form_name)
+{
+    enum { N = 64 };
+    float in[2 * N], ex[N];
+    uint32_t pk[2 * N];
+    for (int i = 0; i < 2 * N; i++) {
+        /* random mantissa bits, so both roundings are exercised */
+        const float v = ((float)(rng() % 2000001u) / 1000000.0f - 1.0f) * 12.0f;
+        in[i] = (i % 7 == 3) ? v * 1.0009765625f : v;
+    }
+    cl_int err;
+    cl_mem mi = clCreateBuffer(p->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
+    cl_mem mp = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sizeof pk, NULL, &err);
+    cl_mem me = clCreateBuffer(p->ctx, CL_MEM_WRITE_ONLY, sizeof ex, NULL, &err);
+    cl_kernel k = clCreateKernel(prog, "conv_probe", &err);
+    int failed = 0;
+    if (!mi || !mp || !me || !k) {
+        printf("  %s: could not set up the conversion check\n", form_name);
+        failed = 1;
+        goto out;
+    }
+    clSetKernelArg(k, 0, sizeof mi, &mi);
+    clSetKernelArg(k, 1, sizeof mp, &mp);
+    clSetKernelArg(k, 2, sizeof me, &me);
+    size_t gws = N;
+    err = clEnqueueNDRangeKernel(p->q, k, 1, NULL, &gws, NULL, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(p->q, mp, CL_TRUE, 0, sizeof pk, pk, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(p->q, me, CL_TRUE, 0, sizeof ex, ex, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        printf("  %s: conversion check launch or read failed (%d)\n", form_name, err);
+        failed = 1;
+        goto out;
+    }
+    int bad16 = 0, badbf = 0, badex = 0;
+    for (int i = 0; i < N; i++) {
+        const uint32_t want16 = to_f16(in[2 * i]) | ((uint32_t)to_f16(in[2 * i + 1]) << 16);
+        const uint32_t wantbf = to_bf16(in[2 * i]) | ((uint32_t)to_bf16(in[2 * i + 1]) << 16);
+        bad16 += pk[2 * i] != want16;
+        badbf += pk[2 * i + 1] != wantbf;
+        const double e = exp2((double)in[2 * i]);
+        badex += !(fabs(ex[i] - e) <= 4.0 * 0x1p-23 * e);
+    }
+    printf("  %-9s pack f16x2 %d/%d, pack bf16x2 %d/%d bit-equal; exp2 %d/%d within 4 ulp\n",
+           form_name, N - bad16, N, N - badbf, N, N - badex, N);
+    failed = (bad16 > 0) + (badbf > 0) + (badex > 0);
+out:
+    if (k)
+        clReleaseKernel(k);
+    cl_mem ms[3] = {mi, mp, me};
+    for (int i = 0; i < 3; i++)
+        if (ms[i])
+            clReleaseMemObject(ms[i]);
+    return failed;
+}
+
 /* Whether the device offers sub-groups of 16 (cl_intel_required_subgroup_size's
  * list; the DPAS form for 16-wide sub-groups needs that width). */
 static int has_subgroup16(cl_device_id dev)
@@ -475,6 +550,19 @@ int main(int argc, char **argv)
                 for (int exact = 1; exact >= 0; exact--)
                     failed += run_case(&p, prog, fam, form_name, bf, exact);
                 clReleaseProgram(prog);
+            }
+            if (f == 0) { /* the warp family's conversion wrappers */
+                const probe_family conv = {"conversions", conv_kernel, "OCLF_MMA", 0, 0, 0, 0};
+                cl_program prog = build(&p, mma_src, &conv, form, 0, 1);
+                if (!prog && form == 1)
+                    prog = build(&p, mma_src, &conv, form, 0, 0);
+                if (!prog) {
+                    failed++;
+                    ok = 0;
+                } else {
+                    failed += run_conv(&p, prog, form_name);
+                    clReleaseProgram(prog);
+                }
             }
             built += ok;
         }
