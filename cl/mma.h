@@ -260,42 +260,40 @@ static inline void oclf_mfma_16x16x16_emul(float d[4], const uint a[2], const ui
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
 #endif
 
-/* D = A B + C with f16 A and B. */
-static inline void oclf_mfma_16x16x16_f16(float d[4], const uint a[2], const uint b[2],
-                                          const float c[4], uint lane, __local uint *scratch)
+/* D = A B + C, bf16 A and B where bf, else f16. */
+static inline void oclf_mfma_16x16x16(float d[4], const uint a[2], const uint b[2],
+                                      const float c[4], uint lane, int bf,
+                                      __local uint *scratch)
 {
 #if OCLF_MFMA == 1
     (void)lane;
     (void)scratch;
-    const float4 r = __builtin_amdgcn_mfma_f32_16x16x16f16(
-        as_half4((uint2)(a[0], a[1])), as_half4((uint2)(b[0], b[1])),
-        (float4)(c[0], c[1], c[2], c[3]), 0, 0, 0);
+    const float4 cv = (float4)(c[0], c[1], c[2], c[3]);
+    const float4 r =
+        bf ? __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(as_short4((uint2)(a[0], a[1])),
+                                                       as_short4((uint2)(b[0], b[1])), cv, 0,
+                                                       0, 0)
+           : __builtin_amdgcn_mfma_f32_16x16x16f16(as_half4((uint2)(a[0], a[1])),
+                                                   as_half4((uint2)(b[0], b[1])), cv, 0, 0, 0);
     d[0] = r.x;
     d[1] = r.y;
     d[2] = r.z;
     d[3] = r.w;
 #else
-    oclf_mfma_16x16x16_emul(d, a, b, c, lane, 0, scratch);
+    oclf_mfma_16x16x16_emul(d, a, b, c, lane, bf, scratch);
 #endif
 }
 
-/* D = A B + C with bf16 A and B. */
+static inline void oclf_mfma_16x16x16_f16(float d[4], const uint a[2], const uint b[2],
+                                          const float c[4], uint lane, __local uint *scratch)
+{
+    oclf_mfma_16x16x16(d, a, b, c, lane, 0, scratch);
+}
+
 static inline void oclf_mfma_16x16x16_bf16(float d[4], const uint a[2], const uint b[2],
                                            const float c[4], uint lane, __local uint *scratch)
 {
-#if OCLF_MFMA == 1
-    (void)lane;
-    (void)scratch;
-    const float4 r = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(
-        as_short4((uint2)(a[0], a[1])), as_short4((uint2)(b[0], b[1])),
-        (float4)(c[0], c[1], c[2], c[3]), 0, 0, 0);
-    d[0] = r.x;
-    d[1] = r.y;
-    d[2] = r.z;
-    d[3] = r.w;
-#else
-    oclf_mfma_16x16x16_emul(d, a, b, c, lane, 1, scratch);
-#endif
+    oclf_mfma_16x16x16(d, a, b, c, lane, 1, scratch);
 }
 
 /* ---- a sub-group's matrix instruction ------------------------------------
@@ -370,30 +368,30 @@ static inline void oclf_dpas_m8n16k16_native(float d[8], const ushort a[8], cons
 }
 #endif
 
-/* D = A B + C with f16 A and B. */
-static inline void oclf_dpas_m8n16k16_f16(float d[8], const ushort a[8], const uint b[8],
-                                          const float c[8], uint lane, __local uint *scratch)
+/* D = A B + C, bf16 A and B where bf, else f16. */
+static inline void oclf_dpas_m8n16k16(float d[8], const ushort a[8], const uint b[8],
+                                      const float c[8], uint lane, int bf,
+                                      __local uint *scratch)
 {
 #if OCLF_DPAS == 1
     (void)lane;
     (void)scratch;
-    oclf_dpas_m8n16k16_native(d, a, b, c, 0);
+    oclf_dpas_m8n16k16_native(d, a, b, c, bf);
 #else
-    oclf_dpas_m8n16k16_emul(d, a, b, c, lane, 0, scratch);
+    oclf_dpas_m8n16k16_emul(d, a, b, c, lane, bf, scratch);
 #endif
 }
 
-/* D = A B + C with bf16 A and B. */
+static inline void oclf_dpas_m8n16k16_f16(float d[8], const ushort a[8], const uint b[8],
+                                          const float c[8], uint lane, __local uint *scratch)
+{
+    oclf_dpas_m8n16k16(d, a, b, c, lane, 0, scratch);
+}
+
 static inline void oclf_dpas_m8n16k16_bf16(float d[8], const ushort a[8], const uint b[8],
                                            const float c[8], uint lane, __local uint *scratch)
 {
-#if OCLF_DPAS == 1
-    (void)lane;
-    (void)scratch;
-    oclf_dpas_m8n16k16_native(d, a, b, c, 1);
-#else
-    oclf_dpas_m8n16k16_emul(d, a, b, c, lane, 1, scratch);
-#endif
+    oclf_dpas_m8n16k16(d, a, b, c, lane, 1, scratch);
 }
 
 /* ---- sub-group shuffles ---------------------------------------------------
