@@ -59,33 +59,6 @@ static inline void oclf_seg_sum_n(float *v, uint n, uint width, uint lid, uint n
     }
 }
 
-/* The maxima over each segment of v[0..n), in place. */
-static inline void oclf_seg_max_n(float *v, uint n, uint width, uint lid, uint nitems,
-                                  local float *scratch)
-{
-#if OCLF_SUBGROUP_FORM
-    if (oclf_seg_native(width)) {
-        _Pragma("unroll")
-        for (uint s = 1; s < width; s <<= 1)
-            _Pragma("unroll")
-            for (uint r = 0; r < n; r++)
-                v[r] = fmax(v[r], oclf_sg_xor(v[r], s));
-        return;
-    }
-#endif
-    _Pragma("unroll")
-    for (uint s = 1; s < width; s <<= 1) {
-        _Pragma("unroll")
-        for (uint r = 0; r < n; r++)
-            scratch[r * nitems + lid] = v[r];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        _Pragma("unroll")
-        for (uint r = 0; r < n; r++)
-            v[r] = fmax(v[r], scratch[r * nitems + (lid ^ s)]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
 /* One value's sum over its segment. */
 static inline float oclf_seg_sum(float v, uint width, uint lid, uint nitems,
                                  local float *scratch)
