@@ -24,19 +24,7 @@
  * staging, later passes re-read the row, which a CPU serves from its caches.
  */
 
-/* Row reductions (ROW_REDUCE) by sub-group shuffles where the device has
- * them and a work-group spans whole sub-groups (cl/subgroup.h: a butterfly
- * per sub-group, then its partial sums through local memory), else
- * common.h's local-memory tree; the kernels then carry the sub-group width
- * the shuffles were compiled for. */
-#if OCLF_LAYOUT == 1 && OCLF_SUBGROUP_FORM != 0 && OCLF_WGS >= OCLF_SUBGROUP_WIDTH
-#include "subgroup.h"
-#undef ROW_REDUCE
-#define ROW_REDUCE(v, scratch) oclf_group_sum((v), (scratch))
-#define ROW_KERNEL kernel OCLF_SUBGROUP_KERNEL
-#else
-#define ROW_KERNEL kernel
-#endif
+#include "row_reduce.h"
 
 /* Copies this work-item's share of a vector into local memory. */
 #define STAGE_VECTOR(src, dst)                                                 \

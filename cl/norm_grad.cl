@@ -30,19 +30,7 @@
  * (dm is 0 too, and xhat is x * rstd exactly).
  */
 
-/* Row reductions (ROW_REDUCE) by sub-group shuffles where the device has
- * them and a work-group spans whole sub-groups (cl/subgroup.h: a butterfly
- * per sub-group, then its partial sums through local memory), else
- * common.h's local-memory tree; the kernels then carry the sub-group width
- * the shuffles were compiled for. */
-#if OCLF_LAYOUT == 1 && OCLF_SUBGROUP_FORM != 0 && OCLF_WGS >= OCLF_SUBGROUP_WIDTH
-#include "subgroup.h"
-#undef ROW_REDUCE
-#define ROW_REDUCE(v, scratch) oclf_group_sum((v), (scratch))
-#define ROW_KERNEL kernel OCLF_SUBGROUP_KERNEL
-#else
-#define ROW_KERNEL kernel
-#endif
+#include "row_reduce.h"
 
 /* Rows per chunk of the dw/db partials: lib/ops/norm_grad.c has the same
  * constant (NG_CHUNK_ROWS) for the partial buffer's size. */
