@@ -121,35 +121,39 @@ static inline float ce_wg_max(float v, __local float *scratch)
 #endif
 
 /* The row's statistics: lse, the sum of the (capped) logits, and the
- * target's logit (0 when ignored). `xr`, `cols`, `cap`, `lane`, `nlanes`,
- * `scratch` in scope. Every lane reads before the reductions' barriers, so
+ * target's logit (0 when ignored); `keep` (the staged row, or null) gets
+ * the capped logits. Every lane reads before the reductions' barriers, so
  * a later in-place write of the row comes after every read of pass 1. */
-#define CE_STATS(t, ignored, lse_out, sumz_out, zt_out, keep)                  \
-    do {                                                                       \
-        floatv m_ = VSPLAT(-FLT_MAX), s_ = VSPLAT(0.0f), sz_ = VSPLAT(0.0f);   \
-        float tm_ = -FLT_MAX, ts_ = 0.0f, tsz_ = 0.0f;                         \
-        FOR_VEC(i, cols) {                                                     \
-            const floatv z_ = ce_capv(LDV(xr, i), cap);                        \
-            if (keep)                                                          \
-                CE_KEEPV(keep, i, z_);                                         \
-            CE_ONLINE(m_, s_, z_);                                             \
-            sz_ += z_;                                                         \
-        }                                                                      \
-        FOR_TAIL(i, cols) {                                                    \
-            const float z_ = ce_cap(LD(xr, i), cap);                           \
-            if (keep)                                                          \
-                CE_KEEP(keep, i, z_);                                          \
-            CE_ONLINE(tm_, ts_, z_);                                           \
-            tsz_ += z_;                                                        \
-        }                                                                      \
-        (zt_out) = (ignored) ? 0.0f : ce_cap(LD(xr, (uint)(t)), cap);          \
-        const float lm_ = fmax(VMAX(m_), tm_);                                 \
-        const float gm_ = ce_wg_max(lm_, scratch);                             \
-        const float ls_ = VSUM(s_ * exp(m_ - (floatv)gm_)) + ts_ * exp(tm_ - gm_); \
-        const float gs_ = ROW_REDUCE(ls_, scratch);                            \
-        (sumz_out) = ROW_REDUCE(VSUM(sz_) + tsz_, scratch);                    \
-        (lse_out) = gm_ + log(gs_);                                            \
-    } while (0)
+static inline void ce_row_stats(global const stor_t *xr, uint cols, float cap, long t,
+                                int ignored, local float *keep, uint lane, uint nlanes,
+                                local float *scratch, float *lse_out, float *sumz_out,
+                                float *zt_out)
+{
+    floatv m = VSPLAT(-FLT_MAX), s = VSPLAT(0.0f), sz = VSPLAT(0.0f);
+    float tm = -FLT_MAX, ts = 0.0f, tsz = 0.0f;
+    (void)keep;
+    FOR_VEC(i, cols) {
+        const floatv z = ce_capv(LDV(xr, i), cap);
+        if (keep)
+            CE_KEEPV(keep, i, z);
+        CE_ONLINE(m, s, z);
+        sz += z;
+    }
+    FOR_TAIL(i, cols) {
+        const float z = ce_cap(LD(xr, i), cap);
+        if (keep)
+            CE_KEEP(keep, i, z);
+        CE_ONLINE(tm, ts, z);
+        tsz += z;
+    }
+    *zt_out = ignored ? 0.0f : ce_cap(LD(xr, (uint)t), cap);
+    const float lm = fmax(VMAX(m), tm);
+    const float gm = ce_wg_max(lm, scratch);
+    const float lsum = VSUM(s * exp(m - (floatv)gm)) + ts * exp(tm - gm);
+    const float gs = ROW_REDUCE(lsum, scratch);
+    *sumz_out = ROW_REDUCE(VSUM(sz) + tsz, scratch);
+    *lse_out = gm + log(gs);
+}
 
 /* The row's loss (0 when ignored). The smoothing term is left out when
  * eps is 0, not multiplied by 0: a logit of -inf makes the row's mean -inf,
@@ -217,9 +221,11 @@ kernel void ce_fused(global stor_t *x, ulong xo, ulong xs,
         const int ignored = t == ignore;
         float lse, sumz, zt;
 #if OCLF_CE_STAGE
-        CE_STATS(t, ignored, lse, sumz, zt, zrow);
+        ce_row_stats(xr, cols, cap, t, ignored, zrow, lane, nlanes, scratch, &lse, &sumz,
+                     &zt);
 #else
-        CE_STATS(t, ignored, lse, sumz, zt, (local float *)0);
+        ce_row_stats(xr, cols, cap, t, ignored, (local float *)0, lane, nlanes, scratch, &lse,
+                     &sumz, &zt);
 #endif
         if (lane == 0) {
             if (lse_out)
@@ -278,7 +284,8 @@ kernel void ce_softmax(global const stor_t *x, ulong xo, ulong xs,
         global const stor_t *xr = x + xo + row * xs;
         global float *pr = p + row * cols;
         float lse, sumz, zt;
-        CE_STATS(0, 1, lse, sumz, zt, (local float *)0);
+        ce_row_stats(xr, cols, cap, 0, 1, (local float *)0, lane, nlanes, scratch, &lse, &sumz,
+                     &zt);
         (void)zt;
         FOR_VEC(i, cols) {
             const floatv z_ = ce_capv(LDV(xr, i), cap);
