@@ -251,6 +251,32 @@ START_TEST(test_reference)
     ck_assert(fabs(layer_weight_bytes(m) - per * c.layers) < 0.5);
     ck_assert(fabs(layer_kv_bytes(m, 2) - (double)c.layers * c.batch * (c.prefill + 2) * 2 *
                                               c.kv_heads * c.head_dim * es) < 0.5);
+    /* each op's least bytes at a decode step: the weights and K/V above
+     * plus every activation in and out once (and the rotary rows) */
+    {
+        const double T = (double)c.batch, H = (double)c.hidden, mlp = (double)c.mlp;
+        const double qw = (double)(c.q_heads * c.head_dim), kvw = (double)(c.kv_heads * c.head_dim);
+        const double qkvw = qw + 2 * kvw;
+        const double rope = c.qk_norm ? qkvw + qw + 2 * kvw : 2 * (qw + kvw) + 4 * kvw;
+        const double acts = 2 * H + (H + qkvw) + rope + 2 * qw + qw + (c.o_residual ? 2 : 1) * H +
+                            (c.o_residual ? 2 : 4) * H + (H + 2 * mlp) + 3 * mlp + (mlp + 2 * H);
+        const double want = layer_weight_bytes(m) + layer_kv_bytes(m, 2) +
+                            c.layers * T * (acts * es + (double)c.head_dim * 4);
+        double sum = 0, flops = 0;
+        for (int op = 0; op < LAYER_OPS; op++) {
+            ck_assert(layer_op_name(&c, op) ? layer_op_bytes(m, 2, op) > 0
+                                            : layer_op_bytes(m, 2, op) == 0);
+            sum += layer_op_bytes(m, 2, op);
+            flops += layer_op_flops(m, 2, op);
+        }
+        ck_assert_msg(fabs(sum - want) < 0.5, "op bytes %.0f, want %.0f", sum, want);
+        ck_assert(fabs(flops - layer_step_flops(m, 2)) < 0.5);
+        ck_assert(fabs(layer_step_flops(m, 0) - (layer_op_flops(m, 0, LAYER_OP_QKV) +
+                                                 layer_op_flops(m, 0, LAYER_OP_ATTN) +
+                                                 layer_op_flops(m, 0, LAYER_OP_O) +
+                                                 layer_op_flops(m, 0, LAYER_OP_GATE_UP) +
+                                                 layer_op_flops(m, 0, LAYER_OP_DOWN))) < 0.5);
+    }
 
     ref R = {&c, m, (c.q_heads + 2 * c.kv_heads) * c.head_dim, c.q_heads * c.head_dim,
              c.prefill + c.decode, NULL, NULL};

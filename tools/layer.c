@@ -42,6 +42,7 @@ struct layer_model {
     dev_layer *L;
     cl_event *events; /* a step's: layers x LAYER_OPS */
     int *event_op;
+    int cur_op; /* layer_current_op */
 };
 
 void layer_config_default(layer_config *c)
@@ -276,6 +277,62 @@ double layer_kv_bytes(const layer_model *m, size_t s)
            (double)(m->c.kv_heads * m->c.head_dim) * (double)m->es;
 }
 
+int layer_current_op(const layer_model *m) { return m->cur_op; }
+
+static double weight_bytes(const layer_model *m, int i)
+{
+    const double nk = (double)m->wn[i] * (double)m->wk[i];
+    return m->c.int4 ? nk / 2 + nk / GROUP * 2 : nk * (double)m->es;
+}
+
+double layer_op_bytes(const layer_model *m, size_t s, int op)
+{
+    const layer_config *c = &m->c;
+    if (!layer_op_name(c, op))
+        return 0;
+    const double t = (double)layer_step_tokens(m, s), es = (double)m->es;
+    const double H = (double)c->hidden, qw = (double)m->qw, qkvw = (double)m->qkvw;
+    const double kvw = (double)(c->kv_heads * c->head_dim), mlp = (double)c->mlp;
+    const double table = t * (double)c->head_dim * 4; /* a cos | sin row (f32) a token */
+    double b = 0;
+    switch (op) {
+    case LAYER_OP_NORM_IN: b = (2 * t * H + H) * es; break;
+    case LAYER_OP_QKV: b = weight_bytes(m, W_QKV) + t * (H + qkvw) * es; break;
+    case LAYER_OP_ROPE:
+        /* qk_norm: Q, K, V in, Q back in place, K and V into the cache;
+         * rotary alone: Q and K in and out */
+        b = (c->qk_norm ? t * (qkvw + qw + 2 * kvw) : 2 * t * (qw + kvw)) * es + table;
+        break;
+    case LAYER_OP_CACHE: b = 4 * t * kvw * es; break;
+    case LAYER_OP_ATTN: b = layer_kv_bytes(m, s) / (double)c->layers + 2 * t * qw * es; break;
+    case LAYER_OP_O:
+        b = weight_bytes(m, W_O) + t * (qw + (c->o_residual ? 2 : 1) * H) * es;
+        break;
+    case LAYER_OP_NORM_POST: b = ((c->o_residual ? 2 : 4) * t * H + H) * es; break;
+    case LAYER_OP_GATE_UP: b = weight_bytes(m, W_GU) + t * (H + 2 * mlp) * es; break;
+    case LAYER_OP_ACT: b = 3 * t * mlp * es; break;
+    case LAYER_OP_DOWN: b = weight_bytes(m, W_D) + t * (mlp + 2 * H) * es; break;
+    default: return 0;
+    }
+    return b * (double)c->layers;
+}
+
+double layer_op_flops(const layer_model *m, size_t s, int op)
+{
+    const double t = (double)layer_step_tokens(m, s);
+    const int w = op == LAYER_OP_QKV ? W_QKV : op == LAYER_OP_O ? W_O
+                : op == LAYER_OP_GATE_UP ? W_GU : op == LAYER_OP_DOWN ? W_D : -1;
+    double f = 0;
+    if (w >= 0) {
+        f = 2.0 * t * (double)m->wn[w] * (double)m->wk[w];
+    } else if (op == LAYER_OP_ATTN) {
+        const double p = (double)m->c.prefill;
+        const double keys = s == 0 ? p * (p + 1) / 2 : (double)layer_step_seq_len(m, s);
+        f = 4.0 * (double)m->qw * keys * (double)m->c.batch;
+    }
+    return f * (double)m->c.layers;
+}
+
 double layer_step_flops(const layer_model *m, size_t s)
 {
     double params = 0;
@@ -342,8 +399,10 @@ int layer_model_create(cl_context cl, cl_device_id device, cl_command_queue queu
     m->qw = c->q_heads * hd;
     m->qkvw = (c->q_heads + 2 * c->kv_heads) * hd;
     m->steps = 1 + c->decode;
-    m->max_tokens = B * (c->prefill > 1 ? c->prefill : 1);
-    m->total_rows = B * c->prefill + B * c->decode;
+    m->max_tokens = c->decode_only ? B : B * (c->prefill > 1 ? c->prefill : 1);
+    m->cur_op = -1;
+    /* decode only: the prefill's rows are never made (step 0 has none) */
+    m->total_rows = (c->decode_only ? 0 : B * c->prefill) + B * c->decode;
     m->max_pos = c->prefill + c->decode;
     m->max_blocks = (m->max_pos + c->block_size - 1) / c->block_size;
     m->num_blocks = B * m->max_blocks;
@@ -382,7 +441,7 @@ int layer_model_create(cl_context cl, cl_device_id device, cl_command_queue queu
     /* per-step metadata */
     for (size_t s = 0, row = 0; s < m->steps; s++) {
         m->row0[s] = row;
-        const size_t per = s == 0 ? c->prefill : 1;
+        const size_t per = s == 0 ? (c->decode_only ? 0 : c->prefill) : 1;
         for (size_t b = 0; b <= B; b++)
             cuq[s * (B + 1) + b] = (int32_t)(b * per);
         for (size_t b = 0; b < B; b++) {
@@ -563,6 +622,10 @@ int layer_step(layer_model *m, size_t s, layer_step_stats *stats, char *err, siz
         fail(err, len, "step %zu of %zu", s, m->steps);
         return -1;
     }
+    if (s == 0 && c->decode_only) {
+        fail(err, len, "step 0, the prefill, does not run on a decode-only model");
+        return -1;
+    }
     const size_t H = c->hidden, B = c->batch, hd = c->head_dim, T = layer_step_tokens(m, s);
     const size_t r0 = m->row0[s];
     const oclf_buf x = {m->x, r0 * H, 0};
@@ -609,7 +672,9 @@ int layer_step(layer_model *m, size_t s, layer_step_stats *stats, char *err, siz
 #define CALL(op, call)                                                     \
     do {                                                                   \
         m->event_op[ne] = (op);                                            \
+        m->cur_op = (op);                                                  \
         st = (call);                                                       \
+        m->cur_op = -1;                                                    \
         if (st != OCLF_SUCCESS) {                                          \
             what = layer_op_name(c, op);                                   \
             goto done;                                                     \

@@ -62,6 +62,10 @@ typedef struct layer_config {
     oclf_path path;   /* every call's path but attention_paged's (fused) */
     uint64_t seed;
     int keep_host;    /* keep host copies of the weights (layer_host_weights) */
+    /* 1: step 0 (the prefill) is never run, so its buffers are sized for a
+     * decode step; the cache holds zeros where the prompt's keys would be,
+     * which leaves the bytes a decode step reads, and its time, unchanged. */
+    int decode_only;
 } layer_config;
 
 /* Llama-3-8B's sizes (hidden 4096, 32 q heads, 8 kv heads, head dim 128,
@@ -122,6 +126,10 @@ typedef struct layer_step_stats {
  * Steps run in order; after the last one layer_reset allows another pass.
  * 0, or -1 with the failing call and oclf_last_error in err. */
 int layer_step(layer_model *m, size_t s, layer_step_stats *stats, char *err, size_t errlen);
+/* The op whose library call is running (LAYER_OP_*), -1 outside a call:
+ * lets a log callback attribute each kernel launch to its op. */
+int layer_current_op(const layer_model *m);
+
 /* Writes every step's input hidden states back (blocking), for a new pass
  * over the same steps (the caches are rewritten as the steps run). */
 int layer_reset(layer_model *m, char *err, size_t errlen);
@@ -152,5 +160,11 @@ double layer_kv_bytes(const layer_model *m, size_t s);
 /* Multiply-adds x 2 of step s: the projections and the attention's two
  * products (the causal half of a prefill). */
 double layer_step_flops(const layer_model *m, size_t s);
+/* The least bytes op `op` of step s moves over all layers (each operand
+ * read or written once: weights with their scales, the K and V read,
+ * activations in and out, the rotary table rows) and its multiply-adds x 2;
+ * 0 for an op the configuration skips. */
+double layer_op_bytes(const layer_model *m, size_t s, int op);
+double layer_op_flops(const layer_model *m, size_t s, int op);
 
 #endif
