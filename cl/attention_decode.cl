@@ -2,6 +2,8 @@
  * The decode structure of fused attention (OCLF_STAGE 2, a GPU's default
  * for few query rows): attention_decode takes attention_fused's arguments
  * and computes the same result, split KV and the merge kernel included.
+ * With OCLF_WGS 1 the file holds its one-work-item form instead (a CPU's
+ * default, at the end of the file).
  *
  * A work-group takes OCLF_QR rows (query, query head of the KV group) of
  * one KV head of one sequence, in decode the KV group's query heads of the
@@ -615,6 +617,8 @@ attention_decode(ATTENTION_KERNEL_ARGS)
         l[r] = 0.0f;
     }
     const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
+    uint cbi = UINT_MAX; /* (paged) the block whose id cblk holds */
+    int cblk = -1;
     for (long j0 = jlo; j0 <= jhi; j0 += DEC_BK) {
         const uint nb = (uint)min((long)DEC_BK, jhi - j0 + 1);
         long ktok[DEC_BK]; /* each key's slot (token), -1: not read */
@@ -623,7 +627,21 @@ attention_decode(ATTENTION_KERNEL_ARGS)
             bm[r] = -INFINITY;
         for (uint kk = 0; kk < DEC_BK; kk++) {
             const long j = j0 + kk;
-            const long tok = kk < nb ? dec_key_token((uint)j, ks, bt, btrow, bs, nblk) : -1;
+#if OCLF_PAGED
+            long tok = -1;
+            if (kk < nb) {
+                /* a block's entry read once (where the key starts a block
+                 * or the partition) */
+                const uint bi = (uint)j / bs;
+                if (bi != cbi) {
+                    cbi = bi;
+                    cblk = bt[btrow + bi];
+                }
+                tok = cblk >= 0 && (uint)cblk < nblk ? (long)cblk * bs + ((uint)j - bi * bs) : -1;
+            }
+#else
+            const long tok = kk < nb ? ks + j : -1;
+#endif
             ktok[kk] = tok;
             const ulong kt = ko + (ulong)max(tok, 0L) * kts;
             /* the KV head whose K row kv holds: loaded where the rows'

@@ -1178,13 +1178,14 @@ static int traffic(void)
         /* (fused only: the unfused composition is measured against it by
          * the op's descriptor in oclgrind-traffic) */
         /* pa 1: the decode structure with the KV group's 4 query heads in
-         * one work-group */
-        for (int pa = 0; pa < 2; pa++) {
+         * one work-group; pa 2: its one-work-item form (a CPU's) with a
+         * query's 8 heads in one */
+        for (int pa = 0; pa < 3; pa++) {
             oclf_choice ch = th_choice(OCLF_PATH_FUSED);
-            ch.params = pa ? decode_params(32, 4, 0, 0) : fp;
+            ch.params = pa == 2 ? decode_params(1, 8, 0, 0) : pa ? decode_params(32, 4, 0, 0) : fp;
             clFinish(e->queue);
             printf("@@ begin attention_paged%s %s fused 2x1x64x8x2x32 min=%.0f bounded=1\n",
-                   pa ? "_decode" : "", oclf_dtype_name(dt), min);
+                   pa == 2 ? "_decode_wgs1" : pa ? "_decode" : "", oclf_dtype_name(dt), min);
             fflush(stdout);
             oclf_status st = oclf_attention_paged(
                 e->ctx, e->queue, dt, 2, tq, 1, p.max_blocks, (oclf_buf){p.mcuq, 0, 0},
