@@ -2,6 +2,8 @@
  * The decode structure of fused attention (OCLF_STAGE 2, a GPU's default
  * for few query rows): attention_decode takes attention_fused's arguments
  * and computes the same result, split KV and the merge kernel included.
+ * With OCLF_WGS 1 the file holds its one-work-item form instead (a CPU's
+ * default, at the end of the file).
  *
  * A work-group takes OCLF_QR rows (query, query head of the KV group) of
  * one KV head of one sequence, in decode the KV group's query heads of the
@@ -404,6 +406,7 @@ static inline void dec_sequence(local long *ltok, uint lid, uint b, global const
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+#if OCLF_WGS > 1
 kernel OCLF_SUBGROUP_KERNEL __attribute__((reqd_work_group_size(OCLF_WGS, 1, 1))) void
 attention_decode(ATTENTION_KERNEL_ARGS)
 {
@@ -499,3 +502,251 @@ attention_decode(ATTENTION_KERNEL_ARGS)
                    pout, plse, sinks, sio, has_sinks, o, oo, ots, ohs, lse, lso, lss, has_lse,
                    scratch);
 }
+#else
+/* ---- WGS 1: the CPU's form ------------------------------------------------
+ * One work-item takes OCLF_QR consecutive rows of the (query, query head)
+ * rows over every head, not one KV head's (in decode every head of one
+ * sequence's query), and every key of its partition, DEC_BK keys a step.
+ * For each key it walks the token's KV heads in memory order: a head's K
+ * row is loaded and widened once, 16 elements a vector, and scored against
+ * the rows of its KV group, then its V row added into them. A CPU core
+ * runs a work-group's work-items one after another, so the GPU form's
+ * work-items sharing a key would cost a local-memory reduction and
+ * barriers a key; the fused structure's rows (STAGE 0) each widen every K
+ * and V element again, resolve every key's block again and take one exp a
+ * key, and one work-item a KV head reads 256-byte rows a token's heads
+ * apart, which the CPU's prefetchers do not follow (measured slower than
+ * STAGE 0). Here the cache streams through a block's tokens with all
+ * their heads, a key's block-table entry is read once for every row, and
+ * a step's exps are one 16-wide vector a row. */
+#define DEC_CV 16 /* floats in a vector of the loop */
+#define DEC_CN ((OCLF_HD + DEC_CV - 1) / DEC_CV)
+#define DEC_BK 16 /* keys a step: one vector of scores a row */
+
+static inline float dec_cpu_hsum(float16 v)
+{
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    const float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+/* Elements [e, e + DEC_CV) of the head at element `row`, widened, zeros
+ * past the head dim (element by element where the vector is partial). */
+static inline float16 dec_cpu_load(global const stor_t *p, ulong row, uint e)
+{
+    if (e + DEC_CV <= OCLF_HD) {
+#if OCLF_DTYPE == 0
+        return LDFV(16, p + row + e);
+#elif OCLF_DTYPE == 1
+        return WIDEN_F16(16, LD16V(16, p + row + e));
+#else
+        return WIDEN_BF16(16, LD16V(16, p + row + e));
+#endif
+    }
+    float t[DEC_CV];
+    for (uint x = 0; x < DEC_CV; x++)
+        t[x] = e + x < OCLF_HD ? LD(p, row + e + x) : 0.0f;
+    return vload16(0, t);
+}
+
+/* The inverse into the output (16-bit elements rounded once), nothing
+ * past the head dim. */
+static inline void dec_cpu_store(global stor_t *p, ulong row, uint e, float16 v)
+{
+    if (e + DEC_CV <= OCLF_HD) {
+#if OCLF_DTYPE == 0
+        STFV(16, p + row + e, v);
+#elif OCLF_DTYPE == 1
+        ST16V(16, p + row + e, NARROW_F16(16, v));
+#else
+        ST16V(16, p + row + e, NARROW_BF16(16, v));
+#endif
+        return;
+    }
+    float t[DEC_CV];
+    vstore16(v, 0, t);
+    for (uint x = 0; e + x < OCLF_HD && x < DEC_CV; x++)
+        ST(p, row + e + x, t[x]);
+}
+
+kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attention_decode(ATTENTION_KERNEL_ARGS)
+{
+    (void)d;
+    (void)stage;
+    (void)ltok;
+    const ulong gid0 = get_group_id(0);
+    const uint p = (uint)(gid0 % nparts);
+    const ulong gid = gid0 / nparts;
+    const uint qb = (uint)(gid % nqb), b = (uint)(gid / nqb), hq = hk * grp;
+    long qs, sq, ks, sk;
+    attn_seq(cuq, cuqo, b, total_q, &qs, &sq);
+#if OCLF_PAGED
+    ks = 0;
+    sk = clamp((long)cuk[cuko + b], 0L, (long)total_k);
+#else
+    attn_seq(cuk, cuko, b, total_k, &ks, &sk);
+#endif
+    sq = min(sq, (long)max_sq);
+    const ulong btrow = bto + (ulong)b * bts;
+    const long rows = sq * hq, r0 = (long)qb * OCLF_QR, shift = sk - sq;
+    if (r0 >= rows)
+        return;
+    const long i0 = r0 / hq, i1 = (min(r0 + OCLF_QR, rows) - 1) / hq;
+    long jlo, jhi;
+    attn_key_range(i0, i1, sk, shift, left, right, nparts, p, part, &jlo, &jhi);
+
+    dec_row rw[OCLF_QR];
+    uint rkh[OCLF_QR]; /* each row's KV head */
+    float16 qv[OCLF_QR][DEC_CN], acc[OCLF_QR][DEC_CN];
+    float m[OCLF_QR], l[OCLF_QR];
+    for (uint r = 0; r < OCLF_QR; r++) {
+        const long rr = r0 + r;
+        rw[r].active = rr < rows;
+        rw[r].i = rw[r].active ? rr / hq : 0;
+        rw[r].h = rw[r].active ? (uint)(rr % hq) : 0;
+        rkh[r] = rw[r].h / grp;
+        rw[r].slope = has_alibi && rw[r].active ? slopes[slo + rw[r].h] : 0.0f;
+        const ulong qrow = qo + (ulong)(qs + rw[r].i) * qts + rw[r].h * qhs;
+        for (uint c = 0; c < DEC_CN; c++) {
+            qv[r][c] = rw[r].active ? dec_cpu_load(q, qrow, c * DEC_CV) : (float16)(0.0f);
+            acc[r][c] = (float16)(0.0f);
+        }
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    const float dscale = has_drop ? 1.0f / (1.0f - drop_p) : 1.0f;
+    uint cbi = UINT_MAX; /* (paged) the block whose id cblk holds */
+    int cblk = -1;
+    for (long j0 = jlo; j0 <= jhi; j0 += DEC_BK) {
+        const uint nb = (uint)min((long)DEC_BK, jhi - j0 + 1);
+        long ktok[DEC_BK]; /* each key's slot (token), -1: not read */
+        float s[OCLF_QR][DEC_BK], bm[OCLF_QR];
+        for (uint r = 0; r < OCLF_QR; r++)
+            bm[r] = -INFINITY;
+        for (uint kk = 0; kk < DEC_BK; kk++) {
+            const long j = j0 + kk;
+#if OCLF_PAGED
+            long tok = -1;
+            if (kk < nb) {
+                /* a block's entry read once (where the key starts a block
+                 * or the partition) */
+                const uint bi = (uint)j / bs;
+                if (bi != cbi) {
+                    cbi = bi;
+                    cblk = bt[btrow + bi];
+                }
+                tok = cblk >= 0 && (uint)cblk < nblk ? (long)cblk * bs + ((uint)j - bi * bs) : -1;
+            }
+#else
+            const long tok = kk < nb ? ks + j : -1;
+#endif
+            ktok[kk] = tok;
+            const ulong kt = ko + (ulong)max(tok, 0L) * kts;
+            /* the KV head whose K row kv holds: loaded where the rows'
+             * KV head changes, once for its group */
+            float16 kv[DEC_CN];
+            uint cur = UINT_MAX;
+            for (uint r = 0; r < OCLF_QR; r++) {
+                float x = -INFINITY;
+                if (tok >= 0 && rw[r].active) {
+                    if (rkh[r] != cur) {
+                        cur = rkh[r];
+                        _Pragma("unroll")
+                        for (uint c = 0; c < DEC_CN; c++)
+                            kv[c] = dec_cpu_load(k, kt + cur * khs, c * DEC_CV);
+                    }
+                    float16 dv = qv[r][0] * kv[0];
+                    _Pragma("unroll")
+                    for (uint c = 1; c < DEC_CN; c++)
+                        dv += qv[r][c] * kv[c];
+                    x = attn_score(scale * dec_cpu_hsum(dv), j, rw[r].i + shift, left, right,
+                                   cap, rw[r].slope);
+                }
+                s[r][kk] = x;
+                bm[r] = fmax(bm[r], x);
+            }
+        }
+        /* each row's weights of the step, rescaling what came before once
+         * (a row that sees none of the keys weighs them 0) */
+        float pk[OCLF_QR][DEC_BK];
+        for (uint r = 0; r < OCLF_QR; r++) {
+            if (bm[r] == -INFINITY) {
+                vstore16((float16)(0.0f), 0, pk[r]);
+                continue;
+            }
+            const float mn = fmax(m[r], bm[r]), cm = exp(m[r] - mn);
+            l[r] *= cm;
+            _Pragma("unroll")
+            for (uint c = 0; c < DEC_CN; c++)
+                acc[r][c] *= cm;
+            m[r] = mn;
+            const float16 e = exp(vload16(0, s[r]) - mn);
+            l[r] += dec_cpu_hsum(e);
+            vstore16(e, 0, pk[r]);
+            if (OCLF_DROP && has_drop)
+                for (uint kk = 0; kk < nb; kk++)
+                    if (pk[r][kk] > 0.0f)
+                        pk[r][kk] = attn_drop(pk[r][kk], drop_p, dscale, seed, doff, j0 + kk,
+                                              (ulong)(qs + rw[r].i), rw[r].h);
+        }
+        for (uint kk = 0; kk < nb; kk++) {
+            if (ktok[kk] < 0)
+                continue;
+            const ulong vt = vo + (ulong)ktok[kk] * vts;
+            float16 vv[DEC_CN];
+            uint cur = UINT_MAX;
+            for (uint r = 0; r < OCLF_QR; r++) {
+                const float w = pk[r][kk];
+                /* a key a row does not see (or dropped) adds nothing: a V
+                 * row no row weighs is not read */
+                if (w == 0.0f)
+                    continue;
+                if (rkh[r] != cur) {
+                    cur = rkh[r];
+                    _Pragma("unroll")
+                    for (uint c = 0; c < DEC_CN; c++)
+                        vv[c] = dec_cpu_load(v, vt + cur * vhs, c * DEC_CV);
+                }
+                _Pragma("unroll")
+                for (uint c = 0; c < DEC_CN; c++)
+                    acc[r][c] += w * vv[c];
+            }
+        }
+    }
+    for (uint r = 0; r < OCLF_QR; r++) {
+        if (!rw[r].active)
+            continue;
+        const uint h = rw[r].h;
+        const ulong t = (ulong)(qs + rw[r].i);
+        if (nparts > 1) {
+            /* the partition's share, normalized on its own; the merge adds
+             * the sinks */
+            const ulong row = ((ulong)p * total_q + t) * hq + h;
+            const float pinv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            for (uint c = 0; c < DEC_CN; c++) {
+                float tt[DEC_CV];
+                vstore16(acc[r][c] * pinv, 0, tt);
+                for (uint x = 0; c * DEC_CV + x < OCLF_HD && x < DEC_CV; x++)
+                    pout[row * OCLF_HD + c * DEC_CV + x] = tt[x];
+            }
+            plse[row] = l[r] > 0.0f ? m[r] + log(l[r]) : -INFINITY;
+            continue;
+        }
+        float mm = m[r], ls = l[r], cm = 1.0f;
+        if (has_sinks) {
+            const float sv = sinks[sio + h], mn = fmax(mm, sv);
+            cm = exp(mm - mn);
+            ls = ls * cm + exp(sv - mn);
+            mm = mn;
+        }
+        const float inv = ls > 0.0f ? cm / ls : 0.0f;
+        const ulong orow = oo + t * ots + h * ohs;
+        for (uint c = 0; c < DEC_CN; c++)
+            dec_cpu_store(o, orow, c * DEC_CV, acc[r][c] * inv);
+        if (has_lse)
+            lse[lso + h * lss + t] = ls > 0.0f ? mm + log(ls) : -INFINITY;
+    }
+}
+#endif

@@ -559,9 +559,42 @@ START_TEST(test_decode_against_staged)
 }
 END_TEST
 
+/* The decode structure's one-work-item form (WGS 1, a CPU's default)
+ * against the reference: rows over every head, QR taking a query's heads
+ * whole (8: GQA 1, 4 and 8), a KV group in parts (3, 5: rows of one KV
+ * head split between work-items) and rows of several queries (16, 12),
+ * head dims of whole and partial 16-element vectors, decode rows of odd
+ * lengths with partial last steps, a sequence of 1 key and one of none,
+ * rows of 0 and 1 queries and a short chunk, split KV by PART and by FILL,
+ * every option together and dropout, each dtype. */
+START_TEST(test_decode_cpu_form)
+{
+    static const struct {
+        size_t hq, hk, d, bs;
+        int qr, part, fill, opts;
+    } cfg[] = {
+        {2, 2, 128, 16, 2, 0, 0, 1},  {8, 2, 64, 16, 8, 0, 0, 10}, {8, 1, 128, 16, 8, 0, 0, 13},
+        {8, 1, 40, 4, 3, 64, 0, 10},  {4, 1, 20, 16, 5, 0, 0, 11}, {8, 2, 128, 16, 16, 0, 4, 10},
+        {16, 2, 256, 16, 12, 0, 0, 8}, {8, 8, 64, 16, 8, 32, 0, 13},
+    };
+    static const int sq[] = {1, 1, 0, 1, 3, 1, 1}, sk[] = {1, 17, 40, 63, 9, 0, 200};
+    oclf_params p = decode_params(1, cfg[_i].qr, cfg[_i].part, cfg[_i].fill);
+    for (size_t di = 0; di < 3; di++) {
+        if (th_quick() && di != (size_t)_i % 3)
+            continue;
+        pcase c = {.dt = dtypes[di], .hq = cfg[_i].hq, .hk = cfg[_i].hk, .d = cfg[_i].d,
+                   .batch = 7, .bs = cfg[_i].bs, .sq = sq, .sk = sk, .lse = 1,
+                   .path = OCLF_PATH_FUSED};
+        c.params = &p;
+        option_set(cfg[_i].opts, &c);
+        run_case(&c, NULL);
+    }
+}
+END_TEST
+
 /* Which build a decode call's defaults run: with OCLF_DEVICE_CLASS=gpu the
  * decode structure (its aligned build for a cache on 16 bytes, the plain
- * one otherwise), on a CPU the structure that reads from global memory. */
+ * one otherwise), on a CPU its one-work-item form (one build for both). */
 START_TEST(test_decode_default)
 {
     const char *cls = getenv("OCLF_DEVICE_CLASS");
@@ -578,7 +611,7 @@ START_TEST(test_decode_default)
                           "%s: the GPU default ran no %s decode build:\n%s",
                           oclf_dtype_name(dtypes[_i]), al ? "aligned" : "plain", th_builds());
         else
-            ck_assert_msg(th_built("launch attention_fused ", "-DOCLF_STAGE=0", 0),
+            ck_assert_msg(th_built("launch attention_decode ", "-DOCLF_STAGE=2 -DOCLF_WGS=1", 0),
                           "%s: the CPU default left its structure:\n%s",
                           oclf_dtype_name(dtypes[_i]), th_builds());
         oclf_context_destroy(case_ctx);
@@ -1145,13 +1178,14 @@ static int traffic(void)
         /* (fused only: the unfused composition is measured against it by
          * the op's descriptor in oclgrind-traffic) */
         /* pa 1: the decode structure with the KV group's 4 query heads in
-         * one work-group */
-        for (int pa = 0; pa < 2; pa++) {
+         * one work-group; pa 2: its one-work-item form (a CPU's) with a
+         * query's 8 heads in one */
+        for (int pa = 0; pa < 3; pa++) {
             oclf_choice ch = th_choice(OCLF_PATH_FUSED);
-            ch.params = pa ? decode_params(32, 4, 0, 0) : fp;
+            ch.params = pa == 2 ? decode_params(1, 8, 0, 0) : pa ? decode_params(32, 4, 0, 0) : fp;
             clFinish(e->queue);
             printf("@@ begin attention_paged%s %s fused 2x1x64x8x2x32 min=%.0f bounded=1\n",
-                   pa ? "_decode" : "", oclf_dtype_name(dt), min);
+                   pa == 2 ? "_decode_wgs1" : pa ? "_decode" : "", oclf_dtype_name(dt), min);
             fflush(stdout);
             oclf_status st = oclf_attention_paged(
                 e->ctx, e->queue, dt, 2, tq, 1, p.max_blocks, (oclf_buf){p.mcuq, 0, 0},
@@ -1197,6 +1231,7 @@ static Suite *paged_suite(void)
     tcase_add_loop_test(t, test_block_out_of_range, 0, 6);
     tcase_add_loop_test(t, test_decode_structure, 0, 16);
     tcase_add_loop_test(t, test_decode_against_staged, 0, 3);
+    tcase_add_loop_test(t, test_decode_cpu_form, 0, 8);
     tcase_add_loop_test(t, test_decode_default, 0, 3);
     suite_add_tcase(s, t);
     TCase *mu = tcase_create("matrix_units");

@@ -58,7 +58,7 @@ static const oclf_param_spec attn_params[] = {
     {"STAGE", 0, 3, 0, OCLF_PARAM_DEFINE},
     /* (compiled in with STAGE 2 only, so the other structures' programs
      * keep their options) */
-    {"QR", 1, 16, 0, OCLF_PARAM_ARG},
+    {"QR", 1, 64, 0, OCLF_PARAM_ARG},
     {"FILL", 0, 64, 0, OCLF_PARAM_ARG},
 };
 enum { P_WGS, P_BK, P_VEC, P_ACC, P_PART, P_STAGE, P_QR, P_FILL, P_COUNT };
@@ -204,6 +204,23 @@ static void oclf_attention_heuristic(const oclf_context *ctx, oclf_dtype dtype,
         wgs = ctx->info.max_wgs >= 128 ? 128 : (int)ctx->info.max_wgs;
         qr = grp < 2 ? 1 : 2;
         fill = 4;
+        vec = 1;
+        bk = 1;
+        acc = 0;
+    }
+    /* Few query rows on a CPU: the decode structure's one-work-item form
+     * (WGS 1), a group's rows every query head of a query (as many as
+     * keep its queries and accumulators within 32 KiB each, 64 at most),
+     * so that each K and V element is loaded and widened once for its KV
+     * group and a block's tokens stream through the cache with all their
+     * heads, and partitions aimed at 8 groups a core, as the split below. */
+    if ((ctx->info.type & CL_DEVICE_TYPE_CPU) && shape->dim[0] <= ATTN_DECODE_ROWS) {
+        const uint64_t hq = shape->dim[1] ? shape->dim[1] : 1, cap = 8192 / d ? 8192 / d : 1;
+        stage = 2;
+        wgs = 1;
+        qr = (int)(hq < cap ? hq : cap);
+        qr = qr > 64 ? 64 : qr;
+        fill = 8;
         vec = 1;
         bk = 1;
         acc = 0;
@@ -603,8 +620,11 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
     /* rows of a query in one group: its heads of one KV head (STAGE 1 and
      * 2), all its heads (STAGE 0, whose groups span the KV heads), or one
      * query head (STAGE 3: a group per query head) */
-    const size_t rpq = cfg->stage == 3 ? 1 : cfg->stage ? g : c->hq;
-    const size_t kgroups = cfg->stage == 3 ? c->hq : cfg->stage ? c->hk : 1;
+    /* (the decode structure's one-work-item form, WGS 1, takes rows over
+     * every head, as STAGE 0) */
+    const int all_heads = !cfg->stage || (cfg->stage == 2 && cfg->wgs == 1);
+    const size_t rpq = cfg->stage == 3 ? 1 : all_heads ? c->hq : g;
+    const size_t kgroups = cfg->stage == 3 ? c->hq : all_heads ? 1 : c->hk;
     if (c->max_sq > (size_t)INT_MAX / rpq)
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: max_seqlen_q x heads exceeds 2^31", c->op);
     /* rows a group takes: one a work-item, or QR scored together (STAGE 2) */
@@ -619,7 +639,7 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
          * multiple of 64 keys and 256 at least (a partition's fixed cost,
          * its merge and its first rescales, stays small beside its keys). */
         const size_t want = (size_t)cfg->fill * (ctx->info.compute_units ? ctx->info.compute_units : 1);
-        const size_t have = nqb * c->batch * c->hk;
+        const size_t have = nqb * c->batch * kgroups;
         if (have < want && c->tk > 256) {
             const size_t n = (want + have - 1) / have;
             part = (c->tk + n - 1) / n;
@@ -654,7 +674,9 @@ oclf_status oclf_attn_run_fused(oclf_context *ctx, cl_command_queue queue, const
                                {c->k.op.mem, c->d, c->d, 0, 0},
                                c->o.op,
                                {c->o.op.mem, c->o.hs, c->o.hs, 0, 0}};
-    const int aligned = (cfg->stage == 2 && oclf_rows_aligned(cfg->ke, kv, 7)) ||
+    /* (The one-work-item form's loads need no alignment on a CPU: one
+     * build serves every cache.) */
+    const int aligned = (cfg->stage == 2 && cfg->wgs > 1 && oclf_rows_aligned(cfg->ke, kv, 7)) ||
                         (cfg->stage == 3 && oclf_rows_aligned(cfg->ke, kv, 5));
     oclf_program *prog;
     char defs[OCLF_DEFINES_MAX + 64];
