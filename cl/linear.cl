@@ -29,6 +29,10 @@
  *                      KC (a multiple of 32) columns of K a stage, the
  *                      instruction form OCLF_MMA (cl/mma.h); see the
  *                      kernel below.
+ *                      4: the wavefront's matrix units (f16 and bf16):
+ *                      MB x NB fragments of 16 x 16 per wavefront of 64,
+ *                      WGM x WGN wavefronts a group, the instruction form
+ *                      OCLF_MFMA (cl/mma.h); the same staging as 2.
  *                      3: register tiles (any dtype, f32 arithmetic): an
  *                      MB x NB tile of the product per work-item (MB, NB
  *                      multiples of 4), WGM x WGN work-items a group, KC
@@ -917,7 +921,7 @@ kernel void linear_fused(LIN_ARGS)
 #endif
 }
 
-#elif OCLF_STAGE == 2
+#elif OCLF_STAGE == 2 || OCLF_STAGE == 4
 /* ---- matrix units: m16n8k16 fragments (cl/mma.h) -------------------------
  * A work-group of WGM x WGN warps (groups of 32 work-items, warp w at
  * (w % WGM, w / WGM)); a warp owns MB x NB fragments of the product, each
@@ -941,7 +945,16 @@ kernel void linear_fused(LIN_ARGS)
  * LROW = 16 modulo 32, and group t of row r sits at slot t ^ ((r / 2) % 4)
  * of its run (mm_group), so the eight lanes of one 16-byte phase touch
  * every bank once both when they read fragments (two rows, four t) and
- * when they store groups (eight consecutive rows, one t). */
+ * when they store groups (eight consecutive rows, one t).
+ *
+ * STAGE 4 is the same structure on the wavefront's 16x16x16 instruction
+ * (oclf_mfma_16x16x16_*, OCLF_MFMA): "warps" are wavefronts of 64, a
+ * fragment of the product is 16 x 16 (TN = WGN * NB * 16), and lane l
+ * (i = l % 16, q = l / 16) needs pairs 2q, 2q + 1 (k 4q..4q+3) of a row for
+ * one k16 step and 2q + 8, 2q + 9 for the next: a run's group q holds those
+ * four words (mm_pair_of), so one 16-byte local load again gives a lane's
+ * A (or B) registers of both steps. The staging, the swizzle and the
+ * bounds are shared; only which pair lands in which word differs. */
 #include "mma.h"
 #if OCLF_DTYPE == 0
 #error "the matrix-unit structure takes f16 or bf16 operands"
@@ -952,10 +965,23 @@ kernel void linear_fused(LIN_ARGS)
 #if OCLF_QW || OCLF_WF32
 #error "the matrix-unit structure reads W in the call's dtype"
 #endif
+#if OCLF_STAGE == 4
+#define MM_WAVE 1
+#define MM_LANES 64 /* work-items of one instruction */
+#define MM_FN 16    /* columns of a product fragment */
+#define MM_SCRATCH_WORDS OCLF_MFMA_SCRATCH_WORDS
+#define MM_EMULATED (OCLF_MFMA == 0)
+#else
+#define MM_WAVE 0
+#define MM_LANES 32
+#define MM_FN 8
+#define MM_SCRATCH_WORDS OCLF_MMA_SCRATCH_WORDS
+#define MM_EMULATED (OCLF_MMA == 0)
+#endif
 #define MM_WARPS (OCLF_WGM * OCLF_WGN)
-#define MM_WGS (32 * MM_WARPS)
+#define MM_WGS (MM_LANES * MM_WARPS)
 #define MM_TM (OCLF_WGM * OCLF_MB * 16)
-#define MM_TN (OCLF_WGN * OCLF_NB * 8)
+#define MM_TN (OCLF_WGN * OCLF_NB * MM_FN)
 #define MM_LROW (OCLF_KC / 2 + (OCLF_KC / 2 % 32 == 0 ? 16 : 0))
 /* The staging of a chunk. Where the group's tile lies inside x and W and
  * the chunk inside K (every chunk of an interior tile but a partial last
@@ -995,6 +1021,17 @@ static inline uint mm_group(uint row, uint base, uint grp)
 {
     return base + 4u * (grp ^ ((row >> 1) & 3u));
 }
+
+/* The K pair (0..15) of a run that word `wd` (0..3) of its group `grp`
+ * holds, and back: the group and word of pair p. Warp fragments: pairs
+ * grp, grp + 4, grp + 8, grp + 12; wavefront fragments: 2 grp, 2 grp + 1,
+ * 2 grp + 8, 2 grp + 9. */
+static inline uint mm_pair_of(uint grp, uint wd)
+{
+    return MM_WAVE ? 8u * (wd >> 1) + 2u * grp + (wd & 1u) : 4u * wd + grp;
+}
+static inline uint mm_grp_of(uint p) { return MM_WAVE ? (p >> 1) & 3u : p & 3u; }
+static inline uint mm_word_of(uint p) { return MM_WAVE ? (p & 1u) + 2u * (p >> 3) : p >> 2; }
 
 /* Elements c..c+7 of a row at q as bits, two a word (the lower column
  * low): one 16-byte load in the aligned build. */
@@ -1070,11 +1107,20 @@ static inline void mm_put(const uint4 s[MM_SREGS], local uint *xl, local uint *w
             const uint ei = isx ? e : e - MM_RUNS_X, row = ei / (OCLF_KC / 32);
             local uint *d = (isx ? xl : wl) + row * MM_LROW;
             const uint base = 16 * (ei % (OCLF_KC / 32));
-            const uint4 p0 = s[4 * u], p1 = s[4 * u + 1], p2 = s[4 * u + 2], p3 = s[4 * u + 3];
-            *(local uint4 *)(d + mm_group(row, base, 0)) = (uint4)(p0.s0, p1.s0, p2.s0, p3.s0);
-            *(local uint4 *)(d + mm_group(row, base, 1)) = (uint4)(p0.s1, p1.s1, p2.s1, p3.s1);
-            *(local uint4 *)(d + mm_group(row, base, 2)) = (uint4)(p0.s2, p1.s2, p2.s2, p3.s2);
-            *(local uint4 *)(d + mm_group(row, base, 3)) = (uint4)(p0.s3, p1.s3, p2.s3, p3.s3);
+            /* pair p of the run is word p % 4 of piece p / 4 */
+            uint wds[16];
+#pragma unroll
+            for (uint i = 0; i < 4; i++) {
+                wds[4 * i] = s[4 * u + i].s0;
+                wds[4 * i + 1] = s[4 * u + i].s1;
+                wds[4 * i + 2] = s[4 * u + i].s2;
+                wds[4 * i + 3] = s[4 * u + i].s3;
+            }
+#pragma unroll
+            for (uint gq = 0; gq < 4; gq++)
+                *(local uint4 *)(d + mm_group(row, base, gq)) =
+                    (uint4)(wds[mm_pair_of(gq, 0)], wds[mm_pair_of(gq, 1)],
+                            wds[mm_pair_of(gq, 2)], wds[mm_pair_of(gq, 3)]);
         }
     }
 #pragma unroll
@@ -1082,21 +1128,22 @@ static inline void mm_put(const uint4 s[MM_SREGS], local uint *xl, local uint *w
         const uint e = lid + u * MM_WGS;
         if (e < MM_WU) {
             /* column 8 cb + i's word of K pair kp: row 2 kp low, 2 kp + 1
-             * high; pair p of a run is word q = p / 4 of group p % 4 */
+             * high; pair p of a run is word mm_word_of(p) of group
+             * mm_grp_of(p) */
             const uint kp = e / (MM_TN / 8), cb = e % (MM_TN / 8), p = kp % 16;
             const uint base = 16 * (kp / 16);
             const uint8 lo = convert_uint8(as_ushort8(s[4 * MM_RPER + 2 * u]));
             const uint8 hi = convert_uint8(as_ushort8(s[4 * MM_RPER + 2 * u + 1]));
             const uint8 v = lo | (hi << 16u);
-            local uint *d = wl + (8 * cb) * MM_LROW + p / 4;
-            d[0 * MM_LROW + mm_group(0, base, p % 4)] = v.s0;
-            d[1 * MM_LROW + mm_group(1, base, p % 4)] = v.s1;
-            d[2 * MM_LROW + mm_group(2, base, p % 4)] = v.s2;
-            d[3 * MM_LROW + mm_group(3, base, p % 4)] = v.s3;
-            d[4 * MM_LROW + mm_group(4, base, p % 4)] = v.s4;
-            d[5 * MM_LROW + mm_group(5, base, p % 4)] = v.s5;
-            d[6 * MM_LROW + mm_group(6, base, p % 4)] = v.s6;
-            d[7 * MM_LROW + mm_group(7, base, p % 4)] = v.s7;
+            local uint *d = wl + (8 * cb) * MM_LROW + mm_word_of(p);
+            d[0 * MM_LROW + mm_group(0, base, mm_grp_of(p))] = v.s0;
+            d[1 * MM_LROW + mm_group(1, base, mm_grp_of(p))] = v.s1;
+            d[2 * MM_LROW + mm_group(2, base, mm_grp_of(p))] = v.s2;
+            d[3 * MM_LROW + mm_group(3, base, mm_grp_of(p))] = v.s3;
+            d[4 * MM_LROW + mm_group(4, base, mm_grp_of(p))] = v.s4;
+            d[5 * MM_LROW + mm_group(5, base, mm_grp_of(p))] = v.s5;
+            d[6 * MM_LROW + mm_group(6, base, mm_grp_of(p))] = v.s6;
+            d[7 * MM_LROW + mm_group(7, base, mm_grp_of(p))] = v.s7;
         }
     }
 }
@@ -1135,12 +1182,71 @@ static inline void mm_copy_edge(local uint *xl, local uint *wl, global const ush
                                                           << 16;
 #endif
         }
-        /* pair pr: run pr / 16, group (pr % 16) % 4, word (pr % 16) / 4 */
+        /* pair pr: run pr / 16, pair p of the run in its group and word */
         const uint p = pr % 16;
-        (isx ? xl : wl)[row * MM_LROW + mm_group(row, 16 * (pr / 16), p % 4) + p / 4] = v;
+        (isx ? xl : wl)[row * MM_LROW + mm_group(row, 16 * (pr / 16), mm_grp_of(p)) +
+                        mm_word_of(p)] = v;
     }
 }
 
+#if MM_WAVE
+/* D = A B + D for one 16x16x16 fragment pair in the dtype's instruction. */
+static inline void mm_wstep(float d[4], const uint a[2], const uint b[2], uint lane,
+                            local uint *scratch)
+{
+#if OCLF_DTYPE == 1
+    oclf_mfma_16x16x16_f16(d, a, b, d, lane, scratch);
+#else
+    oclf_mfma_16x16x16_bf16(d, a, b, d, lane, scratch);
+#endif
+}
+
+/* The wavefront's MB x NB fragments (16 x 16) over one chunk: xw and ww
+ * are its first tile rows (of x and of W's columns). Lane i = lane % 16,
+ * q = lane / 16 reads group q of row i of each fragment: its A (B) words
+ * of the run's two k16 steps, one 16-byte load a fragment. */
+static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
+                            const local uint *ww, uint lane, local uint *scratch)
+{
+    const uint i16 = lane & 15u, q = lane >> 4;
+    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
+        /* rows i16 + 16 f share row i16's swizzle */
+        const uint off = mm_group(i16, c32 * 16u, q);
+        uint4 bw[OCLF_NB];
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++)
+            bw[j] = *(const local uint4 *)(ww + (j * 16 + i16) * MM_LROW + off);
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++) {
+            const uint4 av = *(const local uint4 *)(xw + (i * 16 + i16) * MM_LROW + off);
+            const uint a0[2] = {av.s0, av.s1}, a1[2] = {av.s2, av.s3};
+#pragma unroll
+            for (uint j = 0; j < OCLF_NB; j++) {
+                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
+                mm_wstep(acc[i][j], a0, b0, lane, scratch);
+                mm_wstep(acc[i][j], a1, b1, lane, scratch);
+            }
+        }
+    }
+}
+
+/* The epilogue on one 16 x 16 accumulator fragment d whose tile starts at
+ * row r0, column c0: element e is at row r0 + 4 q + e, column c0 + i. */
+static inline void mm_store(float4 d, uint r0, uint c0, uint lane, uint m, uint n, EPI_ARGS)
+{
+    const uint r = r0 + 4 * (lane >> 4), c = c0 + (lane & 15u);
+    if (c >= n)
+        return;
+    if (r < m)
+        lin_store(d.s0, r, c, EPI_PASS);
+    if (r + 1 < m)
+        lin_store(d.s1, r + 1, c, EPI_PASS);
+    if (r + 2 < m)
+        lin_store(d.s2, r + 2, c, EPI_PASS);
+    if (r + 3 < m)
+        lin_store(d.s3, r + 3, c, EPI_PASS);
+}
+#else
 /* D = A B + D for one fragment pair in the dtype's instruction. */
 static inline void mm_step(float d[4], const uint a[4], const uint b[2], uint lane,
                            local uint *scratch)
@@ -1199,20 +1305,21 @@ static inline void mm_store(float4 d, uint r0, uint c0, uint lane, uint m, uint 
     if (r + 8 < m && c + 1 < n)
         lin_store(d.s3, r + 8, c + 1, EPI_PASS);
 }
+#endif
 
 kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN_ARGS)
 {
     local uint xl[2][MM_TM * MM_LROW] __attribute__((aligned(16)));
     local uint wl[2][MM_TN * MM_LROW] __attribute__((aligned(16)));
-#if OCLF_MMA == 0
-    local uint scratch_all[MM_WARPS * OCLF_MMA_SCRATCH_WORDS];
+#if MM_EMULATED
+    local uint scratch_all[MM_WARPS * MM_SCRATCH_WORDS];
 #endif
-    const uint lid = get_local_id(0), lane = lid & 31u, warp = lid >> 5;
+    const uint lid = get_local_id(0), lane = lid % MM_LANES, warp = lid / MM_LANES;
     const uint wm = warp % OCLF_WGM, wn = warp / OCLF_WGM;
     const uint ngm = (m + MM_TM - 1) / MM_TM, grp = get_group_id(0);
     const uint tm0 = (grp % ngm) * MM_TM, tn0 = (grp / ngm) * MM_TN;
-#if OCLF_MMA == 0
-    local uint *scratch = scratch_all + warp * OCLF_MMA_SCRATCH_WORDS;
+#if MM_EMULATED
+    local uint *scratch = scratch_all + warp * MM_SCRATCH_WORDS;
 #else
     local uint *scratch = 0;
 #endif
@@ -1244,7 +1351,7 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
          * pieces are not live across the products (152 registers at sm_90
          * with them, 128 without: two groups an SM rather than one) */
         mm_chunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
-                 wl[cur] + wn * (OCLF_NB * 8) * MM_LROW, lane, scratch);
+                 wl[cur] + wn * (OCLF_NB * MM_FN) * MM_LROW, lane, scratch);
         const uint c1 = (ch + 1) * OCLF_KC;
         if (more && inner && c1 + OCLF_KC <= k) {
             mm_fetch(sr, xb, xo, xs, wb, wo, ws, tm0, tn0, c1, lid);
@@ -1255,13 +1362,13 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    const uint r0 = tm0 + wm * (OCLF_MB * 16), c0 = tn0 + wn * (OCLF_NB * 8);
+    const uint r0 = tm0 + wm * (OCLF_MB * 16), c0 = tn0 + wn * (OCLF_NB * MM_FN);
 #pragma unroll
     for (uint i = 0; i < OCLF_MB; i++)
 #pragma unroll
         for (uint j = 0; j < OCLF_NB; j++)
             mm_store((float4)(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]),
-                     r0 + 16 * i, c0 + 8 * j, lane, m, n, EPI_PASS);
+                     r0 + 16 * i, c0 + MM_FN * j, lane, m, n, EPI_PASS);
 }
 
 #elif OCLF_STAGE == 3

@@ -234,9 +234,16 @@ oclf_status oclf_device_query(const oclf_context *ctx, cl_device_id dev, oclf_de
                         NULL) == CL_SUCCESS &&
         cc_major >= 8)
         o->mma = 1;
+    /* AMD's OpenCL names the device by its ISA ("gfx942:sramecc+:xnack-"):
+     * CDNA 2 (gfx90a) and CDNA 3 (gfx940-942) have the 16x16x16 MFMA in
+     * f16 and in bf16 ("_1k"); CDNA 1 (gfx908) lacks that bf16 form. */
+    o->mfma = (o->type & CL_DEVICE_TYPE_GPU) && wave == 64 &&
+              (strncmp(o->name, "gfx90a", 6) == 0 || strncmp(o->name, "gfx94", 5) == 0);
     const char *mu = getenv("OCLF_MATRIX_UNITS");
-    if (mu && strcmp(mu, "0") == 0)
+    if (mu && strcmp(mu, "0") == 0) {
         o->mma = 0;
+        o->mfma = false;
+    }
     if (warp &&
         clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof cc, &cc, NULL) !=
             CL_SUCCESS)

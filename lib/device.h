@@ -65,6 +65,10 @@ typedef struct oclf_device_info {
      * PTX (compute capability 8.0 or newer, from
      * cl_nv_device_attribute_query). OCLF_MATRIX_UNITS=0 clears it. */
     int mma;
+    /* The wavefront's 16x16x16 matrix instruction of cl/mma.h
+     * (OCLF_MFMA 1, clang's builtin): a CDNA 2 or 3 GPU (gfx90a, gfx94x)
+     * that reports a wavefront of 64. OCLF_MATRIX_UNITS=0 clears it. */
+    bool mfma;
     /* The register-tiled GEMM (linear's STAGE 3) builds worse than the
      * staged one: Intel's compiler (a GPU with cl_intel_subgroups) left no
      * FMA-dense loop in it, 8-10% of FP32 peak by the GPU report against

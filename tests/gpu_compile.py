@@ -33,8 +33,9 @@ capability 8.0 and newer) go to NVIDIA's back end alone.
 
 The wavefront's matrix instruction of cl/mma.h (-DOCLF_MFMA=1, clang's
 builtin) is built on its own for gfx90a and gfx942, where the emitted
-code must hold v_mfma_f32_16x16x16 in f16 and bf16 (no op selects that
-form yet; this keeps the wrapper building for the hardware it names).
+code must hold v_mfma_f32_16x16x16 in f16 and bf16; the programs that
+use it (linear's STAGE 4 on a CDNA device) go to those two back ends
+alone, and their hot loop must hold the instruction (gpu_report's gate).
 Likewise the sub-group's DPAS wrapper (-DOCLF_DPAS=1) through IGC for pvc,
 whose code must hold dpas.
 
@@ -154,6 +155,22 @@ def clang(args, src, out, compiler=None):
            "-Wno-everything"] + args + ["-o", out, src]
     p = subprocess.run(cmd, capture_output=True, text=True)
     return p.returncode, p.stderr
+
+
+def amd_agprs(asm):
+    """{kernel: (AGPRs, VGPRs and AGPRs together)} where clang reports them
+    (gfx90a and gfx942, whose one register file a lane holds both: the
+    total is what bounds the waves a SIMD)."""
+    out, name = {}, None
+    for line in asm.splitlines():
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*):\s+; @", line)
+        if m:
+            name = m.group(1)
+        elif name and (m := re.match(r"; NumAgprs: (\d+)", line)):
+            out[name] = (int(m.group(1)), out.get(name, (0, 0))[1])
+        elif name and (m := re.match(r"; TotalNumVgprs: (\d+)", line)):
+            out[name] = (out.get(name, (0, 0))[0], int(m.group(1)))
+    return out
 
 
 def amd_stats(asm):
@@ -461,6 +478,11 @@ def compile_variant(job):
     native_mma = "-DOCLF_MMA=1" in defs
     if native_mma:
         targets = [t for t in targets if t[0].startswith("nvptx")]
+    # The wavefront's (OCLF_MFMA 1, clang's builtin) exists on CDNA 2 and
+    # 3 alone: the gfx90a and gfx942 back ends.
+    native_mfma = "-DOCLF_MFMA=1" in defs
+    if native_mfma:
+        targets = [t for t in targets if t[0] in MFMA_EXPECT]
     for ti, (name, flags, bc, stats) in enumerate(targets):
         compiler = CLANG19 if name == GFX942[0] else CLANG
         clc = CLC19 if name == GFX942[0] else CLC
@@ -493,8 +515,10 @@ def compile_variant(job):
                 row(name, kernel, regs=vgprs, spills=vspill, sgpr=sspill, scratch=scratch)
             if report:
                 lds = amd_lds(code)
+                agprs = amd_agprs(code)
                 analyse(name, gpu_report.read_amd(code),
-                        {k: dict(regs=v[0], spills=v[1], scratch=v[3], lds=lds.get(k, 0))
+                        {k: dict(regs=max(v[0], agprs.get(k, (0, 0))[1]), spills=v[1],
+                                 scratch=v[3], lds=lds.get(k, 0), agprs=agprs.get(k, (0, 0))[0])
                          for k, v in amd.items()})
             os.remove(asm)
             continue
@@ -529,7 +553,7 @@ def compile_variant(job):
         os.remove(asm)
     devices = [d for d in IGC_DEVICES if not os.environ.get("OCLF_GPU_REPORT_ONLY") or
                f"igc-{d}" in gpu_report.REPORT_TARGETS]
-    for device in devices if OCLOC and not native_mma else []:
+    for device in devices if OCLOC and not native_mma and not native_mfma else []:
         target = f"igc-{device}"
         want = report and target in gpu_report.REPORT_TARGETS
         err, stats, asm = igc_build(src, " ".join([options] + SUBGROUP["igc"]), device, tmp,

@@ -377,7 +377,8 @@ def kernel_facts(code):
     """The loops of one kernel, each its own body (own_bodies), weighed by
     the static profile (TRIPS ** depth): the memory loop (most weighted
     global bytes loaded, then stored: the loads are what must be in
-    flight), the compute loop (most weighted FMA + matrix instructions);
+    flight), the compute loop (most weighted matrix instructions, then
+    FMA + matrix instructions);
     ties go to the earlier loop. A kernel without loops is its own loop."""
     bodies = own_bodies(code)
     loops = [s for s, _ in bodies]
@@ -393,7 +394,12 @@ def kernel_facts(code):
         facts.append(loop_facts(code, None))
         spans.append(None)
         mem = len(facts) - 1
-    comp = max(range(len(weight)), key=lambda k: ((facts[k]["fma"] + facts[k]["matrix"])
+    # Matrix instructions first: a kernel that has them does its work in
+    # their loop (AMD's epilogue of erf and exp, branchy after the
+    # structurizer, forms nested backward branches that would outweigh a
+    # k loop of 16 v_mfma by its FMAs).
+    comp = max(range(len(weight)), key=lambda k: (facts[k]["matrix"] * weight[k],
+                                                 (facts[k]["fma"] + facts[k]["matrix"])
                                                  * weight[k], facts[k]["local"], -k))
     whole = loop_facts(code, None)
     stores = [a for a in whole["global_accesses"] if a["kind"] == "gstore"]
@@ -412,8 +418,10 @@ def wgs_of(options):
         # warp of 32 per 16
         return int(o["WGS"]) * (2 if o.get("STAGE") == "3" and "MMA" in o else 1)
     if "WGM" in o and "WGN" in o:
-        # linear's matrix-unit structure (STAGE 2): WGM x WGN warps of 32
-        return int(o["WGM"]) * int(o["WGN"]) * (32 if o.get("STAGE") == "2" else 1)
+        # linear's matrix-unit structures: WGM x WGN warps of 32 (STAGE
+        # 2), wavefronts of 64 (STAGE 4)
+        lanes = {"2": 32, "4": 64}.get(o.get("STAGE"), 1)
+        return int(o["WGM"]) * int(o["WGN"]) * lanes
     return None
 
 
@@ -611,7 +619,8 @@ def analyse(source, options, target, kernel, code, stats):
         fma_fraction=round((c["fma"] + c["matrix"]) / c["instructions"], 3)
         if c["instructions"] else 0.0,
         compute_instructions=c["instructions"], compute_fma=c["fma"], compute_local=c["local"],
-        matrix=c["matrix"], predicted=round(frac, 3), predicted_of=of, model=why)
+        matrix=c["matrix"], agprs=stats.get("agprs"), predicted=round(frac, 3),
+        predicted_of=of, model=why)
 
 
 # ---------------------------------------------------------------------------
@@ -624,6 +633,11 @@ def misses(rows):
         key = (r["source"], r["options"], r["kernel"], r["target"])
         if r["spills"]:
             out[key + ("spill",)] = f"{r['spills']} spilled"
+        # a program built with the wavefront's instruction (-DOCLF_MFMA=1)
+        # must issue it in its compute loop
+        if "-DOCLF_MFMA=1" in r["options"] and r["target"].startswith("amdgcn-") \
+                and not r["matrix"]:
+            out[key + ("no-mfma",)] = "no v_mfma in the compute loop"
         if r["bound"] != "memory":
             continue
         if r["target"] in GATE_WIDTH_TARGETS:

@@ -18,7 +18,9 @@
  * without one, and as for one that has it (the device fact set as compute
  * capability 8.0 and newer sets it), whose defaults and points then name
  * the native instruction form (-DOCLF_MMA=1), which only NVIDIA's back end
- * compiles.
+ * compiles; linear a third time on a device with the wavefront's
+ * instruction (the fact CDNA 2 and 3 set), whose programs (-DOCLF_MFMA=1)
+ * only the gfx90a and gfx942 back ends compile.
  */
 #include "../lib/internal.h"
 #include "opdesc.h"
@@ -174,17 +176,22 @@ int main(int argc, char **argv)
     int bad = 0;
     enum { MAXP = 4096 };
     oclf_params *points = malloc(MAXP * sizeof *points);
-    for (int oi = 0, mu = 0; points && (op_table[oi] || !mu); oi++) {
-        if (!op_table[oi]) { /* again, the ops with a matrix unit, on one */
-            mu = 1;
+    for (int oi = 0, mu = 0; points && (op_table[oi] || mu < 2); oi++) {
+        if (!op_table[oi]) {
+            /* again, the ops with a matrix unit, on one: the warp's
+             * (mu 1), then linear on the wavefront's (mu 2) */
+            mu++;
             oi = -1;
-            env.ctx->info.mma = 1;
+            env.ctx->info.mma = mu == 1;
+            env.ctx->info.mfma = mu == 2;
             continue;
         }
         const op_desc *od = op_table[oi];
         const oclf_op op = oclf_op_from_name(op_lib_op(od));
         if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_ATTENTION &&
             op != OCLF_OP_ATTENTION_PAGED)
+            continue;
+        if (mu == 2 && op != OCLF_OP_LINEAR)
             continue;
         if (op == OCLF_OP_EXPR) {
             bad |= visit_generated(&env, &s, od, points, MAXP);

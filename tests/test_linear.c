@@ -4,13 +4,14 @@
  * every dtype and path, odd M/N/K (1, 7, 129, 1000), K = 0, M = 0, strided
  * rows with offsets on every operand, y in place on the residual, several
  * kernel structures (the CPU and GPU defaults, staged tiles, the
- * matrix-vector shape, the matrix-unit fragments in their emulated form,
- * the register tiles),
+ * matrix-vector shape, the matrix-unit fragments of the warp and of the
+ * wavefront in their emulated form, the register tiles),
  * fused against unfused, and the bad arguments.
  */
 #include "harness.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -358,10 +359,31 @@ static const char *const mma_structures[] = {
 };
 #define NMMA (int)(sizeof mma_structures / sizeof *mma_structures)
 
-START_TEST(test_mma_shapes)
+/* The same cases on the wavefront's structure (STAGE 4, fragments of 16 x
+ * 16 in wavefronts of 64, cl/mma.h's 16x16x16 emulated here): 1 x 1
+ * fragments in 2 x 1 wavefronts; 2 x 1 in 1 x 2 with K in chunks of 64;
+ * the CDNA default, 2 x 4 wavefronts of 4 x 2 (128 x 128). */
+static const char *const mfma_structures[] = {
+    "MB=1,NB=1,VEC=8,WGM=2,WGN=1,STAGE=4,KC=32,MV=0",
+    "MB=2,NB=1,VEC=8,WGM=1,WGN=2,STAGE=4,KC=64,MV=0",
+    "MB=4,NB=2,VEC=8,WGM=2,WGN=4,STAGE=4,KC=32,MV=0",
+};
+#define NMFMA (int)(sizeof mfma_structures / sizeof *mfma_structures)
+
+/* One matrix-unit family: its structures (the last the default tile) and
+ * the build option that names it. */
+typedef struct mu_family {
+    const char *const *structures;
+    int n;
+    const char *stage;
+} mu_family;
+static const mu_family mu_warp = {mma_structures, NMMA, "-DOCLF_STAGE=2"};
+static const mu_family mu_wave = {mfma_structures, NMFMA, "-DOCLF_STAGE=4"};
+
+static void mu_shapes(const mu_family *f, int _i)
 {
     const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
-    const oclf_choice ch = parse_choice(mma_structures[_i / 2]);
+    const oclf_choice ch = parse_choice(f->structures[_i / 2]);
     static const size_t shapes[][3] = {{1, 7, 17}, {17, 65, 130}, {65, 130, 7},
                                        {130, 17, 65}, {7, 1, 1},   {33, 24, 64}};
     for (int s = 0; s < 6; s++) {
@@ -381,14 +403,13 @@ START_TEST(test_mma_shapes)
         }
     }
 }
-END_TEST
 
 /* Every prologue and epilogue (both residual orders), strides with offsets
  * and y in place, on the smallest matrix structure. */
-START_TEST(test_mma_epilogues)
+static void mu_epilogues(const mu_family *f, int _i)
 {
     const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
-    const oclf_choice ch = parse_choice(mma_structures[0]);
+    const oclf_choice ch = parse_choice(f->structures[0]);
     for (int v = 0; v < 15; v++) {
         if (v % 3 != _i / 2) /* a third of the variants in each layout */
             continue;
@@ -411,16 +432,16 @@ START_TEST(test_mma_epilogues)
         both_paths(c);
     }
 }
-END_TEST
 
 /* Exact inputs through every matrix structure: y is the reference rounded
  * once, bit for bit, so every element reached the right fragment, lane and
  * accumulator; with rows on 16-byte boundaries (the aligned build, 16-byte
  * loads) and off them (offset 3), both checked to have run. */
-START_TEST(test_mma_exact)
+static void mu_exact(const mu_family *f, int _i)
 {
+    const int nst = f->n;
     const oclf_dtype dt = _i % 2 ? OCLF_BF16 : OCLF_F16;
-    const oclf_choice ch = parse_choice(mma_structures[(_i / 2) % NMMA]);
+    const oclf_choice ch = parse_choice(f->structures[(_i / 2) % nst]);
     /* each structure in both layouts, one dtype each */
     const int layout = (_i + _i / 2) % 2;
     /* 256 x 136: interior tiles of every structure (copied a run a
@@ -428,7 +449,7 @@ START_TEST(test_mma_exact)
      * a CPU, so that shape goes to the largest structure's aligned build
      * alone, which alone has whole interior tiles of 128 x 128 */
     static const size_t shapes[][3] = {{7, 17, 64}, {64, 72, 96}, {256, 136, 72}};
-    const int big = (_i / 2) % NMMA == NMMA - 1;
+    const int big = (_i / 2) % nst == nst - 1;
     for (int s = 0; s < 3; s++)
         for (int a = 0; a < 2; a++) {
             if (s == 2 && (!big || !a))
@@ -449,7 +470,7 @@ START_TEST(test_mma_exact)
              * of 8 or padded to one */
             const size_t wcols = layout ? c.n : c.k;
             const int aligned = a && (c.k + c.pad) % 8 == 0 && (wcols + c.pad) % 8 == 0;
-            ck_assert_msg(th_built("linear.cl", "-DOCLF_STAGE=2", aligned),
+            ck_assert_msg(th_built("linear.cl", f->stage, aligned),
                           "%s %zux%zux%zu: no %s build of the matrix structure ran:\n%s",
                           oclf_dtype_name(dt), c.m, c.n, c.k, aligned ? "aligned" : "plain",
                           th_builds());
@@ -457,6 +478,18 @@ START_TEST(test_mma_exact)
             case_ctx = NULL;
         }
 }
+
+START_TEST(test_mma_shapes) { mu_shapes(&mu_warp, _i); }
+END_TEST
+START_TEST(test_mma_epilogues) { mu_epilogues(&mu_warp, _i); }
+END_TEST
+START_TEST(test_mma_exact) { mu_exact(&mu_warp, _i); }
+END_TEST
+START_TEST(test_mfma_shapes) { mu_shapes(&mu_wave, _i); }
+END_TEST
+START_TEST(test_mfma_epilogues) { mu_epilogues(&mu_wave, _i); }
+END_TEST
+START_TEST(test_mfma_exact) { mu_exact(&mu_wave, _i); }
 END_TEST
 
 /* The register-tiled structure (STAGE 3), forced: every dtype (f16 and
@@ -755,6 +788,19 @@ static Suite *linear_suite(void)
     tcase_add_loop_test(mu, test_mma_epilogues, 0, th_quick() ? 2 : 6);
     tcase_add_loop_test(mu, test_mma_exact, 0, 2 * NMMA);
     suite_add_tcase(s, mu);
+    /* The wavefront's structure, emulated: the same coverage. Its cases
+     * set every parameter, so under the GPU defaults
+     * (OCLF_DEVICE_CLASS=gpu) they would repeat the plain run's programs:
+     * that run, near its time limit on 2 cores, leaves them out. */
+    const char *cls = getenv("OCLF_DEVICE_CLASS");
+    if (!cls || strcmp(cls, "gpu") != 0) {
+        TCase *wu = tcase_create("wavefront_units");
+        tcase_set_timeout(wu, 0);
+        tcase_add_loop_test(wu, test_mfma_shapes, 0, th_quick() ? 2 : 2 * (NMFMA - 1));
+        tcase_add_loop_test(wu, test_mfma_epilogues, 0, th_quick() ? 2 : 6);
+        tcase_add_loop_test(wu, test_mfma_exact, 0, 2 * NMFMA);
+        suite_add_tcase(s, wu);
+    }
     TCase *rt = tcase_create("register_tiles");
     tcase_set_timeout(rt, 0);
     tcase_add_loop_test(rt, test_rt_shapes, 0, th_quick() ? NRT : 2 * NRT);

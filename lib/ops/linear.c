@@ -17,7 +17,10 @@
  * the register-tiled structure (every dtype, f32 arithmetic: the GPU
  * default where no matrix unit serves), reads MB x NB as a work-item's
  * tile of the product in registers (multiples of 4) and VEC as the width
- * of its global loads.
+ * of its global loads. STAGE 4, the same matrix-unit structure on the
+ * wavefront's 16x16x16 instruction, reads MB x NB as a wavefront's 16 x 16
+ * fragments and WGM x WGN as wavefronts of 64 (OCLF_MFMA: clang's builtin
+ * on CDNA 2 and 3, else the emulation, which only a forced STAGE 4 runs).
  *
  * oclf_linear_q (op linear_q) runs the same kernels built with a quantized
  * W (OCLF_QW), dequantized at its load; its unfused path dequantizes a tile
@@ -39,7 +42,7 @@ static const oclf_param_spec lin_params[] = {
     {"VEC", 1, 16, 1, OCLF_PARAM_DEFINE},
     {"WGM", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
     {"WGN", 1, OCLF_PARAM_MAX_WGS, 0, OCLF_PARAM_DEFINE},
-    {"STAGE", 0, 3, 0, OCLF_PARAM_DEFINE},
+    {"STAGE", 0, 4, 0, OCLF_PARAM_DEFINE},
     {"KC", 4, 256, 0, OCLF_PARAM_DEFINE},
     {"MV", 0, 1, 0, OCLF_PARAM_DEFINE},
 };
@@ -64,7 +67,7 @@ enum { Q_QSCALE, Q_PRE, Q_COUNT };
  * and the parameters, the call adds its prologue. */
 typedef struct lin_cfg {
     int mb, nb, vec, wgm, wgn, stage, kc, mv;
-    int mma; /* STAGE 2: the instruction form (OCLF_MMA) */
+    int mma; /* STAGE 2: the instruction form (OCLF_MMA); STAGE 4: OCLF_MFMA */
     int pre; /* linear_q: the tile is dequantized first (PRE) */
     char defines[OCLF_DEFINES_MAX];
 } lin_cfg;
@@ -74,6 +77,11 @@ OCLF_CFG_FITS(lin_cfg);
  * structure (STAGE 2) for f16 and bf16 by default: below, a 64-row tile
  * is mostly padding and the matrix-vector or staged shapes serve. */
 #define LIN_MMA_MIN_ROWS 64
+
+/* The matrix-unit structures: STAGE 2 (a warp of 32, fragments of 16 x 8)
+ * and STAGE 4 (a wavefront of 64, fragments of 16 x 16). */
+static int lin_lanes(int stage) { return stage == 4 ? 64 : 32; }
+static int lin_frag_cols(int stage) { return stage == 4 ? 16 : 8; }
 
 /* Local memory of the staged kernel: the x tile (TM x (KC + 1)) and the W
  * tile (NK: TN x (KC + 1); KN: KC x TN). The matrix-vector shape holds at
@@ -85,12 +93,15 @@ static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
         return (uint64_t)c->wgm * (uint64_t)c->wgn * (uint64_t)(c->mb * c->nb) * 4;
     if (!c->stage)
         return 0;
-    if (c->stage == 2) {
+    if (c->stage == 2 || c->stage == 4) {
         /* two buffers of (TM + TN) rows of LROW words (cl/linear.cl), and
-         * the emulation's per-warp scratch */
+         * the emulation's per-warp (per-wavefront) scratch: cl/mma.h's
+         * OCLF_MMA_SCRATCH_WORDS, OCLF_MFMA_SCRATCH_WORDS */
         const uint64_t half = (uint64_t)c->kc / 2, lrow = half + (half % 32 == 0 ? 16 : 0);
-        const uint64_t rows = (uint64_t)c->wgm * c->mb * 16 + (uint64_t)c->wgn * c->nb * 8;
-        return (2 * rows * lrow + (c->mma ? 0 : (uint64_t)c->wgm * c->wgn * (32 * 4 + 32 * 2))) * 4;
+        const uint64_t rows = (uint64_t)c->wgm * c->mb * 16 +
+                              (uint64_t)c->wgn * c->nb * (uint64_t)lin_frag_cols(c->stage);
+        const uint64_t scratch = c->stage == 4 ? 64 * 2 + 64 * 2 : 32 * 4 + 32 * 2;
+        return (2 * rows * lrow + (c->mma ? 0 : (uint64_t)c->wgm * c->wgn * scratch)) * 4;
     }
     const uint64_t tm = (uint64_t)c->wgm * (uint64_t)c->mb, kc = (uint64_t)c->kc;
     if (c->stage == 3) /* two buffers of KC rows of TM + 4 and TN + 4 floats */
@@ -102,10 +113,10 @@ static uint64_t lin_local_bytes(const lin_cfg *c, int wkn)
 /* The fused kernel's work-group size and its tile of the product. */
 static void lin_geometry(const lin_cfg *c, int wkn, size_t *wgs, size_t *tm, size_t *tn)
 {
-    if (c->stage == 2) {
-        *wgs = 32 * (size_t)c->wgm * (size_t)c->wgn;
+    if (c->stage == 2 || c->stage == 4) {
+        *wgs = (size_t)lin_lanes(c->stage) * (size_t)c->wgm * (size_t)c->wgn;
         *tm = 16 * (size_t)c->wgm * (size_t)c->mb;
-        *tn = 8 * (size_t)c->wgn * (size_t)c->nb;
+        *tn = (size_t)lin_frag_cols(c->stage) * (size_t)c->wgn * (size_t)c->nb;
         return;
     }
     *wgs = (size_t)c->wgm * (size_t)c->wgn;
@@ -216,6 +227,24 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
             wgm = 2;
             wgn = 4;
         }
+        /* The wavefront's matrix unit (CDNA 2 and 3, natively): 2 x 4
+         * wavefronts of 4 x 2 fragments of 16 x 16, a tile of 128 x 128
+         * (2 x 2 fragments, 64 x 128, below 128 rows), K in chunks of 32,
+         * two buffers: 32 KiB of local memory, two groups (16 wavefronts)
+         * a CU, four a SIMD, where a 4 x 4 warp-sized tile of four
+         * wavefronts would leave two a SIMD to hide the instruction's
+         * latency (docs/notes/2026-11-29-gemm-mfma.md). */
+        if (dev->mfma && dtype != OCLF_F32 && shape->dim[3] < 1000 && m >= LIN_MMA_MIN_ROWS &&
+            dev->max_wgs >= 512) {
+            stage = 4;
+            mv = 0;
+            kc = 32;
+            mb = m >= 128 ? 4 : 2;
+            nb = 2;
+            vec = 8;
+            wgm = 2;
+            wgn = 4;
+        }
     }
     oclf_params_set(out, "MB", mb);
     oclf_params_set(out, "NB", nb);
@@ -252,7 +281,7 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
     oclf_status st = oclf_params_read(ctx, lin_params, P_COUNT, p, v);
     if (st != OCLF_SUCCESS)
         return st;
-    const int mma = v[P_STAGE] == 2;
+    const int mma = v[P_STAGE] == 2 || v[P_STAGE] == 4;
     if (v[P_STAGE] == 3) {
         /* float4 local reads of a work-item's rows and columns */
         if (v[P_MB] % 4 || v[P_NB] % 4)
@@ -271,20 +300,25 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
         /* warps of 32; 16-byte pieces of 8 elements; MV and VEC unused */
         if (dtype == OCLF_F32 || (q && q->fmt))
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "kernel parameter STAGE = 2 (matrix units) takes f16 or bf16 x and "
-                             "W of linear");
+                             "kernel parameter STAGE = %lld (matrix units) takes f16 or bf16 x "
+                             "and W of linear",
+                             (long long)v[P_STAGE]);
         if (v[P_KC] % 32)
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "kernel parameter KC = %lld is not a multiple of 32 (STAGE = 2)",
-                             (long long)v[P_KC]);
+                             "kernel parameter KC = %lld is not a multiple of 32 (STAGE = %lld)",
+                             (long long)v[P_KC], (long long)v[P_STAGE]);
         v[P_VEC] = 8;
         v[P_MV] = 0;
     }
-    if (v[P_WGM] * v[P_WGN] * (mma ? 32 : 1) > (int64_t)ctx->info.max_wgs)
+    if (v[P_WGM] * v[P_WGN] * (mma ? lin_lanes((int)v[P_STAGE]) : 1) >
+        (int64_t)ctx->info.max_wgs)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "kernel parameters WGM x WGN = %lld x %lld%s exceed the device's %zu "
                          "work-items a group",
-                         (long long)v[P_WGM], (long long)v[P_WGN], mma ? " warps of 32" : "",
+                         (long long)v[P_WGM], (long long)v[P_WGN],
+                         !mma                 ? ""
+                         : v[P_STAGE] == 4 ? " wavefronts of 64"
+                                              : " warps of 32",
                          ctx->info.max_wgs);
     if (v[P_STAGE] && v[P_KC] % v[P_VEC])
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -321,7 +355,7 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
     cfg->stage = (int)v[P_STAGE];
     cfg->kc = (int)v[P_KC];
     cfg->mv = (int)v[P_MV];
-    cfg->mma = mma ? ctx->info.mma : 0;
+    cfg->mma = v[P_STAGE] == 4 ? (int)ctx->info.mfma : v[P_STAGE] == 2 ? ctx->info.mma : 0;
     const uint64_t local = lin_local_bytes(cfg, wkn);
     if (local > ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -331,7 +365,7 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
     int used = snprintf(cfg->defines, sizeof cfg->defines, "-DOCLF_WKN=%d ", wkn);
     if (mma)
         used += snprintf(cfg->defines + used, sizeof cfg->defines - (size_t)used,
-                         "-DOCLF_MMA=%d ", cfg->mma);
+                         v[P_STAGE] == 4 ? "-DOCLF_MFMA=%d " : "-DOCLF_MMA=%d ", cfg->mma);
     oclf_param_defines(cfg->defines + used, sizeof cfg->defines - (size_t)used, lin_params,
                        P_COUNT, v);
     /* PRE runs the dense kernel, which takes no QSCALE */
@@ -477,7 +511,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
             char defines[OCLF_DEFINES_MAX + 32];
             snprintf(defines, sizeof defines, "-DOCLF_PRO=0 %s", lc.defines);
             oclf_list_aligned_variant(ctx, "linear.cl", dtype, -1, defines,
-                                      lc.stage == 2 ? 8 : lc.vec);
+                                      lc.stage == 3 ? lc.vec : 8);
         }
         if (lc.mv && ctx->program_sink)
             (void)fused_program(ctx, dtype, 0, NULL, 0, &lc, 1, 0, &prog, &kernel);
@@ -486,7 +520,7 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
             /* A program sink names programs without building them, which
              * fails each: the matrix-unit structure's other layout is
              * named all the same, for the cross-compile suite. */
-            if (!(ctx->program_sink && lc.stage == 2))
+            if (!(ctx->program_sink && (lc.stage == 2 || lc.stage == 4)))
                 return st;
             listed = st;
         }
@@ -603,7 +637,7 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
      * quantized W is read as bytes, whatever its alignment) */
     const oclf_operand ops[] = {c->x, c->w};
     int aligned =
-        cfg->stage == 2   ? oclf_rows_aligned(8, ops, OCLF_NARGS(ops))
+        cfg->stage == 2 || cfg->stage == 4 ? oclf_rows_aligned(8, ops, OCLF_NARGS(ops))
         : cfg->stage == 3 ? oclf_rows_aligned(cfg->vec, ops, c->q.fmt ? 1 : OCLF_NARGS(ops))
                           : 0;
     /* The matrix-vector shape's: x's pieces (VEC elements) and W's units
