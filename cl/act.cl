@@ -441,11 +441,6 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
     }
 }
 
-/* The backward kernels have no aligned build: with naturally aligned f16
- * vectors of 8, Intel's compiler spilled 2 registers of
- * act_and_mul_backward on Data Center Max (SIMD 32), so the backward call
- * always takes the plain build and the aligned program leaves them out. */
-#if !OCLF_ALIGNED
 /* ---- backward ------------------------------------------------------------
  * Given dout = dL/dout, the gradients of the forward's two halves:
  *   d(activated half) = dout * y * act'(x),   d(multiplied half) = dout * act(x).
@@ -459,7 +454,12 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
  * That order keeps in place right: grad_x_rows overwrites x but reads y,
  * and grad_y_rows reads only the temporaries and dout. In the fused kernel
  * each element's inputs are loaded before its gradients are stored, by the
- * same work-item, so din may be exactly in. */
+ * same work-item, so din may be exactly in.
+ *
+ * The aligned build serves the backward as it does the forward (every
+ * operand's offset and row stride, and d, multiples of VEC): its 16-bit
+ * vectors move as 16-byte words (LDV, STV in cl/common.h) and its fp32
+ * temporaries as aligned vectors (ldv_tmp, stv_tmp). */
 
 /* dx = dout * y * act'(x), dy = dout * act(x) */
 ACT_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
@@ -630,4 +630,3 @@ kernel void grad_y_rows(BACKWARD_ARGS, global const float *tmp)
     FOR_VEC_IN(i, s.begin, s.end) STV(dyp, i, LDV(gp, i) * ldv_tmp(tp, i));
     FOR_TAIL_IN(i, s.begin, s.end) ST(dyp, i, LD(gp, i) * tp[i]);
 }
-#endif /* !OCLF_ALIGNED */
