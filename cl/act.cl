@@ -19,6 +19,13 @@
  * Neither needs a barrier: every output depends on two inputs only.
  */
 
+/* Every function here is inlined into its kernel, as the macros they
+ * replaced were: the loops are written once and called once per
+ * activation with the activation a constant, which specialises each copy
+ * only once it is inlined (AMD's back end otherwise kept a loop as a called
+ * function, at twice the registers). */
+#define ACT_INLINE static inline __attribute__((always_inline))
+
 /* Must match oclf_act in oclfuse.h. */
 #define ACT_SILU 0
 #define ACT_GELU 1
@@ -26,25 +33,38 @@
 #define ACT_FATRELU 3
 #define ACT_SWIGLU_OAI 4
 
+/* This work-item's share of a row: outputs [begin, end) of row `row`, its
+ * vectors from `lane` on, `nlanes` apart. */
+typedef struct {
+    ulong row;
+    uint begin, end, lane, nlanes;
+} act_share;
+
+/* The share of the calling work-item; 0 for LAYOUT 0's work-items past the
+ * last chunk (the grid is rounded up to the work-group size). */
+ACT_INLINE int act_share_get(ulong rows, uint d, uint chunk, uint nsplit, act_share *s)
+{
 #if OCLF_LAYOUT == 0
-#define ACT_SETUP                                                              \
-    const ulong gid = get_global_id(0);                                        \
-    if (gid >= rows * nsplit)                                                  \
-        return;                                                                \
-    const ulong row = gid / nsplit;                                            \
-    const uint begin = (uint)(gid % nsplit) * chunk;                           \
-    const uint end = min(d, begin + chunk);                                    \
-    const uint lane = 0, nlanes = 1
+    const ulong gid = get_global_id(0);
+    if (gid >= rows * nsplit)
+        return 0;
+    s->row = gid / nsplit;
+    s->begin = (uint)(gid % nsplit) * chunk;
+    s->lane = 0;
+    s->nlanes = 1;
 #elif OCLF_LAYOUT == 1
-#define ACT_SETUP                                                              \
-    const ulong grp = get_group_id(0);                                         \
-    const ulong row = grp / nsplit;                                            \
-    const uint begin = (uint)(grp % nsplit) * chunk;                           \
-    const uint end = min(d, begin + chunk);                                    \
-    const uint lane = get_local_id(0), nlanes = OCLF_WGS
+    (void)rows;
+    const ulong grp = get_group_id(0);
+    s->row = grp / nsplit;
+    s->begin = (uint)(grp % nsplit) * chunk;
+    s->lane = get_local_id(0);
+    s->nlanes = OCLF_WGS;
 #else
 #error "OCLF_LAYOUT must be 0 or 1"
 #endif
+    s->end = min(d, s->begin + chunk);
+    return 1;
+}
 
 /* erf_float / erf_floatv: cl/common.h. */
 
@@ -79,110 +99,295 @@
         /* 2^k: k + 127 in the exponent field (as_int(t) is 0x4b400000 + k) */ \
         return p * AS((OCLF_CAT(as_, IT)(t) + (127 - 0x4b400000)) << 23);      \
     }
-static inline float exp_float(float x) ACT_EXP_BODY(float, int, as_float)
+ACT_INLINE float exp_float(float x) ACT_EXP_BODY(float, int, as_float)
 #if OCLF_VEC > 1
-static inline floatv exp_floatv(floatv x)
+ACT_INLINE floatv exp_floatv(floatv x)
     ACT_EXP_BODY(floatv, OCLF_CAT(int, OCLF_VEC), OCLF_CAT(as_float, OCLF_VEC))
 #else
 #define exp_floatv exp_float
 #endif
 
-/* Activations, each written once for float and floatv operands: `a` must be
- * a plain variable (it is evaluated more than once) and T its type. p0 is
- * the FATRELU threshold. */
-#define F_SILU(T, a) ((a) / (1.0f + OCLF_CAT(exp_, T)(-(a))))
-#define F_GELU(T, a) (0.5f * (a) * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)))
-/* 0.5 a (1 + tanh z) == a sigmoid(2z); the sigmoid form has no 1 + tanh to
- * cancel where tanh saturates short of -1 far below zero. */
-#define F_GELU_TANH(T, a)                                                      \
-    ((a) / (1.0f + OCLF_CAT(exp_, T)(-1.5957691216057308f * ((a) + 0.044715f * (a) * (a) * (a)))))
-#define F_FATRELU(T, a) ((a) > p0 ? (a) : (T)(0.0f))
-
-/* SWIGLU_OAI halves, p0 = alpha, p1 = limit. Comparisons rather than
- * fmin/clamp, so a NaN passes through as in vLLM's kernel. The glu term is
- * g * sigmoid(alpha g) written as g / (1 + exp(-(g alpha))). */
-#define OAI_GLU(T, g) ((g) / (1.0f + OCLF_CAT(exp_, T)(-((g) * p0))))
-#define OAI_GATE(T, g) ((g) > p1 ? (T)(p1) : (g))
-#define OAI_UP(T, u) ((u) > p1 ? (T)(p1) : (u) < -p1 ? (T)(-p1) : (u))
+/* The activations and their gradients, each written once and defined for
+ * float (suffix _float) and floatv (_floatv) operands by ACT_FUNCTIONS(T, S):
+ * T the type, S the suffix. p0 is the FATRELU threshold or SWIGLU_OAI's
+ * alpha, p1 SWIGLU_OAI's limit.
+ *
+ * act_S(act, a, p0): SILU, GELU, GELU_TANH or FATRELU of a; `act` is a
+ * constant at every call, so the switch folds away and each loop is
+ * specialised. GELU_TANH as a sigmoid: 0.5 a (1 + tanh z) == a sigmoid(2z)
+ * has no 1 + tanh to cancel where tanh saturates short of -1 far below
+ * zero.
+ *
+ * SWIGLU_OAI's halves, comparisons rather than fmin/clamp so that a NaN
+ * passes through as in vLLM's kernel: oai_gate_S (the clamped gate),
+ * oai_up_S (the clamped up), oai_glu_S(g, alpha) = g sigmoid(alpha g)
+ * written as g / (1 + exp(-(g alpha))).
+ *
+ * Gradients: grad_S(act, a, p0, &g) gives act(a) and sets g = act'(a).
+ * sigmoid_S(e, &m): s = 1 / (1 + e) for e = exp(-z), and m = 1 - s = e s;
+ * 1 - s itself cancels where s is near 1 (its error was most of
+ * GELU-tanh's f32 derivative error), e s overflows where e does, and there
+ * s is below a half and 1 - s exact enough. GELU's Phi(a) + a phi(a):
+ * exp_float sends -a^2/2 below -88 to 0, as it should. GELU_TANH: with
+ * s = sigmoid(2u), u = k (a + c a^3), act = a s and
+ * act' = s + 2 k a s (1 - s) (1 + 3 c a^2); s (1 - s) is 0 in fp32 well
+ * before |a| = 16, so the polynomial factor takes a clamped there (its a^2
+ * would otherwise overflow and turn 0 x inf into NaN).
+ *
+ * grad_oai_gate_S(gr, alpha, limit, &g): glu(g') of the raw gate gr and
+ * g = d glu / d gr, with g' = min(gr, limit): 0 above the limit (the clamp
+ * passes no gradient there; at the limit it does, as a clamp's gradient
+ * does), written so that a NaN gate stays NaN. oai_up_pass_S: the up
+ * clamp's gradient, 1 inside [-limit, limit], 0 outside, NaN for a NaN up
+ * (inside no bound: its gradient is NaN, as its output is). */
+#define ACT_FUNCTIONS(T, S)                                                    \
+    ACT_INLINE T silu_##S(T a) { return a / (1.0f + exp_##S(-a)); }        \
+    ACT_INLINE T gelu_##S(T a)                                              \
+    {                                                                          \
+        return 0.5f * a * (1.0f + erf_##S(a * 0.70710678118654752f));          \
+    }                                                                          \
+    ACT_INLINE T gelu_tanh_##S(T a)                                         \
+    {                                                                          \
+        return a / (1.0f + exp_##S(-1.5957691216057308f * (a + 0.044715f * a * a * a))); \
+    }                                                                          \
+    ACT_INLINE T fatrelu_##S(T a, float threshold)                          \
+    {                                                                          \
+        return a > threshold ? a : (T)(0.0f);                                  \
+    }                                                                          \
+    ACT_INLINE T act_##S(uint act, T a, float p0)                           \
+    {                                                                          \
+        switch (act) {                                                         \
+        case ACT_SILU: return silu_##S(a);                                     \
+        case ACT_GELU: return gelu_##S(a);                                     \
+        case ACT_GELU_TANH: return gelu_tanh_##S(a);                           \
+        default: return fatrelu_##S(a, p0);                                    \
+        }                                                                      \
+    }                                                                          \
+    ACT_INLINE T oai_glu_##S(T g, float alpha)                              \
+    {                                                                          \
+        return g / (1.0f + exp_##S(-(g * alpha)));                             \
+    }                                                                          \
+    ACT_INLINE T oai_gate_##S(T g, float limit) { return g > limit ? (T)(limit) : g; } \
+    ACT_INLINE T oai_up_##S(T u, float limit)                               \
+    {                                                                          \
+        return u > limit ? (T)(limit) : u < -limit ? (T)(-limit) : u;          \
+    }                                                                          \
+    ACT_INLINE T sigmoid_##S(T e, T *m)                                     \
+    {                                                                          \
+        const T s = 1.0f / (1.0f + e);                                         \
+        *m = e < 1.0f ? e * s : 1.0f - s;                                      \
+        return s;                                                              \
+    }                                                                          \
+    ACT_INLINE T grad_silu_##S(T a, T *g)                                   \
+    {                                                                          \
+        T m;                                                                   \
+        const T s = sigmoid_##S(exp_##S(-a), &m);                              \
+        const T f = a * s;                                                     \
+        *g = s + f * m;                                                        \
+        return f;                                                              \
+    }                                                                          \
+    ACT_INLINE T grad_gelu_##S(T a, T *g)                                   \
+    {                                                                          \
+        const T p = 0.5f * (1.0f + erf_##S(a * 0.70710678118654752f));         \
+        const T f = a * p;                                                     \
+        *g = p + a * (0.39894228040143268f * exp_##S(-0.5f * a * a));          \
+        return f;                                                              \
+    }                                                                          \
+    ACT_INLINE T grad_gelu_tanh_##S(T a, T *g)                              \
+    {                                                                          \
+        T m;                                                                   \
+        const T s =                                                            \
+            sigmoid_##S(exp_##S(-1.5957691216057308f * (a + 0.044715f * a * a * a)), &m); \
+        const T c = fmin(fmax(a, -16.0f), 16.0f);                              \
+        const T f = a * s;                                                     \
+        *g = s + (1.5957691216057308f * c) * (s * m) * (1.0f + 0.134145f * c * c); \
+        return f;                                                              \
+    }                                                                          \
+    ACT_INLINE T grad_fatrelu_##S(T a, float threshold, T *g)               \
+    {                                                                          \
+        const T f = a > threshold ? a : (T)(0.0f);                             \
+        *g = a > threshold ? (T)(1.0f) : (T)(0.0f);                            \
+        return f;                                                              \
+    }                                                                          \
+    ACT_INLINE T grad_##S(uint act, T a, float p0, T *g)                    \
+    {                                                                          \
+        switch (act) {                                                         \
+        case ACT_SILU: return grad_silu_##S(a, g);                             \
+        case ACT_GELU: return grad_gelu_##S(a, g);                             \
+        case ACT_GELU_TANH: return grad_gelu_tanh_##S(a, g);                   \
+        default: return grad_fatrelu_##S(a, p0, g);                            \
+        }                                                                      \
+    }                                                                          \
+    ACT_INLINE T grad_oai_gate_##S(T gr, float alpha, float limit, T *g)    \
+    {                                                                          \
+        const T gc = oai_gate_##S(gr, limit);                                  \
+        T m;                                                                   \
+        const T s = sigmoid_##S(exp_##S(-(gc * alpha)), &m);                   \
+        const T f = gc * s;                                                    \
+        *g = gr > limit ? (T)(0.0f) : s + alpha * f * m;                       \
+        return f;                                                              \
+    }                                                                          \
+    ACT_INLINE T oai_up_pass_##S(T u, float limit)                          \
+    {                                                                          \
+        return u > limit || u < -limit ? (T)(0.0f) : u == u ? (T)(1.0f) : (T)NAN; \
+    }
+ACT_FUNCTIONS(float, float)
+ACT_FUNCTIONS(floatv, floatv)
 
 /* Interleaved rows: two vectors lo = in[2i .. 2i+VEC), hi = the next VEC
- * give VEC gates (even elements) and VEC ups (odd elements). */
+ * give VEC gates (the even elements) and VEC ups (the odd elements);
+ * zip_lo / zip_hi put VEC gate and VEC up gradients back as the
+ * interleaved pairs (dg0, du0, dg1, du1, ...), the low VEC, then the high. */
+ACT_INLINE floatv evens(floatv lo, floatv hi)
+{
 #if OCLF_VEC == 1
-#define EVENS(lo, hi) (lo)
-#define ODDS(lo, hi) (hi)
+    (void)hi;
+    return lo;
 #else
-#define EVENS(lo, hi) ((floatv)((lo).even, (hi).even))
-#define ODDS(lo, hi) ((floatv)((lo).odd, (hi).odd))
+    return (floatv)(lo.even, hi.even);
 #endif
+}
+ACT_INLINE floatv odds(floatv lo, floatv hi)
+{
+#if OCLF_VEC == 1
+    (void)lo;
+    return hi;
+#else
+    return (floatv)(lo.odd, hi.odd);
+#endif
+}
+ACT_INLINE floatv zip_lo(floatv x, floatv y)
+{
+#if OCLF_VEC == 1
+    (void)y;
+    return x;
+#elif OCLF_VEC == 2
+    return (floatv)(x.s0, y.s0);
+#elif OCLF_VEC == 4
+    return ((floatv)(x.lo, y.lo)).s0213;
+#elif OCLF_VEC == 8
+    return ((floatv)(x.lo, y.lo)).s04152637;
+#else
+    return ((floatv)(x.lo, y.lo)).s08192a3b4c5d6e7f;
+#endif
+}
+ACT_INLINE floatv zip_hi(floatv x, floatv y)
+{
+#if OCLF_VEC == 1
+    (void)x;
+    return y;
+#elif OCLF_VEC == 2
+    return (floatv)(x.s1, y.s1);
+#elif OCLF_VEC == 4
+    return ((floatv)(x.hi, y.hi)).s0213;
+#elif OCLF_VEC == 8
+    return ((floatv)(x.hi, y.hi)).s04152637;
+#else
+    return ((floatv)(x.hi, y.hi)).s08192a3b4c5d6e7f;
+#endif
+}
 
-/* LDV_T(p, i) / STV_T(p, i, v): VEC floats of an unfused fp32 temporary
- * (packed rows of d). In the aligned build d is a multiple of VEC, so every
- * vector of the temporary is naturally aligned: one 16-byte access a float4,
- * where the element-aligned vload splits into 4-byte ones on GPUs. */
+/* VEC floats of an unfused fp32 temporary (packed rows of d). In the
+ * aligned build d is a multiple of VEC, so every vector of a temporary is
+ * naturally aligned: one 16-byte access a float4, where the element-aligned
+ * vload splits into 4-byte ones on GPUs. */
+ACT_INLINE floatv ldv_tmp(global const float *p, uint i)
+{
 #if OCLF_ALIGNED && OCLF_VEC > 1
-#define LDV_T(p, i) (*(global const floatv *)((p) + (i)))
-#define STV_T(p, i, v) (*(global floatv *)((p) + (i)) = (v))
+    return *(global const floatv *)(p + i);
 #else
-#define LDV_T(p, i) LDV_F(p, i)
-#define STV_T(p, i, v) STV_F(p, i, v)
+    return LDV_F(p, i);
 #endif
+}
+ACT_INLINE void stv_tmp(global float *p, uint i, floatv v)
+{
+#if OCLF_ALIGNED && OCLF_VEC > 1
+    *(global floatv *)(p + i) = v;
+#else
+    STV_F(p, i, v);
+#endif
+}
 
-/* out = F(x) * y over this work-item's share of the row. */
-#define FUSED_LOOPS(F)                                                         \
-    do {                                                                       \
-        FOR_VEC_IN(i, begin, end) {                                            \
-            floatv a = LDV(xp, i), b = LDV(yp, i);                             \
-            STV(op, i, F(floatv, a) * b);                                      \
-        }                                                                      \
-        FOR_TAIL_IN(i, begin, end) {                                           \
-            float a = LD(xp, i), b = LD(yp, i);                                \
-            ST(op, i, F(float, a) * b);                                        \
-        }                                                                      \
-    } while (0)
+/* The loops over a share: each takes the activation as a constant (see
+ * act_S), so the kernels' switches give one specialised loop per case. */
 
-/* tmp = F(x) */
-#define ACT_LOOPS(F)                                                           \
-    do {                                                                       \
-        FOR_VEC_IN(i, begin, end) {                                            \
-            floatv a = LDV(xp, i);                                             \
-            STV_T(tp, i, F(floatv, a));                                        \
-        }                                                                      \
-        FOR_TAIL_IN(i, begin, end) {                                           \
-            float a = LD(xp, i);                                               \
-            tp[i] = F(float, a);                                               \
-        }                                                                      \
-    } while (0)
+/* out = act(x) * y */
+ACT_INLINE void fused_span(uint act, float p0, global const stor_t *xp,
+                              global const stor_t *yp, global stor_t *op, act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) {
+        /* y loaded after the activation's arithmetic, not before it: a
+         * bf16 vector of 8 then no longer stays live through GELU's erf,
+         * which took 66 registers on sm_90 (28 warps an SM), 59 now */
+        const floatv f = act_floatv(act, LDV(xp, i), p0);
+        STV(op, i, f * LDV(yp, i));
+    }
+    FOR_TAIL_IN(i, s.begin, s.end) {
+        const float a = LD(xp, i), b = LD(yp, i);
+        ST(op, i, act_float(act, a, p0) * b);
+    }
+}
+
+/* SWIGLU_OAI: out = (clamped up + 1) * glu(clamped gate) of the
+ * interleaved row ir. */
+ACT_INLINE void oai_fused_span(float alpha, float limit, global const stor_t *ir,
+                                  global stor_t *op, act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) {
+        const floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
+        const floatv g = oai_gate_floatv(evens(lo, hi), limit);
+        const floatv u = oai_up_floatv(odds(lo, hi), limit);
+        STV(op, i, (u + 1.0f) * oai_glu_floatv(g, alpha));
+    }
+    FOR_TAIL_IN(i, s.begin, s.end) {
+        const float g = oai_gate_float(LD(ir, 2 * i), limit);
+        const float u = oai_up_float(LD(ir, 2 * i + 1), limit);
+        ST(op, i, (u + 1.0f) * oai_glu_float(g, alpha));
+    }
+}
+
+/* tmp = act(x) */
+ACT_INLINE void act_span(uint act, float p0, global const stor_t *xp, global float *tp,
+                            act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) stv_tmp(tp, i, act_floatv(act, LDV(xp, i), p0));
+    FOR_TAIL_IN(i, s.begin, s.end) tp[i] = act_float(act, LD(xp, i), p0);
+}
+
+/* SWIGLU_OAI: tmp = glu(clamped gate) */
+ACT_INLINE void oai_act_span(float alpha, float limit, global const stor_t *ir,
+                                global float *tp, act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) {
+        const floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
+        stv_tmp(tp, i, oai_glu_floatv(oai_gate_floatv(evens(lo, hi), limit), alpha));
+    }
+    FOR_TAIL_IN(i, s.begin, s.end)
+        tp[i] = oai_glu_float(oai_gate_float(LD(ir, 2 * i), limit), alpha);
+}
 
 kernel void act_and_mul(global const stor_t *in, ulong io, ulong is,
                         global stor_t *out, ulong oo, ulong os,
                         ulong rows, uint d, uint act, uint second, float p0, float p1,
                         uint chunk, uint nsplit)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    global const stor_t *ir = in + io + s.row * is;
     global const stor_t *xp = ir + (second ? d : 0); /* activated half */
     global const stor_t *yp = ir + (second ? 0 : d); /* multiplied half */
-    global stor_t *op = out + oo + row * os;
+    global stor_t *op = out + oo + s.row * os;
     switch (act) {
-    case ACT_SILU: FUSED_LOOPS(F_SILU); break;
-    case ACT_GELU: FUSED_LOOPS(F_GELU); break;
-    case ACT_GELU_TANH: FUSED_LOOPS(F_GELU_TANH); break;
-    case ACT_FATRELU: FUSED_LOOPS(F_FATRELU); break;
-    default:
-        FOR_VEC_IN(i, begin, end) {
-            floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
-            floatv g = EVENS(lo, hi), u = ODDS(lo, hi);
-            g = OAI_GATE(floatv, g);
-            u = OAI_UP(floatv, u);
-            STV(op, i, (u + 1.0f) * OAI_GLU(floatv, g));
-        }
-        FOR_TAIL_IN(i, begin, end) {
-            float g = LD(ir, 2 * i), u = LD(ir, 2 * i + 1);
-            g = OAI_GATE(float, g);
-            u = OAI_UP(float, u);
-            ST(op, i, (u + 1.0f) * OAI_GLU(float, g));
-        }
-        break;
+    case ACT_SILU: fused_span(ACT_SILU, p0, xp, yp, op, s); break;
+    case ACT_GELU: fused_span(ACT_GELU, p0, xp, yp, op, s); break;
+    case ACT_GELU_TANH: fused_span(ACT_GELU_TANH, p0, xp, yp, op, s); break;
+    case ACT_FATRELU: fused_span(ACT_FATRELU, p0, xp, yp, op, s); break;
+    default: oai_fused_span(p0, p1, ir, op, s); break;
     }
 }
 
@@ -194,28 +399,18 @@ kernel void act_rows(global const stor_t *in, ulong io, ulong is, global float *
                      ulong rows, uint d, uint act, uint second, float p0, float p1,
                      uint chunk, uint nsplit)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    global const stor_t *ir = in + io + s.row * is;
     global const stor_t *xp = ir + (second ? d : 0);
-    global float *tp = tmp + row * d;
+    global float *tp = tmp + s.row * d;
     switch (act) {
-    case ACT_SILU: ACT_LOOPS(F_SILU); break;
-    case ACT_GELU: ACT_LOOPS(F_GELU); break;
-    case ACT_GELU_TANH: ACT_LOOPS(F_GELU_TANH); break;
-    case ACT_FATRELU: ACT_LOOPS(F_FATRELU); break;
-    default:
-        FOR_VEC_IN(i, begin, end) {
-            floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
-            floatv g = EVENS(lo, hi);
-            g = OAI_GATE(floatv, g);
-            STV_T(tp, i, OAI_GLU(floatv, g));
-        }
-        FOR_TAIL_IN(i, begin, end) {
-            float g = LD(ir, 2 * i);
-            g = OAI_GATE(float, g);
-            tp[i] = OAI_GLU(float, g);
-        }
-        break;
+    case ACT_SILU: act_span(ACT_SILU, p0, xp, tp, s); break;
+    case ACT_GELU: act_span(ACT_GELU, p0, xp, tp, s); break;
+    case ACT_GELU_TANH: act_span(ACT_GELU_TANH, p0, xp, tp, s); break;
+    case ACT_FATRELU: act_span(ACT_FATRELU, p0, xp, tp, s); break;
+    default: oai_act_span(p0, p1, ir, tp, s); break;
     }
 }
 
@@ -225,34 +420,30 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
                      ulong rows, uint d, uint act, uint second, float p0, float p1,
                      uint chunk, uint nsplit)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    const uint lane = s.lane, nlanes = s.nlanes;
+    global const stor_t *ir = in + io + s.row * is;
     global const stor_t *yp = ir + (second ? 0 : d);
-    global const float *tp = tmp + row * d;
-    global stor_t *op = out + oo + row * os;
+    global const float *tp = tmp + s.row * d;
+    global stor_t *op = out + oo + s.row * os;
     if (act != ACT_SWIGLU_OAI) {
-        FOR_VEC_IN(i, begin, end) STV(op, i, LDV_T(tp, i) * LDV(yp, i));
-        FOR_TAIL_IN(i, begin, end) ST(op, i, tp[i] * LD(yp, i));
+        FOR_VEC_IN(i, s.begin, s.end) STV(op, i, ldv_tmp(tp, i) * LDV(yp, i));
+        FOR_TAIL_IN(i, s.begin, s.end) ST(op, i, tp[i] * LD(yp, i));
         return;
     }
-    FOR_VEC_IN(i, begin, end) {
-        floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
-        floatv u = ODDS(lo, hi);
-        u = OAI_UP(floatv, u);
-        STV(op, i, (u + 1.0f) * LDV_T(tp, i));
+    FOR_VEC_IN(i, s.begin, s.end) {
+        const floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
+        const floatv u = oai_up_floatv(odds(lo, hi), p1);
+        STV(op, i, (u + 1.0f) * ldv_tmp(tp, i));
     }
-    FOR_TAIL_IN(i, begin, end) {
-        float u = LD(ir, 2 * i + 1);
-        u = OAI_UP(float, u);
+    FOR_TAIL_IN(i, s.begin, s.end) {
+        const float u = oai_up_float(LD(ir, 2 * i + 1), p1);
         ST(op, i, (u + 1.0f) * tp[i]);
     }
 }
 
-/* The backward kernels have no aligned build: with naturally aligned f16
- * vectors of 8, Intel's compiler spilled 2 registers of
- * act_and_mul_backward on Data Center Max (SIMD 32), so the backward call
- * always takes the plain build and the aligned program leaves them out. */
-#if !OCLF_ALIGNED
 /* ---- backward ------------------------------------------------------------
  * Given dout = dL/dout, the gradients of the forward's two halves:
  *   d(activated half) = dout * y * act'(x),   d(multiplied half) = dout * act(x).
@@ -266,117 +457,78 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
  * That order keeps in place right: grad_x_rows overwrites x but reads y,
  * and grad_y_rows reads only the temporaries and dout. In the fused kernel
  * each element's inputs are loaded before its gradients are stored, by the
- * same work-item, so din may be exactly in. */
+ * same work-item, so din may be exactly in.
+ *
+ * The aligned build serves the backward as it does the forward (every
+ * operand's offset and row stride, and d, multiples of VEC): its 16-bit
+ * vectors move as 16-byte words (LDV, STV in cl/common.h) and its fp32
+ * temporaries as aligned vectors (ldv_tmp, stv_tmp). */
 
-/* GRAD_<ACT>(T, a, f, g): f = act(a), g = act'(a), for a float or floatv
- * `a` (a plain variable). */
-/* SIGMOID_PAIR(T, e, s, m): with e = exp(-z), s = sigmoid(z) and
- * m = 1 - s = e s. 1 - s itself cancels where s is near 1 (its error was
- * most of GELU-tanh's f32 derivative error); e s overflows where e does,
- * and there s is below a half and 1 - s exact enough. */
-#define SIGMOID_PAIR(T, e, s, m)                                               \
-    const T s = 1.0f / (1.0f + (e));                                           \
-    const T m = (e) < 1.0f ? (e) * s : 1.0f - s
-#define GRAD_SILU(T, a, f, g)                                                  \
-    do {                                                                       \
-        const T e_ = OCLF_CAT(exp_, T)(-(a));                                  \
-        SIGMOID_PAIR(T, e_, s_, m_);                                           \
-        f = (a) * s_;                                                          \
-        g = s_ + f * m_;                                                       \
-    } while (0)
-/* Phi(a) + a phi(a); exp_float sends -a^2/2 below -88 to 0, as it should. */
-#define GRAD_GELU(T, a, f, g)                                                  \
-    do {                                                                       \
-        const T p_ = 0.5f * (1.0f + OCLF_CAT(erf_, T)((a) * 0.70710678118654752f)); \
-        f = (a) * p_;                                                          \
-        g = p_ + (a) * (0.39894228040143268f * OCLF_CAT(exp_, T)(-0.5f * (a) * (a))); \
-    } while (0)
-/* With s = sigmoid(2u), u = k (a + c a^3): act = a s, and
- * act' = s + 2 k a s (1 - s) (1 + 3 c a^2). s (1 - s) is 0 in fp32 well
- * before |a| = 16, so the polynomial factor takes a clamped there: its
- * a^2 would otherwise overflow and turn 0 x inf into NaN. */
-#define GRAD_GELU_TANH(T, a, f, g)                                             \
-    do {                                                                       \
-        const T e_ = OCLF_CAT(exp_, T)(-1.5957691216057308f *                  \
-                                       ((a) + 0.044715f * (a) * (a) * (a)));   \
-        SIGMOID_PAIR(T, e_, s_, m_);                                           \
-        const T c_ = fmin(fmax((a), -16.0f), 16.0f);                           \
-        f = (a) * s_;                                                          \
-        g = s_ + (1.5957691216057308f * c_) * (s_ * m_) * (1.0f + 0.134145f * c_ * c_); \
-    } while (0)
-#define GRAD_FATRELU(T, a, f, g)                                               \
-    do {                                                                       \
-        f = (a) > p0 ? (a) : (T)(0.0f);                                        \
-        g = (a) > p0 ? (T)(1.0f) : (T)(0.0f);                                  \
-    } while (0)
-/* SWIGLU_OAI's gate term on the raw gate `gr`: f = glu(g'), g = d glu / d gr
- * with g' = min(gr, limit): 0 above the limit (the clamp passes no
- * gradient there; at the limit it does, as a clamp's gradient does), and
- * written so that a NaN gate stays NaN. */
-#define GRAD_OAI_GATE(T, gr, f, g)                                             \
-    do {                                                                       \
-        const T gc_ = OAI_GATE(T, gr);                                         \
-        const T e_ = OCLF_CAT(exp_, T)(-(gc_ * p0));                           \
-        SIGMOID_PAIR(T, e_, s_, m_);                                           \
-        f = gc_ * s_;                                                          \
-        g = (gr) > p1 ? (T)(0.0f) : s_ + p0 * f * m_;                          \
-    } while (0)
-/* The up term's clamp gradient: 1 inside [-limit, limit], 0 outside, NaN
- * for a NaN up (inside no bound: its gradient is NaN, as its output is). */
-#define OAI_UP_PASS(T, u) ((u) > p1 || (u) < -p1 ? (T)(0.0f) : (u) == (u) ? (T)(1.0f) : (T)NAN)
+/* dx = dout * y * act'(x), dy = dout * act(x) */
+ACT_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
+                                 global const stor_t *yp, global const stor_t *gp,
+                                 global stor_t *dxp, global stor_t *dyp, act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) {
+        floatv g;
+        const floatv f = grad_floatv(act, LDV(xp, i), p0, &g);
+        const floatv b = LDV(yp, i), go = LDV(gp, i);
+        STV(dxp, i, go * b * g);
+        STV(dyp, i, go * f);
+    }
+    FOR_TAIL_IN(i, s.begin, s.end) {
+        const float a = LD(xp, i), b = LD(yp, i), go = LD(gp, i);
+        float g;
+        const float f = grad_float(act, a, p0, &g);
+        ST(dxp, i, go * b * g);
+        ST(dyp, i, go * f);
+    }
+}
 
-/* Two vectors of VEC gate and up gradients as the interleaved pairs
- * (dg0, du0, dg1, du1, ...): the low VEC elements, then the high. */
-#if OCLF_VEC == 1
-#define ZIP_LO(x, y) (x)
-#define ZIP_HI(x, y) (y)
-#elif OCLF_VEC == 2
-#define ZIP_LO(x, y) ((floatv)((x).s0, (y).s0))
-#define ZIP_HI(x, y) ((floatv)((x).s1, (y).s1))
-#elif OCLF_VEC == 4
-#define ZIP_LO(x, y) (((floatv)((x).lo, (y).lo)).s0213)
-#define ZIP_HI(x, y) (((floatv)((x).hi, (y).hi)).s0213)
-#elif OCLF_VEC == 8
-#define ZIP_LO(x, y) (((floatv)((x).lo, (y).lo)).s04152637)
-#define ZIP_HI(x, y) (((floatv)((x).hi, (y).hi)).s04152637)
-#elif OCLF_VEC == 16
-#define ZIP_LO(x, y) (((floatv)((x).lo, (y).lo)).s08192a3b4c5d6e7f)
-#define ZIP_HI(x, y) (((floatv)((x).hi, (y).hi)).s08192a3b4c5d6e7f)
-#endif
-
-/* dx = dout * y * act'(x), dy = dout * act(x) over this work-item's share. */
-#define BACKWARD_LOOPS(GRAD)                                                   \
-    do {                                                                       \
-        FOR_VEC_IN(i, begin, end) {                                            \
-            floatv a = LDV(xp, i), b = LDV(yp, i), go = LDV(gp, i), f, g;      \
-            GRAD(floatv, a, f, g);                                             \
-            STV(dxp, i, go * b * g);                                           \
-            STV(dyp, i, go * f);                                               \
-        }                                                                      \
-        FOR_TAIL_IN(i, begin, end) {                                           \
-            float a = LD(xp, i), b = LD(yp, i), go = LD(gp, i), f, g;          \
-            GRAD(float, a, f, g);                                              \
-            ST(dxp, i, go * b * g);                                            \
-            ST(dyp, i, go * f);                                                \
-        }                                                                      \
-    } while (0)
+/* SWIGLU_OAI: the gate and up gradients of the interleaved row ir into the
+ * interleaved row dr. */
+ACT_INLINE void oai_backward_span(float alpha, float limit, global const stor_t *ir,
+                                     global const stor_t *gp, global stor_t *dr, act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) {
+        const floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
+        const floatv gr = evens(lo, hi), u = odds(lo, hi), go = LDV(gp, i);
+        floatv g;
+        const floatv f = grad_oai_gate_floatv(gr, alpha, limit, &g);
+        const floatv dg = go * (oai_up_floatv(u, limit) + 1.0f) * g;
+        const floatv du = go * f * oai_up_pass_floatv(u, limit);
+        STV(dr, 2 * i, zip_lo(dg, du));
+        STV(dr, 2 * i + OCLF_VEC, zip_hi(dg, du));
+    }
+    FOR_TAIL_IN(i, s.begin, s.end) {
+        const float gr = LD(ir, 2 * i), u = LD(ir, 2 * i + 1), go = LD(gp, i);
+        float g;
+        const float f = grad_oai_gate_float(gr, alpha, limit, &g);
+        ST(dr, 2 * i, go * (oai_up_float(u, limit) + 1.0f) * g);
+        ST(dr, 2 * i + 1, go * f * oai_up_pass_float(u, limit));
+    }
+}
 
 /* tmp = act(x), tmpd = act'(x) */
-#define ACT_GRAD_LOOPS(GRAD)                                                   \
-    do {                                                                       \
-        FOR_VEC_IN(i, begin, end) {                                            \
-            floatv a = LDV(xp, i), f, g;                                       \
-            GRAD(floatv, a, f, g);                                             \
-            STV_F(tp, i, f);                                                   \
-            STV_F(tdp, i, g);                                                  \
-        }                                                                      \
-        FOR_TAIL_IN(i, begin, end) {                                           \
-            float a = LD(xp, i), f, g;                                         \
-            GRAD(float, a, f, g);                                              \
-            tp[i] = f;                                                         \
-            tdp[i] = g;                                                        \
-        }                                                                      \
-    } while (0)
+ACT_INLINE void act_grad_span(uint act, float p0, global const stor_t *xp,
+                                 global float *tp, global float *tdp, act_share s)
+{
+    const uint lane = s.lane, nlanes = s.nlanes;
+    FOR_VEC_IN(i, s.begin, s.end) {
+        floatv g;
+        const floatv f = grad_floatv(act, LDV(xp, i), p0, &g);
+        stv_tmp(tp, i, f);
+        stv_tmp(tdp, i, g);
+    }
+    FOR_TAIL_IN(i, s.begin, s.end) {
+        float g;
+        const float f = grad_float(act, LD(xp, i), p0, &g);
+        tp[i] = f;
+        tdp[i] = g;
+    }
+}
 
 #define BACKWARD_ARGS                                                          \
     global const stor_t *in, ulong io, ulong is, global const stor_t *dout, ulong go_, \
@@ -386,36 +538,22 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
 /* `in` and `din` are not restrict: they may be the same rows. */
 kernel void act_and_mul_backward(BACKWARD_ARGS)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
-    global const stor_t *gp = dout + go_ + row * gs;
-    global stor_t *dr = din + dio + row * dis;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    global const stor_t *ir = in + io + s.row * is;
+    global const stor_t *gp = dout + go_ + s.row * gs;
+    global stor_t *dr = din + dio + s.row * dis;
     global const stor_t *xp = ir + (second ? d : 0);
     global const stor_t *yp = ir + (second ? 0 : d);
     global stor_t *dxp = dr + (second ? d : 0);
     global stor_t *dyp = dr + (second ? 0 : d);
     switch (act) {
-    case ACT_SILU: BACKWARD_LOOPS(GRAD_SILU); break;
-    case ACT_GELU: BACKWARD_LOOPS(GRAD_GELU); break;
-    case ACT_GELU_TANH: BACKWARD_LOOPS(GRAD_GELU_TANH); break;
-    case ACT_FATRELU: BACKWARD_LOOPS(GRAD_FATRELU); break;
-    default:
-        FOR_VEC_IN(i, begin, end) {
-            floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
-            floatv gr = EVENS(lo, hi), u = ODDS(lo, hi), go = LDV(gp, i), f, g;
-            GRAD_OAI_GATE(floatv, gr, f, g);
-            const floatv dg = go * (OAI_UP(floatv, u) + 1.0f) * g;
-            const floatv du = go * f * OAI_UP_PASS(floatv, u);
-            STV(dr, 2 * i, ZIP_LO(dg, du));
-            STV(dr, 2 * i + OCLF_VEC, ZIP_HI(dg, du));
-        }
-        FOR_TAIL_IN(i, begin, end) {
-            float gr = LD(ir, 2 * i), u = LD(ir, 2 * i + 1), go = LD(gp, i), f, g;
-            GRAD_OAI_GATE(float, gr, f, g);
-            ST(dr, 2 * i, go * (OAI_UP(float, u) + 1.0f) * g);
-            ST(dr, 2 * i + 1, go * f * OAI_UP_PASS(float, u));
-        }
-        break;
+    case ACT_SILU: backward_span(ACT_SILU, p0, xp, yp, gp, dxp, dyp, s); break;
+    case ACT_GELU: backward_span(ACT_GELU, p0, xp, yp, gp, dxp, dyp, s); break;
+    case ACT_GELU_TANH: backward_span(ACT_GELU_TANH, p0, xp, yp, gp, dxp, dyp, s); break;
+    case ACT_FATRELU: backward_span(ACT_FATRELU, p0, xp, yp, gp, dxp, dyp, s); break;
+    default: oai_backward_span(p0, p1, ir, gp, dr, s); break;
     }
 }
 
@@ -425,21 +563,22 @@ kernel void act_grad_rows(global const stor_t *in, ulong io, ulong is, global fl
                           global float *tmpd, ulong rows, uint d, uint act, uint second,
                           float p0, float p1, uint chunk, uint nsplit)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    global const stor_t *ir = in + io + s.row * is;
     global const stor_t *xp = ir + (second ? d : 0);
-    global float *tp = tmp + row * d, *tdp = tmpd + row * d;
+    global float *tp = tmp + s.row * d, *tdp = tmpd + s.row * d;
     switch (act) {
-    case ACT_SILU: ACT_GRAD_LOOPS(GRAD_SILU); break;
-    case ACT_GELU: ACT_GRAD_LOOPS(GRAD_GELU); break;
-    case ACT_GELU_TANH: ACT_GRAD_LOOPS(GRAD_GELU_TANH); break;
-    case ACT_FATRELU: ACT_GRAD_LOOPS(GRAD_FATRELU); break;
+    case ACT_SILU: act_grad_span(ACT_SILU, p0, xp, tp, tdp, s); break;
+    case ACT_GELU: act_grad_span(ACT_GELU, p0, xp, tp, tdp, s); break;
+    case ACT_GELU_TANH: act_grad_span(ACT_GELU_TANH, p0, xp, tp, tdp, s); break;
+    case ACT_FATRELU: act_grad_span(ACT_FATRELU, p0, xp, tp, tdp, s); break;
     default:
         /* element by element: the gates are every other element */
-        for (uint i = begin + lane; i < end; i += nlanes) {
-            float gr = LD(ir, 2 * i), f, g;
-            GRAD_OAI_GATE(float, gr, f, g);
-            tp[i] = f;
+        for (uint i = s.begin + s.lane; i < s.end; i += s.nlanes) {
+            float g;
+            tp[i] = grad_oai_gate_float(LD(ir, 2 * i), p0, p1, &g);
             tdp[i] = g;
         }
         break;
@@ -450,42 +589,47 @@ kernel void act_grad_rows(global const stor_t *in, ulong io, ulong is, global fl
  * dout * (clamped up + 1) * tmpd, into the even elements only). */
 kernel void grad_x_rows(BACKWARD_ARGS, global const float *tmpd)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
-    global const stor_t *gp = dout + go_ + row * gs;
-    global stor_t *dr = din + dio + row * dis;
-    global const float *tdp = tmpd + row * d;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    const uint lane = s.lane, nlanes = s.nlanes;
+    global const stor_t *ir = in + io + s.row * is;
+    global const stor_t *gp = dout + go_ + s.row * gs;
+    global stor_t *dr = din + dio + s.row * dis;
+    global const float *tdp = tmpd + s.row * d;
     if (act == ACT_SWIGLU_OAI) {
-        for (uint i = begin + lane; i < end; i += nlanes) {
+        for (uint i = s.begin + lane; i < s.end; i += nlanes) {
             const float u = LD(ir, 2 * i + 1);
-            ST(dr, 2 * i, LD(gp, i) * (OAI_UP(float, u) + 1.0f) * tdp[i]);
+            ST(dr, 2 * i, LD(gp, i) * (oai_up_float(u, p1) + 1.0f) * tdp[i]);
         }
         return;
     }
     global const stor_t *yp = ir + (second ? 0 : d);
     global stor_t *dxp = dr + (second ? d : 0);
-    FOR_VEC_IN(i, begin, end) STV(dxp, i, LDV(gp, i) * LDV(yp, i) * LDV_F(tdp, i));
-    FOR_TAIL_IN(i, begin, end) ST(dxp, i, LD(gp, i) * LD(yp, i) * tdp[i]);
+    FOR_VEC_IN(i, s.begin, s.end) STV(dxp, i, LDV(gp, i) * LDV(yp, i) * ldv_tmp(tdp, i));
+    FOR_TAIL_IN(i, s.begin, s.end) ST(dxp, i, LD(gp, i) * LD(yp, i) * tdp[i]);
 }
 
 /* Unfused, last: dy = dout * tmp (SWIGLU_OAI: the up gradients, dout * tmp
  * inside the up clamp, into the odd elements only). */
 kernel void grad_y_rows(BACKWARD_ARGS, global const float *tmp)
 {
-    ACT_SETUP;
-    global const stor_t *ir = in + io + row * is;
-    global const stor_t *gp = dout + go_ + row * gs;
-    global stor_t *dr = din + dio + row * dis;
-    global const float *tp = tmp + row * d;
+    act_share s;
+    if (!act_share_get(rows, d, chunk, nsplit, &s))
+        return;
+    const uint lane = s.lane, nlanes = s.nlanes;
+    global const stor_t *ir = in + io + s.row * is;
+    global const stor_t *gp = dout + go_ + s.row * gs;
+    global stor_t *dr = din + dio + s.row * dis;
+    global const float *tp = tmp + s.row * d;
     if (act == ACT_SWIGLU_OAI) {
-        for (uint i = begin + lane; i < end; i += nlanes) {
+        for (uint i = s.begin + lane; i < s.end; i += nlanes) {
             const float u = LD(ir, 2 * i + 1);
-            ST(dr, 2 * i + 1, LD(gp, i) * tp[i] * OAI_UP_PASS(float, u));
+            ST(dr, 2 * i + 1, LD(gp, i) * tp[i] * oai_up_pass_float(u, p1));
         }
         return;
     }
     global stor_t *dyp = dr + (second ? 0 : d);
-    FOR_VEC_IN(i, begin, end) STV(dyp, i, LDV(gp, i) * LDV_F(tp, i));
-    FOR_TAIL_IN(i, begin, end) ST(dyp, i, LD(gp, i) * tp[i]);
+    FOR_VEC_IN(i, s.begin, s.end) STV(dyp, i, LDV(gp, i) * ldv_tmp(tp, i));
+    FOR_TAIL_IN(i, s.begin, s.end) ST(dyp, i, LD(gp, i) * tp[i]);
 }
-#endif /* !OCLF_ALIGNED */

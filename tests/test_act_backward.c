@@ -4,7 +4,7 @@
  * halves, the interleaved SWIGLU_OAI, every dtype and path, widths 1, 7,
  * 1001 and 5125, strided rows with offsets, 0/1/many rows, split rows, in
  * place (din == in), both kernel structures, fused == unfused, saturated
- * inputs, and the bad arguments.
+ * inputs, the aligned and the plain builds, and the bad arguments.
  */
 #include "harness.h"
 
@@ -37,6 +37,7 @@ typedef struct bwd_case {
     size_t offset; /* leading elements before row 0 */
     int in_place;  /* din is exactly in */
     const oclf_choice *choice;
+    size_t dout_shift; /* leading elements of dout's alone, after offset */
 } bwd_case;
 
 /* The context run_case calls on when set (else the harness's). */
@@ -52,7 +53,8 @@ static void *run_case(const bwd_case *c)
     const size_t es = oclf_dtype_size(dt), d = c->d, w = 2 * d;
     /* dout's rows get a pad of their own, so its stride differs from in's */
     const size_t is = w + c->pad, gs = d + 2 * c->pad;
-    const size_t ni = c->offset + c->rows * is + 1, ng = c->offset + c->rows * gs + 1;
+    const size_t go = c->offset + c->dout_shift;
+    const size_t ni = c->offset + c->rows * is + 1, ng = go + c->rows * gs + 1;
     th_seed(c->rows * 131 + d * 7 + (size_t)c->act.kind * 3 + (size_t)c->act.act_on_second +
             (size_t)c->in_place * 11);
     /* SWIGLU_OAI inputs reach past the clamp limit on both sides. */
@@ -62,7 +64,7 @@ static void *run_case(const bwd_case *c)
     void *y = th_random(dt, ni, -9.0f, 9.0f); /* din's sentinel contents */
     cl_mem mx = th_upload(x, ni * es), mg = th_upload(g, ng * es);
     cl_mem my = c->in_place ? mx : th_upload(y, ni * es);
-    oclf_buf bi = {mx, c->offset, c->pad ? is : 0}, bg = {mg, c->offset, c->pad ? gs : 0};
+    oclf_buf bi = {mx, c->offset, c->pad ? is : 0}, bg = {mg, go, c->pad ? gs : 0};
     oclf_buf bo = {my, c->offset, c->pad ? is : 0};
     cl_event ev = NULL;
     TH_OK(oclf_act_and_mul_backward(case_ctx ? case_ctx : e->ctx, e->queue, dt, c->rows, d, bi, bg,
@@ -82,7 +84,7 @@ static void *run_case(const bwd_case *c)
 
     double *want = malloc((c->rows * w + 1) * sizeof *want);
     oclf_ref_act_and_mul_backward(dt, &c->act, c->rows, d, (char *)x + c->offset * es, is,
-                                  (char *)g + c->offset * es, gs, want);
+                                  (char *)g + go * es, gs, want);
     size_t first = 0;
     double maxerr = 0;
     const char *got = (const char *)gy + c->offset * es;
@@ -152,7 +154,7 @@ START_TEST(test_matrix_default)
             if (d > 2000 && rows[ri] > 7)
                 continue; /* the split single row is the point of the wide case */
             bwd_case c = {act, dt, rows[ri], d, (wi + ri) % 2 ? 3 : 0, (wi + ri) % 2 ? 5 : 0, 0,
-                          NULL};
+                          NULL, 0};
             fused_vs_unfused(c);
         }
     }
@@ -169,7 +171,7 @@ START_TEST(test_in_place)
     static const size_t shapes[][2] = {{1, 7}, {9, 1001}, {3, 77}};
     for (size_t si = 0; si < 3; si++) {
         bwd_case c = {act, dt, shapes[si][0], shapes[si][1], si == 1 ? 2 : 0, si == 2 ? 4 : 0, 1,
-                      NULL};
+                      NULL, 0};
         fused_vs_unfused(c);
     }
 }
@@ -194,7 +196,7 @@ START_TEST(test_structures)
         static const size_t ws[] = {7, 769, 5125}, rs[] = {1, 9, 3};
         for (size_t wi = 0; wi < 3; wi++) {
             bwd_case c = {act, dtypes[d], rs[wi], ws[wi], wi == 1 ? 2 : 0, 1, (int)(wi == 2),
-                          &ch};
+                          &ch, 0};
             fused_vs_unfused(c);
         }
     }
@@ -368,24 +370,34 @@ START_TEST(test_oai_nan)
 }
 END_TEST
 
-/* The backward kernels have no aligned build (cl/act.cl: one spilled on
- * Intel's Data Center Max): rows on vector boundaries run the plain build
- * as every other placement does, against the reference, fused and
- * unfused, both structures. */
+/* Every operand's rows and the second halves on vector boundaries
+ * (offsets, row strides and d multiples of the vector width) run the
+ * aligned build of the kernels (OCLF_ALIGNED); any other placement, a d
+ * that puts the second half off a boundary, or dout alone off one, the
+ * plain build. Both against the reference, fused and unfused, both
+ * structures, the plain and the interleaved layouts, and in place on
+ * aligned rows. */
 START_TEST(test_aligned_build)
 {
     const oclf_dtype dt = dtypes[_i % 3];
     const oclf_activation act = variant(_i / 3 ? OCLF_ACT_SWIGLU_OAI : OCLF_ACT_GELU);
-    for (int k = 0; k < TH_PLACES; k++)
+    for (int k = 0; k <= TH_PLACES + 2; k++)
         for (int p = 0; p < TH_STRUCTS; p++) {
             const oclf_choice ch = th_struct_choice(p);
+            /* past the shared placements: packed rows with d = 770 (the
+             * second half and dout's rows off a boundary); dout alone 3
+             * elements off one; aligned rows updated in place */
+            const th_place odd = {0, 0, 0}, *pl = k < TH_PLACES ? &th_places[k] : &odd;
+            const size_t d = k == TH_PLACES ? 770 : 768;
+            const int aligned = k < TH_PLACES ? pl->aligned : k == TH_PLACES + 2;
             case_ctx = th_build_log_context();
-            const bwd_case c = {act, dt, 5, 768, th_places[k].pad, th_places[k].offset, 0, &ch};
+            const bwd_case c = {act, dt, 5, d, pl->pad, pl->offset, k == TH_PLACES + 2, &ch,
+                                k == TH_PLACES + 1 ? 3 : 0};
             free(run_case(&c));
-            char what[96];
-            snprintf(what, sizeof what, "%s offset %zu pad %zu", oclf_dtype_name(dt),
-                     th_places[k].offset, th_places[k].pad);
-            th_expect_build("act.cl", p, 0, what);
+            char what[128];
+            snprintf(what, sizeof what, "%s d %zu offset %zu pad %zu dout shift %zu in place %d",
+                     oclf_dtype_name(dt), d, pl->offset, pl->pad, c.dout_shift, c.in_place);
+            th_expect_build("act.cl", p, aligned, what);
             oclf_context_destroy(case_ctx);
             case_ctx = NULL;
         }

@@ -295,10 +295,12 @@ oclf_status oclf_act_and_mul_backward(oclf_context *ctx, cl_command_queue queue,
         return oclf_fail(ctx, OCLF_UNSUPPORTED, "%s: temporaries of %zu x %zu floats", op, rows,
                          d);
 
-    /* always the plain build: the aligned one has no backward kernels
-     * (cl/act.cl) */
+    /* Every operand's rows and the second halves on vector boundaries: the
+     * aligned build, as the forward's. */
+    const oclf_operand all[] = {oi, og, od};
     char opts[OCLF_OPTIONS_MAX];
-    oclf_program_options(opts, sizeof opts, dtype, -1, cfg.defines);
+    oclf_program_options_aligned(opts, sizeof opts, dtype, -1, cfg.defines,
+                                 act_aligned(&cfg, d, all, OCLF_NARGS(all)));
     oclf_program *prog;
     if ((st = oclf_program_get(ctx, "act.cl", opts, &prog)))
         return st;
