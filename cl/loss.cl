@@ -124,10 +124,10 @@ static inline float ce_wg_max(float v, __local float *scratch)
  * target's logit (0 when ignored); `keep` (the staged row, or null) gets
  * the capped logits. Every lane reads before the reductions' barriers, so
  * a later in-place write of the row comes after every read of pass 1. */
-static inline void ce_row_stats(global const stor_t *xr, uint cols, float cap, long t,
-                                int ignored, local float *keep, uint lane, uint nlanes,
-                                local float *scratch, float *lse_out, float *sumz_out,
-                                float *zt_out)
+OCLF_INLINE void ce_row_stats(global const stor_t *xr, uint cols, float cap, long t,
+                             int ignored, local float *keep, uint lane, uint nlanes,
+                             local float *scratch, float *lse_out, float *sumz_out,
+                             float *zt_out)
 {
     floatv m = VSPLAT(-FLT_MAX), s = VSPLAT(0.0f), sz = VSPLAT(0.0f);
     float tm = -FLT_MAX, ts = 0.0f, tsz = 0.0f;
