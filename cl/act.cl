@@ -19,12 +19,10 @@
  * Neither needs a barrier: every output depends on two inputs only.
  */
 
-/* Every function here is inlined into its kernel, as the macros they
- * replaced were: the loops are written once and called once per
+/* Every function here is OCLF_INLINE (cl/common.h), as the macros they
+ * replaced were inlined: the loops are written once and called once per
  * activation with the activation a constant, which specialises each copy
- * only once it is inlined (AMD's back end otherwise kept a loop as a called
- * function, at twice the registers). */
-#define ACT_INLINE static inline __attribute__((always_inline))
+ * only once it is inlined. */
 
 /* Must match oclf_act in oclfuse.h. */
 #define ACT_SILU 0
@@ -42,7 +40,7 @@ typedef struct {
 
 /* The share of the calling work-item; 0 for LAYOUT 0's work-items past the
  * last chunk (the grid is rounded up to the work-group size). */
-ACT_INLINE int act_share_get(ulong rows, uint d, uint chunk, uint nsplit, act_share *s)
+OCLF_INLINE int act_share_get(ulong rows, uint d, uint chunk, uint nsplit, act_share *s)
 {
 #if OCLF_LAYOUT == 0
     const ulong gid = get_global_id(0);
@@ -99,9 +97,9 @@ ACT_INLINE int act_share_get(ulong rows, uint d, uint chunk, uint nsplit, act_sh
         /* 2^k: k + 127 in the exponent field (as_int(t) is 0x4b400000 + k) */ \
         return p * AS((OCLF_CAT(as_, IT)(t) + (127 - 0x4b400000)) << 23);      \
     }
-ACT_INLINE float exp_float(float x) ACT_EXP_BODY(float, int, as_float)
+OCLF_INLINE float exp_float(float x) ACT_EXP_BODY(float, int, as_float)
 #if OCLF_VEC > 1
-ACT_INLINE floatv exp_floatv(floatv x)
+OCLF_INLINE floatv exp_floatv(floatv x)
     ACT_EXP_BODY(floatv, OCLF_CAT(int, OCLF_VEC), OCLF_CAT(as_float, OCLF_VEC))
 #else
 #define exp_floatv exp_float
@@ -141,20 +139,20 @@ ACT_INLINE floatv exp_floatv(floatv x)
  * clamp's gradient, 1 inside [-limit, limit], 0 outside, NaN for a NaN up
  * (inside no bound: its gradient is NaN, as its output is). */
 #define ACT_FUNCTIONS(T, S)                                                    \
-    ACT_INLINE T silu_##S(T a) { return a / (1.0f + exp_##S(-a)); }        \
-    ACT_INLINE T gelu_##S(T a)                                              \
+    OCLF_INLINE T silu_##S(T a) { return a / (1.0f + exp_##S(-a)); }        \
+    OCLF_INLINE T gelu_##S(T a)                                              \
     {                                                                          \
         return 0.5f * a * (1.0f + erf_##S(a * 0.70710678118654752f));          \
     }                                                                          \
-    ACT_INLINE T gelu_tanh_##S(T a)                                         \
+    OCLF_INLINE T gelu_tanh_##S(T a)                                         \
     {                                                                          \
         return a / (1.0f + exp_##S(-1.5957691216057308f * (a + 0.044715f * a * a * a))); \
     }                                                                          \
-    ACT_INLINE T fatrelu_##S(T a, float threshold)                          \
+    OCLF_INLINE T fatrelu_##S(T a, float threshold)                          \
     {                                                                          \
         return a > threshold ? a : (T)(0.0f);                                  \
     }                                                                          \
-    ACT_INLINE T act_##S(uint act, T a, float p0)                           \
+    OCLF_INLINE T act_##S(uint act, T a, float p0)                           \
     {                                                                          \
         switch (act) {                                                         \
         case ACT_SILU: return silu_##S(a);                                     \
@@ -163,22 +161,22 @@ ACT_INLINE floatv exp_floatv(floatv x)
         default: return fatrelu_##S(a, p0);                                    \
         }                                                                      \
     }                                                                          \
-    ACT_INLINE T oai_glu_##S(T g, float alpha)                              \
+    OCLF_INLINE T oai_glu_##S(T g, float alpha)                              \
     {                                                                          \
         return g / (1.0f + exp_##S(-(g * alpha)));                             \
     }                                                                          \
-    ACT_INLINE T oai_gate_##S(T g, float limit) { return g > limit ? (T)(limit) : g; } \
-    ACT_INLINE T oai_up_##S(T u, float limit)                               \
+    OCLF_INLINE T oai_gate_##S(T g, float limit) { return g > limit ? (T)(limit) : g; } \
+    OCLF_INLINE T oai_up_##S(T u, float limit)                               \
     {                                                                          \
         return u > limit ? (T)(limit) : u < -limit ? (T)(-limit) : u;          \
     }                                                                          \
-    ACT_INLINE T sigmoid_##S(T e, T *m)                                     \
+    OCLF_INLINE T sigmoid_##S(T e, T *m)                                     \
     {                                                                          \
         const T s = 1.0f / (1.0f + e);                                         \
         *m = e < 1.0f ? e * s : 1.0f - s;                                      \
         return s;                                                              \
     }                                                                          \
-    ACT_INLINE T grad_silu_##S(T a, T *g)                                   \
+    OCLF_INLINE T grad_silu_##S(T a, T *g)                                   \
     {                                                                          \
         T m;                                                                   \
         const T s = sigmoid_##S(exp_##S(-a), &m);                              \
@@ -186,14 +184,14 @@ ACT_INLINE floatv exp_floatv(floatv x)
         *g = s + f * m;                                                        \
         return f;                                                              \
     }                                                                          \
-    ACT_INLINE T grad_gelu_##S(T a, T *g)                                   \
+    OCLF_INLINE T grad_gelu_##S(T a, T *g)                                   \
     {                                                                          \
         const T p = 0.5f * (1.0f + erf_##S(a * 0.70710678118654752f));         \
         const T f = a * p;                                                     \
         *g = p + a * (0.39894228040143268f * exp_##S(-0.5f * a * a));          \
         return f;                                                              \
     }                                                                          \
-    ACT_INLINE T grad_gelu_tanh_##S(T a, T *g)                              \
+    OCLF_INLINE T grad_gelu_tanh_##S(T a, T *g)                              \
     {                                                                          \
         T m;                                                                   \
         const T s =                                                            \
@@ -203,13 +201,13 @@ ACT_INLINE floatv exp_floatv(floatv x)
         *g = s + (1.5957691216057308f * c) * (s * m) * (1.0f + 0.134145f * c * c); \
         return f;                                                              \
     }                                                                          \
-    ACT_INLINE T grad_fatrelu_##S(T a, float threshold, T *g)               \
+    OCLF_INLINE T grad_fatrelu_##S(T a, float threshold, T *g)               \
     {                                                                          \
         const T f = a > threshold ? a : (T)(0.0f);                             \
         *g = a > threshold ? (T)(1.0f) : (T)(0.0f);                            \
         return f;                                                              \
     }                                                                          \
-    ACT_INLINE T grad_##S(uint act, T a, float p0, T *g)                    \
+    OCLF_INLINE T grad_##S(uint act, T a, float p0, T *g)                    \
     {                                                                          \
         switch (act) {                                                         \
         case ACT_SILU: return grad_silu_##S(a, g);                             \
@@ -218,7 +216,7 @@ ACT_INLINE floatv exp_floatv(floatv x)
         default: return grad_fatrelu_##S(a, p0, g);                            \
         }                                                                      \
     }                                                                          \
-    ACT_INLINE T grad_oai_gate_##S(T gr, float alpha, float limit, T *g)    \
+    OCLF_INLINE T grad_oai_gate_##S(T gr, float alpha, float limit, T *g)    \
     {                                                                          \
         const T gc = oai_gate_##S(gr, limit);                                  \
         T m;                                                                   \
@@ -227,7 +225,7 @@ ACT_INLINE floatv exp_floatv(floatv x)
         *g = gr > limit ? (T)(0.0f) : s + alpha * f * m;                       \
         return f;                                                              \
     }                                                                          \
-    ACT_INLINE T oai_up_pass_##S(T u, float limit)                          \
+    OCLF_INLINE T oai_up_pass_##S(T u, float limit)                          \
     {                                                                          \
         return u > limit || u < -limit ? (T)(0.0f) : u == u ? (T)(1.0f) : (T)NAN; \
     }
@@ -238,7 +236,7 @@ ACT_FUNCTIONS(floatv, floatv)
  * give VEC gates (the even elements) and VEC ups (the odd elements);
  * zip_lo / zip_hi put VEC gate and VEC up gradients back as the
  * interleaved pairs (dg0, du0, dg1, du1, ...), the low VEC, then the high. */
-ACT_INLINE floatv evens(floatv lo, floatv hi)
+OCLF_INLINE floatv evens(floatv lo, floatv hi)
 {
 #if OCLF_VEC == 1
     (void)hi;
@@ -247,7 +245,7 @@ ACT_INLINE floatv evens(floatv lo, floatv hi)
     return (floatv)(lo.even, hi.even);
 #endif
 }
-ACT_INLINE floatv odds(floatv lo, floatv hi)
+OCLF_INLINE floatv odds(floatv lo, floatv hi)
 {
 #if OCLF_VEC == 1
     (void)lo;
@@ -256,7 +254,7 @@ ACT_INLINE floatv odds(floatv lo, floatv hi)
     return (floatv)(lo.odd, hi.odd);
 #endif
 }
-ACT_INLINE floatv zip_lo(floatv x, floatv y)
+OCLF_INLINE floatv zip_lo(floatv x, floatv y)
 {
 #if OCLF_VEC == 1
     (void)y;
@@ -271,7 +269,7 @@ ACT_INLINE floatv zip_lo(floatv x, floatv y)
     return ((floatv)(x.lo, y.lo)).s08192a3b4c5d6e7f;
 #endif
 }
-ACT_INLINE floatv zip_hi(floatv x, floatv y)
+OCLF_INLINE floatv zip_hi(floatv x, floatv y)
 {
 #if OCLF_VEC == 1
     (void)x;
@@ -291,7 +289,7 @@ ACT_INLINE floatv zip_hi(floatv x, floatv y)
  * aligned build d is a multiple of VEC, so every vector of a temporary is
  * naturally aligned: one 16-byte access a float4, where the element-aligned
  * vload splits into 4-byte ones on GPUs. */
-ACT_INLINE floatv ldv_tmp(global const float *p, uint i)
+OCLF_INLINE floatv ldv_tmp(global const float *p, uint i)
 {
 #if OCLF_ALIGNED && OCLF_VEC > 1
     return *(global const floatv *)(p + i);
@@ -299,7 +297,7 @@ ACT_INLINE floatv ldv_tmp(global const float *p, uint i)
     return LDV_F(p, i);
 #endif
 }
-ACT_INLINE void stv_tmp(global float *p, uint i, floatv v)
+OCLF_INLINE void stv_tmp(global float *p, uint i, floatv v)
 {
 #if OCLF_ALIGNED && OCLF_VEC > 1
     *(global floatv *)(p + i) = v;
@@ -312,8 +310,8 @@ ACT_INLINE void stv_tmp(global float *p, uint i, floatv v)
  * act_S), so the kernels' switches give one specialised loop per case. */
 
 /* out = act(x) * y */
-ACT_INLINE void fused_span(uint act, float p0, global const stor_t *xp,
-                              global const stor_t *yp, global stor_t *op, act_share s)
+OCLF_INLINE void fused_span(uint act, float p0, global const stor_t *xp,
+                               global const stor_t *yp, global stor_t *op, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
@@ -331,8 +329,8 @@ ACT_INLINE void fused_span(uint act, float p0, global const stor_t *xp,
 
 /* SWIGLU_OAI: out = (clamped up + 1) * glu(clamped gate) of the
  * interleaved row ir. */
-ACT_INLINE void oai_fused_span(float alpha, float limit, global const stor_t *ir,
-                                  global stor_t *op, act_share s)
+OCLF_INLINE void oai_fused_span(float alpha, float limit, global const stor_t *ir,
+                                   global stor_t *op, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
@@ -349,8 +347,8 @@ ACT_INLINE void oai_fused_span(float alpha, float limit, global const stor_t *ir
 }
 
 /* tmp = act(x) */
-ACT_INLINE void act_span(uint act, float p0, global const stor_t *xp, global float *tp,
-                            act_share s)
+OCLF_INLINE void act_span(uint act, float p0, global const stor_t *xp, global float *tp,
+                             act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) stv_tmp(tp, i, act_floatv(act, LDV(xp, i), p0));
@@ -358,8 +356,8 @@ ACT_INLINE void act_span(uint act, float p0, global const stor_t *xp, global flo
 }
 
 /* SWIGLU_OAI: tmp = glu(clamped gate) */
-ACT_INLINE void oai_act_span(float alpha, float limit, global const stor_t *ir,
-                                global float *tp, act_share s)
+OCLF_INLINE void oai_act_span(float alpha, float limit, global const stor_t *ir,
+                                 global float *tp, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
@@ -465,9 +463,9 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
  * temporaries as aligned vectors (ldv_tmp, stv_tmp). */
 
 /* dx = dout * y * act'(x), dy = dout * act(x) */
-ACT_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
-                                 global const stor_t *yp, global const stor_t *gp,
-                                 global stor_t *dxp, global stor_t *dyp, act_share s)
+OCLF_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
+                                  global const stor_t *yp, global const stor_t *gp,
+                                  global stor_t *dxp, global stor_t *dyp, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
@@ -488,8 +486,8 @@ ACT_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
 
 /* SWIGLU_OAI: the gate and up gradients of the interleaved row ir into the
  * interleaved row dr. */
-ACT_INLINE void oai_backward_span(float alpha, float limit, global const stor_t *ir,
-                                     global const stor_t *gp, global stor_t *dr, act_share s)
+OCLF_INLINE void oai_backward_span(float alpha, float limit, global const stor_t *ir,
+                                      global const stor_t *gp, global stor_t *dr, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
@@ -512,8 +510,8 @@ ACT_INLINE void oai_backward_span(float alpha, float limit, global const stor_t 
 }
 
 /* tmp = act(x), tmpd = act'(x) */
-ACT_INLINE void act_grad_span(uint act, float p0, global const stor_t *xp,
-                                 global float *tp, global float *tdp, act_share s)
+OCLF_INLINE void act_grad_span(uint act, float p0, global const stor_t *xp,
+                                  global float *tp, global float *tdp, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {

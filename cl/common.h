@@ -25,11 +25,13 @@
 #define OCLF_CAT_(a, b) a##b
 #define OCLF_CAT(a, b) OCLF_CAT_(a, b)
 
-/* A function every kernel that calls it must inline. Intel's IGC may keep a
- * large `static inline` function called from more than one kernel as a
- * real call, and its out-parameters and private vectors then live in
- * memory: cross-entropy's row statistics spilled 10-26 registers on pvc
- * that way. The other compilers inline these functions anyway. */
+/* A function every kernel that calls it must inline. Both IGC and AMD's
+ * back end may keep a large `static inline` function called from more
+ * than one kernel (or more than once) as a real call: its out-parameters
+ * and private vectors then live in memory, or it is not specialised for
+ * its constant arguments. Cross-entropy's row statistics spilled 10-26
+ * registers on pvc that way; act_and_mul's loops took twice the
+ * registers on gfx90a. */
 #define OCLF_INLINE static inline __attribute__((always_inline))
 
 /* ---- storage type ------------------------------------------------------- */
