@@ -191,7 +191,14 @@ static inline float hsrc_s(hsrc_t p, uint i) { return LD(p, i); }
 
 /* The first `nrot` dims of head `hp` rotated in place by the cos/sin row
  * `cr` (NeoX halves or GPT-J pairs), this work-item's share. Pairs belong
- * to one work-item, so in-place is safe. */
+ * to one work-item, so in-place is safe.
+ * A NeoX vector pair computes both results before it stores either: a
+ * store's narrowing to storage may stay a call in a GPU compiler's code (the
+ * aligned f16 store does in one), and what lives across a call holds its
+ * registers, so storing x' before computing y' kept x, y, c and s (four
+ * vectors) live across the first store where the two results are enough.
+ * The same values, stored in the same order; the registers this saves are
+ * in docs/notes/2026-11-29-rope-inline.md. */
 static inline void rotate_stored_head(global stor_t *hp, crow_t cr, uint nrot, uint neox,
                                       uint lane, uint nlanes)
 {
@@ -200,8 +207,9 @@ static inline void rotate_stored_head(global stor_t *hp, crow_t cr, uint nrot, u
         FOR_VEC_IN(j, 0, hrot) {
             const floatv x = LDV(hp, j), y = LDV(hp, j + hrot);
             const floatv c = crow_v(cr, j), s = ROPE_SIN(crow_v(cr, hrot + j));
-            STV(hp, j, x * c - y * s);
-            STV(hp, j + hrot, y * c + x * s);
+            const floatv xr = x * c - y * s, yr = y * c + x * s; /* both first: see above */
+            STV(hp, j, xr);
+            STV(hp, j + hrot, yr);
         }
         FOR_TAIL_IN(j, 0, hrot) {
             const float x = LD(hp, j), y = LD(hp, j + hrot);
@@ -269,8 +277,9 @@ static inline void rotate_normed_head(global stor_t *hp, global stor_t *cp, hsrc
             const floatv x = normed_v(hv, wv, has_w, r, j);
             const floatv y = normed_v(hv, wv, has_w, r, j + hrot);
             const floatv c = crow_v(cr, j), s = ROPE_SIN(crow_v(cr, hrot + j));
-            put_v(hp, cp, j, x * c - y * s);
-            put_v(hp, cp, j + hrot, y * c + x * s);
+            const floatv xr = x * c - y * s, yr = y * c + x * s; /* both first, as above */
+            put_v(hp, cp, j, xr);
+            put_v(hp, cp, j + hrot, yr);
         }
         FOR_TAIL_IN(j, 0, hrot) {
             const float x = normed_s(hv, wv, has_w, r, j);
