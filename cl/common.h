@@ -31,7 +31,8 @@
  * and private vectors then live in memory, or it is not specialised for
  * its constant arguments. Cross-entropy's row statistics spilled 10-26
  * registers on pvc that way; act_and_mul's loops took twice the
- * registers on gfx90a. */
+ * registers on gfx90a, and rope's walks kept their job struct in memory
+ * on sm_90. */
 #define OCLF_INLINE static inline __attribute__((always_inline))
 
 /* ---- storage type ------------------------------------------------------- */

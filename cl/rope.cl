@@ -578,7 +578,9 @@ static inline void rope_head(const rope_job *j, uint kind, ulong t, uint h, uint
  * heads first; `scratch` is the kernel's local memory for the reductions
  * (OCLF_WGS floats). Each computes the head's 1 / rms for the norm kernels
  * before the item (the reduction of its sum of squares is where the
- * structures differ most). */
+ * structures differ most). It is OCLF_INLINE: kept as a call, the job
+ * struct went through memory (f16 aligned qk_norm_rope took 106 registers
+ * on sm_90). */
 
 #if !OCLF_STAGE
 /* ---- item structure ------------------------------------------------------
@@ -614,7 +616,7 @@ static inline void batch_rstd(float rstd[RSTD_BATCH], global const stor_t *xt, u
     vstore16(rsqrt(vload16(0, ss) / (float)hd + eps), 0, rstd);
 }
 
-static inline __attribute__((always_inline)) void rope_walk(const rope_job *j, uint kind, local float *scratch)
+OCLF_INLINE void rope_walk(const rope_job *j, uint kind, local float *scratch)
 {
     ROW_LANES;
     const uint nh = j->nq + j->nk;
@@ -651,7 +653,7 @@ static inline float head_rstd(global const stor_t *hp, uint hd, float eps,
                  eps);
 }
 
-static inline __attribute__((always_inline)) void rope_walk(const rope_job *j, uint kind, local float *scratch)
+OCLF_INLINE void rope_walk(const rope_job *j, uint kind, local float *scratch)
 {
     ROW_LANES;
     const uint nh = j->nq + j->nk;
@@ -720,7 +722,7 @@ static inline void packed_stage_rows(local float *lcs, const rope_job *j, ulong 
     }
 }
 
-static inline __attribute__((always_inline)) void rope_walk(const rope_job *j, uint kind, local float *scratch)
+OCLF_INLINE void rope_walk(const rope_job *j, uint kind, local float *scratch)
 {
     const uint lid = get_local_id(0);
     const uint lane = lid % OCLF_HLANES, nlanes = OCLF_HLANES;
@@ -812,7 +814,7 @@ static inline void stage_weights(const rope_job *j)
     stage_weight(j->kw, staged_kw(j->stage, j->rpg, j->hd), j->hd, lane, nlanes);
 }
 
-static inline __attribute__((always_inline)) void rope_walk(const rope_job *j, uint kind, local float *scratch)
+OCLF_INLINE void rope_walk(const rope_job *j, uint kind, local float *scratch)
 {
     ROW_LANES;
     local long *const lpos = (local long *)j->stage;
