@@ -139,20 +139,20 @@ OCLF_INLINE floatv exp_floatv(floatv x)
  * clamp's gradient, 1 inside [-limit, limit], 0 outside, NaN for a NaN up
  * (inside no bound: its gradient is NaN, as its output is). */
 #define ACT_FUNCTIONS(T, S)                                                    \
-    OCLF_INLINE T silu_##S(T a) { return a / (1.0f + exp_##S(-a)); }        \
-    OCLF_INLINE T gelu_##S(T a)                                              \
+    OCLF_INLINE T silu_##S(T a) { return a / (1.0f + exp_##S(-a)); }           \
+    OCLF_INLINE T gelu_##S(T a)                                                \
     {                                                                          \
         return 0.5f * a * (1.0f + erf_##S(a * 0.70710678118654752f));          \
     }                                                                          \
-    OCLF_INLINE T gelu_tanh_##S(T a)                                         \
+    OCLF_INLINE T gelu_tanh_##S(T a)                                           \
     {                                                                          \
         return a / (1.0f + exp_##S(-1.5957691216057308f * (a + 0.044715f * a * a * a))); \
     }                                                                          \
-    OCLF_INLINE T fatrelu_##S(T a, float threshold)                          \
+    OCLF_INLINE T fatrelu_##S(T a, float threshold)                            \
     {                                                                          \
         return a > threshold ? a : (T)(0.0f);                                  \
     }                                                                          \
-    OCLF_INLINE T act_##S(uint act, T a, float p0)                           \
+    OCLF_INLINE T act_##S(uint act, T a, float p0)                             \
     {                                                                          \
         switch (act) {                                                         \
         case ACT_SILU: return silu_##S(a);                                     \
@@ -161,22 +161,22 @@ OCLF_INLINE floatv exp_floatv(floatv x)
         default: return fatrelu_##S(a, p0);                                    \
         }                                                                      \
     }                                                                          \
-    OCLF_INLINE T oai_glu_##S(T g, float alpha)                              \
+    OCLF_INLINE T oai_glu_##S(T g, float alpha)                                \
     {                                                                          \
         return g / (1.0f + exp_##S(-(g * alpha)));                             \
     }                                                                          \
     OCLF_INLINE T oai_gate_##S(T g, float limit) { return g > limit ? (T)(limit) : g; } \
-    OCLF_INLINE T oai_up_##S(T u, float limit)                               \
+    OCLF_INLINE T oai_up_##S(T u, float limit)                                 \
     {                                                                          \
         return u > limit ? (T)(limit) : u < -limit ? (T)(-limit) : u;          \
     }                                                                          \
-    OCLF_INLINE T sigmoid_##S(T e, T *m)                                     \
+    OCLF_INLINE T sigmoid_##S(T e, T *m)                                       \
     {                                                                          \
         const T s = 1.0f / (1.0f + e);                                         \
         *m = e < 1.0f ? e * s : 1.0f - s;                                      \
         return s;                                                              \
     }                                                                          \
-    OCLF_INLINE T grad_silu_##S(T a, T *g)                                   \
+    OCLF_INLINE T grad_silu_##S(T a, T *g)                                     \
     {                                                                          \
         T m;                                                                   \
         const T s = sigmoid_##S(exp_##S(-a), &m);                              \
@@ -184,14 +184,14 @@ OCLF_INLINE floatv exp_floatv(floatv x)
         *g = s + f * m;                                                        \
         return f;                                                              \
     }                                                                          \
-    OCLF_INLINE T grad_gelu_##S(T a, T *g)                                   \
+    OCLF_INLINE T grad_gelu_##S(T a, T *g)                                     \
     {                                                                          \
         const T p = 0.5f * (1.0f + erf_##S(a * 0.70710678118654752f));         \
         const T f = a * p;                                                     \
         *g = p + a * (0.39894228040143268f * exp_##S(-0.5f * a * a));          \
         return f;                                                              \
     }                                                                          \
-    OCLF_INLINE T grad_gelu_tanh_##S(T a, T *g)                              \
+    OCLF_INLINE T grad_gelu_tanh_##S(T a, T *g)                                \
     {                                                                          \
         T m;                                                                   \
         const T s =                                                            \
@@ -201,13 +201,13 @@ OCLF_INLINE floatv exp_floatv(floatv x)
         *g = s + (1.5957691216057308f * c) * (s * m) * (1.0f + 0.134145f * c * c); \
         return f;                                                              \
     }                                                                          \
-    OCLF_INLINE T grad_fatrelu_##S(T a, float threshold, T *g)               \
+    OCLF_INLINE T grad_fatrelu_##S(T a, float threshold, T *g)                 \
     {                                                                          \
         const T f = a > threshold ? a : (T)(0.0f);                             \
         *g = a > threshold ? (T)(1.0f) : (T)(0.0f);                            \
         return f;                                                              \
     }                                                                          \
-    OCLF_INLINE T grad_##S(uint act, T a, float p0, T *g)                    \
+    OCLF_INLINE T grad_##S(uint act, T a, float p0, T *g)                      \
     {                                                                          \
         switch (act) {                                                         \
         case ACT_SILU: return grad_silu_##S(a, g);                             \
@@ -216,7 +216,7 @@ OCLF_INLINE floatv exp_floatv(floatv x)
         default: return grad_fatrelu_##S(a, p0, g);                            \
         }                                                                      \
     }                                                                          \
-    OCLF_INLINE T grad_oai_gate_##S(T gr, float alpha, float limit, T *g)    \
+    OCLF_INLINE T grad_oai_gate_##S(T gr, float alpha, float limit, T *g)      \
     {                                                                          \
         const T gc = oai_gate_##S(gr, limit);                                  \
         T m;                                                                   \
@@ -225,7 +225,7 @@ OCLF_INLINE floatv exp_floatv(floatv x)
         *g = gr > limit ? (T)(0.0f) : s + alpha * f * m;                       \
         return f;                                                              \
     }                                                                          \
-    OCLF_INLINE T oai_up_pass_##S(T u, float limit)                          \
+    OCLF_INLINE T oai_up_pass_##S(T u, float limit)                            \
     {                                                                          \
         return u > limit || u < -limit ? (T)(0.0f) : u == u ? (T)(1.0f) : (T)NAN; \
     }
