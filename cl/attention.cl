@@ -20,7 +20,8 @@
  * local memory after the K/V blocks instead.
  *
  * With STAGE 2 the program holds attention_decode (attention_decode.cl,
- * the decode structure for few query rows on a GPU) in place of
+ * the decode structure for few query rows: on a GPU work-items sharing
+ * each key, on a CPU at WGS 1 one work-item per query token) in place of
  * attention_fused, with the same arguments, and attention_merge; with
  * STAGE 3 attention_mma (attention_mma.cl, prefill on matrix-unit
  * fragments) the same way.
@@ -69,8 +70,9 @@
 #ifndef OCLF_PAGED
 #define OCLF_PAGED 0
 #endif
-/* 2: the decode structure (attention_decode.cl: work-items sharing each
- * key, the KV group's query heads in registers; a GPU with few query rows).
+/* 2: the decode structure for few query rows (attention_decode.cl: on a
+ * GPU work-items sharing each key, the KV group's query heads in
+ * registers; at WGS 1, a CPU's default, one work-item per query token).
  * 1: K/V blocks staged in local memory, widened once for every row of the
  * group (a GPU, where rows are work-items running side by side). 0: each
  * row reads its keys and values straight from global memory with vector
