@@ -131,11 +131,15 @@ typedef float8 hfloatv;
 #endif
 
 /* Elements [0, gptj_vend(rot)) go by whole vectors (even starts, so whole
- * pairs); pairs from gptj_vend(rot) / 2 on go one at a time. */
+ * pairs); pairs from gptj_vend(rot) / 2 on go one at a time. The aligned
+ * build has none: the host takes it only where the rotary half is a
+ * multiple of OCLF_VEC, and so the pairwise loop leaves the kernel. */
 static inline uint gptj_vend(uint rot)
 {
 #if OCLF_VEC == 1
     return 0u;
+#elif OCLF_ALIGNED
+    return rot;
 #else
     return rot / OCLF_VEC * OCLF_VEC;
 #endif
@@ -251,9 +255,22 @@ static inline float normed_s(hsrc_t hv, hsrc_t wv, int has_w, float r, uint i)
  * going into the cache), from the same value into the cache. */
 static inline void put_v(global stor_t *hp, global stor_t *cp, uint i, floatv v)
 {
+#if OCLF_ALIGNED && OCLF_DTYPE != 0 && OCLF_VEC > 1
+    /* narrowed once for both stores: as two STVs, the second narrowing was
+     * compiled again, not shared */
+#if OCLF_DTYPE == 1
+    const oclf_words_a w = oclf_narrow_f16_words(v);
+#else
+    const oclf_words_a w = oclf_narrow_bf16_words(v);
+#endif
+    *(global oclf_words_a *)(hp + i) = w;
+    if (cp)
+        *(global oclf_words_a *)(cp + i) = w;
+#else
     STV(hp, i, v);
     if (cp)
         STV(cp, i, v);
+#endif
 }
 static inline void put_s(global stor_t *hp, global stor_t *cp, uint i, float v)
 {

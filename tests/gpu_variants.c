@@ -1,7 +1,9 @@
 /*
  * Lists every OpenCL program the library can build for a GPU: for each op,
  * dtype, path and shape (the op's test shape and its benchmark shapes), the
- * heuristic default and every point of the tuner's search space, each
+ * heuristic default and every point of the tuner's search space, and the
+ * heuristic defaults at the decoder layer's shapes (with the layer's rope
+ * programs: a float cos/sin cache, the KV cache written), each
  * resolved as dispatch would (the point laid over the heuristic) and passed
  * to the op's deep validation with a program sink set, which records the
  * (source, options) pair instead of building it.
@@ -23,6 +25,7 @@
  * only the gfx90a and gfx942 back ends compile.
  */
 #include "../lib/internal.h"
+#include "../lib/ops/rope.h"
 #include "opdesc.h"
 
 #include <stdio.h>
@@ -119,6 +122,28 @@ static int visit(oclf_context *ctx, sink *s, oclf_op op, oclf_dtype dtype,
     return 0;
 }
 
+/* The rope programs a decoder layer builds that no op's own shapes reach:
+ * 16-bit heads with a float cos/sin cache, and qk_norm_rope writing the KV
+ * cache (qk_norm_rope_cache), each at the layer's shape with the heuristic
+ * default and every row on a vector boundary. */
+static void visit_layer_rope(oclf_context *ctx, sink *s, const oclf_shape *shape)
+{
+    const oclf_op ops[] = {OCLF_OP_ROTARY_EMBEDDING, OCLF_OP_QK_NORM_ROPE};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (int dt = 0; dt < OCLF_DTYPE_COUNT_; dt++)
+            for (int cache_write = 0; cache_write <= (ops[o] == OCLF_OP_QK_NORM_ROPE); cache_write++) {
+                oclf_resolved r;
+                oclf_program *prog = NULL;
+                rope_launch l;
+                s->is_default = 1;
+                /* under the sink no program is built: the call records it
+                 * and fails, which is all that is wanted here */
+                (void)oclf_rope_prepare(ctx, "layer", ops[o], (oclf_dtype)dt, shape->dim[0],
+                                        shape->dim[1], shape->dim[2], shape->dim[3], OCLF_F32,
+                                        cache_write, NULL, 0, NULL, &r, &prog, &l);
+            }
+}
+
 /* A generated op (expressions): its programs depend on the expression, not
  * on the shape, so each preset is compiled and run on its test shape under
  * the sink with the default and every point of its space; oclf_expr_run
@@ -197,10 +222,23 @@ int main(int argc, char **argv)
             bad |= visit_generated(&env, &s, od, points, MAXP);
             continue;
         }
-        char shapes[1024];
-        snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape, od->bench_shapes);
+        /* The test and benchmark shapes with every point of the space,
+         * then the decoder layer's shapes (oclfuse-layer's) with their
+         * heuristic defaults only: those are the programs an inference
+         * step builds. */
+        char shapes[2048];
+        const int nspaced = snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape,
+                                     od->bench_shapes);
+        if (od->layer_shapes)
+            snprintf(shapes + nspaced, sizeof shapes - (size_t)nspaced, ",;%s",
+                     od->layer_shapes);
+        int layer = 0;
         for (char *save = NULL, *tok = strtok_r(shapes, ",", &save); tok;
              tok = strtok_r(NULL, ",", &save)) {
+            if (tok[0] == ';') {
+                layer = 1;
+                tok++;
+            }
             op_shape osh;
             if (!op_parse_shape(od, tok, &osh))
                 continue;
@@ -209,6 +247,8 @@ int main(int argc, char **argv)
             int nd = op_lib_shape(od, &osh, dims, NULL);
             for (int i = 0; i < nd && i < 4; i++)
                 shape.dim[i] = dims[i];
+            if (layer && op == OCLF_OP_QK_NORM_ROPE)
+                visit_layer_rope(env.ctx, &s, &shape);
             for (int dt = 0; dt < OCLF_DTYPE_COUNT_; dt++) {
                 for (int path = OCLF_PATH_FUSED; path <= OCLF_PATH_UNFUSED; path++) {
                     if (path == OCLF_PATH_UNFUSED && !od->has_unfused)
@@ -224,8 +264,9 @@ int main(int argc, char **argv)
                     if (op == OCLF_OP_L2_TOPK && path == OCLF_PATH_FUSED)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &heaps, 1);
-                    int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
-                                     MAXP);
+                    int n = layer ? 0
+                                  : od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path,
+                                              points, MAXP);
                     for (int i = 0; i < n; i++)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &points[i], 0);
