@@ -105,10 +105,42 @@ OCLF_INLINE floatv exp_floatv(floatv x)
 #define exp_floatv exp_float
 #endif
 
+/* ACT_HALVES 1: the backward kernel works each vector in halves (floath,
+ * half a vector; see grad_vec and oai_backward_span). Written over the whole
+ * vector, each step of the arithmetic ran across all its lanes before the
+ * next, so on a GPU, where a vector is its lanes' scalar registers, every
+ * lane's intermediates were live at once: GELU's and SWIGLU_OAI's gradients
+ * took 76 registers on sm_90 in f16 and 78 in bf16 (24 warps an SM); in
+ * halves 56 (36 warps). That is structure 1, where throughput comes from
+ * many resident work-items, which registers bound. Structure 0 keeps the
+ * whole vector: there a CPU's work-item streams its chunk with vectors as
+ * wide as its SIMD registers, and in halves the 16-bit backward took 1.2
+ * (SiLU) to 1.9 (SWIGLU_OAI) times as long on the CPU device here. */
+#if OCLF_LAYOUT == 1 && OCLF_VEC > 1
+#define ACT_HALVES 1
+#else
+#define ACT_HALVES 0
+#endif
+#if OCLF_VEC == 2
+typedef float floath;
+#elif OCLF_VEC > 2
+#if OCLF_VEC == 4
+#define ACT_HALF_VEC 2
+#elif OCLF_VEC == 8
+#define ACT_HALF_VEC 4
+#else
+#define ACT_HALF_VEC 8
+#endif
+typedef OCLF_CAT(float, ACT_HALF_VEC) floath;
+OCLF_INLINE floath exp_floath(floath x)
+    ACT_EXP_BODY(floath, OCLF_CAT(int, ACT_HALF_VEC), OCLF_CAT(as_float, ACT_HALF_VEC))
+OCLF_INLINE floath erf_floath(floath a) OCLF_ERF_BODY(floath)
+#endif
+
 /* The activations and their gradients, each written once and defined for
- * float (suffix _float) and floatv (_floatv) operands by ACT_FUNCTIONS(T, S):
- * T the type, S the suffix. p0 is the FATRELU threshold or SWIGLU_OAI's
- * alpha, p1 SWIGLU_OAI's limit.
+ * float (suffix _float), floatv (_floatv) and floath (_floath) operands by
+ * ACT_FUNCTIONS(T, S): T the type, S the suffix. p0 is the FATRELU
+ * threshold or SWIGLU_OAI's alpha, p1 SWIGLU_OAI's limit.
  *
  * act_S(act, a, p0): SILU, GELU, GELU_TANH or FATRELU of a; `act` is a
  * constant at every call, so the switch folds away and each loop is
@@ -137,7 +169,9 @@ OCLF_INLINE floatv exp_floatv(floatv x)
  * passes no gradient there; at the limit it does, as a clamp's gradient
  * does), written so that a NaN gate stays NaN. oai_up_pass_S: the up
  * clamp's gradient, 1 inside [-limit, limit], 0 outside, NaN for a NaN up
- * (inside no bound: its gradient is NaN, as its output is). */
+ * (inside no bound: its gradient is NaN, as its output is).
+ * grad_oai_S(gr, u, go, alpha, limit, &du): both gradients of raw gates gr
+ * and raw ups u given dout go: returns the gate's, sets du the up's. */
 #define ACT_FUNCTIONS(T, S)                                                    \
     OCLF_INLINE T silu_##S(T a) { return a / (1.0f + exp_##S(-a)); }           \
     OCLF_INLINE T gelu_##S(T a)                                                \
@@ -228,14 +262,29 @@ OCLF_INLINE floatv exp_floatv(floatv x)
     OCLF_INLINE T oai_up_pass_##S(T u, float limit)                            \
     {                                                                          \
         return u > limit || u < -limit ? (T)(0.0f) : u == u ? (T)(1.0f) : (T)NAN; \
+    }                                                                          \
+    OCLF_INLINE T grad_oai_##S(T gr, T u, T go, float alpha, float limit, T *du) \
+    {                                                                          \
+        T g;                                                                   \
+        const T f = grad_oai_gate_##S(gr, alpha, limit, &g);                   \
+        *du = go * f * oai_up_pass_##S(u, limit);                              \
+        return go * (oai_up_##S(u, limit) + 1.0f) * g;                         \
     }
 ACT_FUNCTIONS(float, float)
 ACT_FUNCTIONS(floatv, floatv)
+#if OCLF_VEC == 2
+#define grad_floath grad_float
+#define grad_oai_floath grad_oai_float
+#elif OCLF_VEC > 2
+ACT_FUNCTIONS(floath, floath)
+#endif
 
 /* Interleaved rows: two vectors lo = in[2i .. 2i+VEC), hi = the next VEC
  * give VEC gates (the even elements) and VEC ups (the odd elements);
  * zip_lo / zip_hi put VEC gate and VEC up gradients back as the
- * interleaved pairs (dg0, du0, dg1, du1, ...), the low VEC, then the high. */
+ * interleaved pairs (dg0, du0, dg1, du1, ...), the low VEC, then the high;
+ * zip_pairs(x, y) puts VEC/2 gate gradients x and VEC/2 up gradients y back
+ * as one vector of such pairs. */
 OCLF_INLINE floatv evens(floatv lo, floatv hi)
 {
 #if OCLF_VEC == 1
@@ -284,6 +333,21 @@ OCLF_INLINE floatv zip_hi(floatv x, floatv y)
     return ((floatv)(x.hi, y.hi)).s08192a3b4c5d6e7f;
 #endif
 }
+
+#if OCLF_VEC > 1
+OCLF_INLINE floatv zip_pairs(floath x, floath y)
+{
+#if OCLF_VEC == 2
+    return (floatv)(x, y);
+#elif OCLF_VEC == 4
+    return ((floatv)(x, y)).s0213;
+#elif OCLF_VEC == 8
+    return ((floatv)(x, y)).s04152637;
+#else
+    return ((floatv)(x, y)).s08192a3b4c5d6e7f;
+#endif
+}
+#endif
 
 /* VEC floats of an unfused fp32 temporary (packed rows of d). In the
  * aligned build d is a multiple of VEC, so every vector of a temporary is
@@ -473,6 +537,20 @@ kernel void mul_rows(global const stor_t *in, ulong io, ulong is, global const f
  * vectors move as 16-byte words (LDV, STV in cl/common.h) and its fp32
  * temporaries as aligned vectors (ldv_tmp, stv_tmp). */
 
+/* act(a), and act'(a) in g, of a vector (in halves where ACT_HALVES). */
+OCLF_INLINE floatv grad_vec(uint act, floatv a, float p0, floatv *g)
+{
+#if ACT_HALVES
+    floath glo, ghi;
+    const floath flo = grad_floath(act, a.lo, p0, &glo);
+    const floath fhi = grad_floath(act, a.hi, p0, &ghi);
+    *g = (floatv)(glo, ghi);
+    return (floatv)(flo, fhi);
+#else
+    return grad_floatv(act, a, p0, g);
+#endif
+}
+
 /* dx = dout * y * act'(x), dy = dout * act(x) */
 OCLF_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
                                   global const stor_t *yp, global const stor_t *gp,
@@ -481,7 +559,7 @@ OCLF_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
         floatv g;
-        const floatv f = grad_floatv(act, LDV(xp, i), p0, &g);
+        const floatv f = grad_vec(act, LDV(xp, i), p0, &g);
         const floatv b = LDV(yp, i), go = LDV(gp, i);
         STV(dxp, i, go * b * g);
         STV(dyp, i, go * f);
@@ -496,27 +574,35 @@ OCLF_INLINE void backward_span(uint act, float p0, global const stor_t *xp,
 }
 
 /* SWIGLU_OAI: the gate and up gradients of the interleaved row ir into the
- * interleaved row dr. */
+ * interleaved row dr. Each of a position's two vectors holds VEC/2 whole
+ * (gate, up) pairs, and its gradients are the same positions of dr: with
+ * ACT_HALVES each is worked on its own. Both are loaded before either is
+ * stored, as dr may be ir. */
 OCLF_INLINE void oai_backward_span(float alpha, float limit, global const stor_t *ir,
                                       global const stor_t *gp, global stor_t *dr, act_share s)
 {
     const uint lane = s.lane, nlanes = s.nlanes;
     FOR_VEC_IN(i, s.begin, s.end) {
-        const floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC);
-        const floatv gr = evens(lo, hi), u = odds(lo, hi), go = LDV(gp, i);
-        floatv g;
-        const floatv f = grad_oai_gate_floatv(gr, alpha, limit, &g);
-        const floatv dg = go * (oai_up_floatv(u, limit) + 1.0f) * g;
-        const floatv du = go * f * oai_up_pass_floatv(u, limit);
+        const floatv lo = LDV(ir, 2 * i), hi = LDV(ir, 2 * i + OCLF_VEC), go = LDV(gp, i);
+#if !ACT_HALVES
+        floatv du;
+        const floatv dg = grad_oai_floatv(evens(lo, hi), odds(lo, hi), go, alpha, limit, &du);
         STV(dr, 2 * i, zip_lo(dg, du));
         STV(dr, 2 * i + OCLF_VEC, zip_hi(dg, du));
+#else
+        floath dulo, duhi;
+        const floath dglo = grad_oai_floath(lo.even, lo.odd, go.lo, alpha, limit, &dulo);
+        const floath dghi = grad_oai_floath(hi.even, hi.odd, go.hi, alpha, limit, &duhi);
+        STV(dr, 2 * i, zip_pairs(dglo, dulo));
+        STV(dr, 2 * i + OCLF_VEC, zip_pairs(dghi, duhi));
+#endif
     }
     ACT_TAIL(i, s.begin, s.end) {
-        const float gr = LD(ir, 2 * i), u = LD(ir, 2 * i + 1), go = LD(gp, i);
-        float g;
-        const float f = grad_oai_gate_float(gr, alpha, limit, &g);
-        ST(dr, 2 * i, go * (oai_up_float(u, limit) + 1.0f) * g);
-        ST(dr, 2 * i + 1, go * f * oai_up_pass_float(u, limit));
+        float du;
+        const float dg = grad_oai_float(LD(ir, 2 * i), LD(ir, 2 * i + 1), LD(gp, i), alpha,
+                                        limit, &du);
+        ST(dr, 2 * i, dg);
+        ST(dr, 2 * i + 1, du);
     }
 }
 
