@@ -179,7 +179,7 @@ int main(int argc, char **argv)
     for (int oi = 0, mu = 0; points && (op_table[oi] || mu < 2); oi++) {
         if (!op_table[oi]) {
             /* again, the ops with a matrix unit, on one: the warp's
-             * (mu 1), then linear on the wavefront's (mu 2) */
+             * (mu 1), then linear and linear_q on the wavefront's (mu 2) */
             mu++;
             oi = -1;
             env.ctx->info.mma = mu == 1;
@@ -188,10 +188,10 @@ int main(int argc, char **argv)
         }
         const op_desc *od = op_table[oi];
         const oclf_op op = oclf_op_from_name(op_lib_op(od));
-        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_ATTENTION &&
+        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_LINEAR_Q && op != OCLF_OP_ATTENTION &&
             op != OCLF_OP_ATTENTION_PAGED)
             continue;
-        if (mu == 2 && op != OCLF_OP_LINEAR)
+        if (mu == 2 && op != OCLF_OP_LINEAR && op != OCLF_OP_LINEAR_Q)
             continue;
         if (op == OCLF_OP_EXPR) {
             bad |= visit_generated(&env, &s, od, points, MAXP);
@@ -199,6 +199,15 @@ int main(int argc, char **argv)
         }
         char shapes[1024];
         snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape, od->bench_shapes);
+        /* linear_q's listed shapes are decode's (the matrix-vector shape);
+         * on a matrix unit, its default structure from 17 rows for each
+         * kind of weight (INT8 per channel, INT4 in groups of 128, Q8_0,
+         * Q4_0), defaults only */
+        const int q_mu = mu && op == OCLF_OP_LINEAR_Q;
+        if (q_mu)
+            snprintf(shapes, sizeof shapes, "%s",
+                     "128x4096x4096x1000,128x4096x4096x2128,128x4096x4096x3032,"
+                     "128x4096x4096x4032");
         for (char *save = NULL, *tok = strtok_r(shapes, ",", &save); tok;
              tok = strtok_r(NULL, ",", &save)) {
             op_shape osh;
@@ -224,8 +233,9 @@ int main(int argc, char **argv)
                     if (op == OCLF_OP_L2_TOPK && path == OCLF_PATH_FUSED)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &heaps, 1);
-                    int n = od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path, points,
-                                     MAXP);
+                    int n = q_mu ? 0
+                                 : od->space(&env, od, &osh, (oclf_dtype)dt, (oclf_path)path,
+                                             points, MAXP);
                     for (int i = 0; i < n; i++)
                         bad |= visit(env.ctx, &s, op, (oclf_dtype)dt, &shape, (oclf_path)path,
                                      &points[i], 0);
