@@ -27,8 +27,9 @@
  *                      2: matrix units (f16 and bf16): MB x NB fragments
  *                      of 16 x 8 per warp of 32, WGM x WGN warps a group,
  *                      KC (a multiple of 32) columns of K a stage, the
- *                      instruction form OCLF_MMA (cl/mma.h); see the
- *                      kernel below.
+ *                      instruction form OCLF_MMA (cl/mma.h); a quantized W
+ *                      staged as its integers with f32 scales beside; see
+ *                      the kernel below.
  *                      4: the wavefront's matrix units (f16 and bf16):
  *                      MB x NB fragments of 16 x 16 per wavefront of 64,
  *                      WGM x WGN wavefronts a group, the instruction form
@@ -954,7 +955,18 @@ kernel void linear_fused(LIN_ARGS)
  * one k16 step and 2q + 8, 2q + 9 for the next: a run's group q holds those
  * four words (mm_pair_of), so one 16-byte local load again gives a lane's
  * A (or B) registers of both steps. The staging, the swizzle and the
- * bounds are shared; only which pair lands in which word differs. */
+ * bounds are shared; only which pair lands in which word differs.
+ *
+ * A quantized W (OCLF_QW, NK) goes into the same W tile as its integers
+ * q - z (|q - z| <= 255: exact in f16 and bf16): a work-item's run is 32
+ * weights of one W row, inside one group or GGUF block since K chunks are
+ * multiples of 32, read as bytes 8 at a time (q_rawv) and stored exactly
+ * as a 16-bit W's run; edges convert weight by weight. Beside the tile,
+ * one f32 scale per W row and run (mm_qscales). A fragment's two k16
+ * products of a run are summed from zero and scaled once into the f32
+ * accumulator (mm_qchunk): s (sum x (q - z)), as the unstaged kernel's
+ * QSCALE 1, so no weight is rounded to the dtype and a dequantized weight
+ * past f16's range (or below its normals) reaches the product as it is. */
 #include "mma.h"
 #if OCLF_DTYPE == 0
 #error "the matrix-unit structure takes f16 or bf16 operands"
@@ -962,8 +974,11 @@ kernel void linear_fused(LIN_ARGS)
 #if OCLF_KC % 32
 #error "OCLF_KC must be a multiple of 32 for the matrix-unit structure"
 #endif
-#if OCLF_QW || OCLF_WF32
-#error "the matrix-unit structure reads W in the call's dtype"
+#if OCLF_WF32
+#error "the matrix-unit structure reads W in the call's dtype or quantized"
+#endif
+#if OCLF_QW && OCLF_VEC != 8
+#error "a quantized W's runs are dequantized 8 weights at a time (OCLF_VEC 8)"
 #endif
 #if OCLF_STAGE == 4
 #define MM_WAVE 1
@@ -1033,6 +1048,16 @@ static inline uint mm_pair_of(uint grp, uint wd)
 static inline uint mm_grp_of(uint p) { return MM_WAVE ? (p >> 1) & 3u : p & 3u; }
 static inline uint mm_word_of(uint p) { return MM_WAVE ? (p & 1u) + 2u * (p >> 3) : p >> 2; }
 
+/* W's parameters and their names: a quantized W brings its scales and
+ * zero points along to where its runs are dequantized. */
+#if OCLF_QW
+#define MM_WREF global const uchar *w, ulong wo, ulong ws, QARGS
+#define MM_WPASS(p) p, wo, ws, qs, qso, qss, qz, qzo, qzs
+#else
+#define MM_WREF global const ushort *w, ulong wo, ulong ws
+#define MM_WPASS(p) p, wo, ws
+#endif
+
 /* Elements c..c+7 of a row at q as bits, two a word (the lower column
  * low): one 16-byte load in the aligned build. */
 static inline uint4 mm_ld16(global const ushort *q)
@@ -1057,11 +1082,93 @@ static inline uint4 mm_pro(uint4 h)
 #endif
 }
 
+#if OCLF_QW
+/* A quantized W's 8 integers q - z of row `row` from column c (a multiple
+ * of 8: inside one group and one half of a GGUF block) as bits of the
+ * dtype, exact (|q - z| <= 255): what a 16-bit W's 16-byte load gives the
+ * tile. The group's scale is applied to the products (mm_qscales). */
+static inline uint4 mm_qld8(MM_WREF, uint row, uint c)
+{
+    global const uchar *wp = w + wo + (ulong)row * ws;
+#if Q_HAS_Z
+    const float z = q_gzero(qz + qzo + (ulong)row * qzs, c);
+#else
+    const float z = 0.0f;
+#endif
+    return as_uint4(MM_NARROW(q_rawv(wp, c) - z));
+}
+
+/* The integer q - z of weight c of a row (its bytes at wp, zero points
+ * at zp). */
+static inline float mm_qint(global const uchar *wp, global const uchar *zp, uint c)
+{
+#if OCLF_QW == 1
+    return (float)(char)wp[c];
+#elif OCLF_QW == 2
+    const uchar b = wp[c >> 1];
+    return (float)((c & 1) ? b >> 4 : b & 15) - q_gzero(zp, c);
+#elif OCLF_QW == 3
+    return (float)(char)wp[(c >> 5) * 34 + 2 + (c & 31)];
+#else
+    const uint j = c & 31;
+    const uchar b = wp[(c >> 5) * 18 + 2 + (j & 15)];
+    return (float)(j < 16 ? b & 15 : b >> 4) - 8.0f;
+#endif
+}
+
+/* The integers of weights (r, c) and (r, c + 1) as one word of bits, zeros
+ * outside W and K: the edge copy's. */
+static inline uint mm_qpair(MM_WREF, uint r, uint c, uint n, uint k)
+{
+    if (r >= n)
+        return 0u;
+    global const uchar *wp = w + wo + (ulong)r * ws, *zp = qz + qzo + (ulong)r * qzs;
+    const float a = c < k ? mm_qint(wp, zp, c) : 0.0f;
+    const float b = c + 1 < k ? mm_qint(wp, zp, c + 1) : 0.0f;
+    return as_uint4(MM_NARROW((float8)(a, b, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f))).s0;
+}
+
+/* The chunk's scales from column c0: one a W tile row and run of 32 of K
+ * (its group's, its GGUF block's, or the row's for INT8 per channel), as
+ * f32 at sl[row * (KC / 32) + run]; 0 outside W and K, whose integers are
+ * zeros. */
+static inline void mm_qscales(local float *sl, MM_WREF, uint n, uint k, uint tn0, uint c0,
+                              uint lid)
+{
+#pragma unroll 1
+    for (uint e = lid; e < MM_TN * (OCLF_KC / 32); e += MM_WGS) {
+        const uint row = e / (OCLF_KC / 32), c = c0 + 32 * (e % (OCLF_KC / 32));
+        float v = 0.0f;
+        if (tn0 + row < n && c < k) {
+            const ulong r = tn0 + row;
+            v = q_gscale(w + wo + r * ws, qs + qso + r * qss, qz + qzo + r * qzs, c);
+        }
+        sl[e] = v;
+    }
+}
+
+/* Run `e` of this chunk (x's runs first, then W's) into s[0..3]: x's four
+ * 16-byte loads, or W's 32 weights dequantized 8 at a time. */
+static inline void mm_fetch_run(uint4 s[4], uint e, global const ushort *x, ulong xo, ulong xs,
+                                MM_WREF, uint tm0, uint tn0, uint c0)
+{
+    const int isx = e < MM_RUNS_X;
+    const uint ei = isx ? e : e - MM_RUNS_X, row = ei / (OCLF_KC / 32);
+    const uint c = c0 + 32 * (ei % (OCLF_KC / 32));
+    if (isx) {
+        global const ushort *q = x + xo + (ulong)(tm0 + row) * xs + c;
+        for (uint i = 0; i < 4; i++)
+            s[i] = mm_pro(mm_ld16(q + 8 * i));
+    } else {
+        for (uint i = 0; i < 4; i++)
+            s[i] = mm_qld8(MM_WPASS(w), tn0 + row, c + 8 * i);
+    }
+}
+#else
 /* Run `e` of this chunk (x's runs first, then an NK W's) into s[0..3]: its
  * tile row and first column (c0 + 32 c32) read by four 16-byte loads. */
 static inline void mm_fetch_run(uint4 s[4], uint e, global const ushort *x, ulong xo, ulong xs,
-                                global const ushort *w, ulong wo, ulong ws, uint tm0, uint tn0,
-                                uint c0)
+                                MM_WREF, uint tm0, uint tn0, uint c0)
 {
     const int isx = e < MM_RUNS_X;
     const uint ei = isx ? e : e - MM_RUNS_X, row = ei / (OCLF_KC / 32);
@@ -1071,18 +1178,18 @@ static inline void mm_fetch_run(uint4 s[4], uint e, global const ushort *x, ulon
     for (uint i = 0; i < 4; i++)
         s[i] = isx ? mm_pro(mm_ld16(q + 8 * i)) : mm_ld16(q + 8 * i);
 }
+#endif
 
 /* This work-item's runs (and KN pieces) of the chunk from column c0, an
  * interior one, into registers. */
 static inline void mm_fetch(uint4 s[MM_SREGS], global const ushort *x, ulong xo, ulong xs,
-                            global const ushort *w, ulong wo, ulong ws, uint tm0, uint tn0,
-                            uint c0, uint lid)
+                            MM_WREF, uint tm0, uint tn0, uint c0, uint lid)
 {
 #pragma unroll
     for (uint u = 0; u < MM_RPER; u++) {
         const uint e = lid + u * MM_WGS;
         if (e < MM_RUNS)
-            mm_fetch_run(s + 4 * u, e, x, xo, xs, w, wo, ws, tm0, tn0, c0);
+            mm_fetch_run(s + 4 * u, e, x, xo, xs, MM_WPASS(w), tm0, tn0, c0);
     }
 #pragma unroll
     for (uint u = 0; u < MM_WPER; u++) {
@@ -1158,8 +1265,8 @@ static inline uint mm_elem(global const ushort *p, ulong o, ulong s, uint r, uin
 /* The chunk from column c0 of an edge tile or a partial chunk, word by
  * word with bounds checks: zeros outside x, W and K. */
 static inline void mm_copy_edge(local uint *xl, local uint *wl, global const ushort *x, ulong xo,
-                                ulong xs, global const ushort *w, ulong wo, ulong ws, uint m,
-                                uint n, uint k, uint tm0, uint tn0, uint c0, uint lid)
+                                ulong xs, MM_WREF, uint m, uint n, uint k, uint tm0, uint tn0,
+                                uint c0, uint lid)
 {
 #pragma unroll 1
     for (uint e = lid; e < (MM_TM + MM_TN) * (OCLF_KC / 2); e += MM_WGS) {
@@ -1174,7 +1281,9 @@ static inline void mm_copy_edge(local uint *xl, local uint *wl, global const ush
             v = mm_pro((uint4)(v, 0u, 0u, 0u)).s0;
 #endif
         } else {
-#if !OCLF_WKN
+#if OCLF_QW
+            v = mm_qpair(MM_WPASS(w), tn0 + row, c, n, k);
+#elif !OCLF_WKN
             v = mm_elem(w, wo, ws, tn0 + row, c, n, k) | mm_elem(w, wo, ws, tn0 + row, c + 1, n, k)
                                                           << 16;
 #else
@@ -1229,6 +1338,44 @@ static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw
         }
     }
 }
+
+#if OCLF_QW
+/* The same over a quantized W's integer tile: each fragment's two k16
+ * products of a run summed from zero, then scaled by the run's scale of
+ * the lane's column (i16 of the fragment; sw: the warp's first tile row's
+ * scales) into the accumulator. */
+static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
+                             const local uint *ww, const local float *sw, uint lane,
+                             local uint *scratch)
+{
+    const uint i16 = lane & 15u, q = lane >> 4;
+    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
+        const uint off = mm_group(i16, c32 * 16u, q);
+        uint4 bw[OCLF_NB];
+        float sc[OCLF_NB];
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++) {
+            bw[j] = *(const local uint4 *)(ww + (j * 16 + i16) * MM_LROW + off);
+            sc[j] = sw[(j * 16 + i16) * (OCLF_KC / 32) + c32];
+        }
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++) {
+            const uint4 av = *(const local uint4 *)(xw + (i * 16 + i16) * MM_LROW + off);
+            const uint a0[2] = {av.s0, av.s1}, a1[2] = {av.s2, av.s3};
+#pragma unroll
+            for (uint j = 0; j < OCLF_NB; j++) {
+                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
+                float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mm_wstep(p, a0, b0, lane, scratch);
+                mm_wstep(p, a1, b1, lane, scratch);
+#pragma unroll
+                for (uint e = 0; e < 4; e++)
+                    acc[i][j][e] = fma(sc[j], p[e], acc[i][j][e]);
+            }
+        }
+    }
+}
+#endif
 
 /* The epilogue on one 16 x 16 accumulator fragment d whose tile starts at
  * row r0, column c0: element e is at row r0 + 4 q + e, column c0 + i. */
@@ -1290,6 +1437,48 @@ static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw
     }
 }
 
+#if OCLF_QW
+/* The same over a quantized W's integer tile: each fragment's two k16
+ * products of a run summed from zero, then scaled by the run's scales of
+ * the lane's two columns (2 t and 2 t + 1 of the fragment: elements 0, 2
+ * and 1, 3; sw: the warp's first tile row's scales) into the accumulator. */
+static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
+                             const local uint *ww, const local float *sw, uint lane,
+                             local uint *scratch)
+{
+    const uint g = lane >> 2, t = lane & 3u;
+    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
+        const uint off = mm_group(g, c32 * 16u, t);
+        uint4 bw[OCLF_NB];
+        float2 sc[OCLF_NB];
+#pragma unroll
+        for (uint j = 0; j < OCLF_NB; j++) {
+            bw[j] = *(const local uint4 *)(ww + (j * 8 + g) * MM_LROW + off);
+            sc[j] = (float2)(sw[(j * 8 + 2 * t) * (OCLF_KC / 32) + c32],
+                             sw[(j * 8 + 2 * t + 1) * (OCLF_KC / 32) + c32]);
+        }
+#pragma unroll
+        for (uint i = 0; i < OCLF_MB; i++) {
+            const uint4 alo = *(const local uint4 *)(xw + (i * 16 + g) * MM_LROW + off);
+            const uint4 ahi = *(const local uint4 *)(xw + (i * 16 + g + 8) * MM_LROW + off);
+            const uint a0[4] = {alo.s0, ahi.s0, alo.s1, ahi.s1};
+            const uint a1[4] = {alo.s2, ahi.s2, alo.s3, ahi.s3};
+#pragma unroll
+            for (uint j = 0; j < OCLF_NB; j++) {
+                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
+                float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                mm_step(p, a0, b0, lane, scratch);
+                mm_step(p, a1, b1, lane, scratch);
+                acc[i][j][0] = fma(sc[j].s0, p[0], acc[i][j][0]);
+                acc[i][j][1] = fma(sc[j].s1, p[1], acc[i][j][1]);
+                acc[i][j][2] = fma(sc[j].s0, p[2], acc[i][j][2]);
+                acc[i][j][3] = fma(sc[j].s1, p[3], acc[i][j][3]);
+            }
+        }
+    }
+}
+#endif
+
 /* The epilogue on one accumulator fragment d whose tile starts at row r0,
  * column c0: element e is at row r0 + g + 8 (e / 2), column c0 + 2 t +
  * e % 2. By value, so the accumulators never leave registers. */
@@ -1314,6 +1503,9 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
 #if MM_EMULATED
     local uint scratch_all[MM_WARPS * MM_SCRATCH_WORDS];
 #endif
+#if OCLF_QW
+    local float sl[2][MM_TN * (OCLF_KC / 32)];
+#endif
     const uint lid = get_local_id(0), lane = lid % MM_LANES, warp = lid / MM_LANES;
     const uint wm = warp % OCLF_WGM, wn = warp / OCLF_WGM;
     const uint ngm = (m + MM_TM - 1) / MM_TM, grp = get_group_id(0);
@@ -1323,7 +1515,12 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
 #else
     local uint *scratch = 0;
 #endif
+#if OCLF_QW
+    global const ushort *xb = (global const ushort *)x;
+    global const uchar *wb = w;
+#else
     global const ushort *xb = (global const ushort *)x, *wb = (global const ushort *)w;
+#endif
     float acc[OCLF_MB][OCLF_NB][4];
 #pragma unroll
     for (uint i = 0; i < OCLF_MB; i++)
@@ -1337,11 +1534,14 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
     /* the tile inside x and W: its chunks inside K copy whole runs */
     const int inner = tm0 + MM_TM <= m && tn0 + MM_TN <= n;
     if (inner && OCLF_KC <= k) {
-        mm_fetch(sr, xb, xo, xs, wb, wo, ws, tm0, tn0, 0, lid);
+        mm_fetch(sr, xb, xo, xs, MM_WPASS(wb), tm0, tn0, 0, lid);
         mm_put(sr, xl[0], wl[0], lid);
     } else {
-        mm_copy_edge(xl[0], wl[0], xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, 0, lid);
+        mm_copy_edge(xl[0], wl[0], xb, xo, xs, MM_WPASS(wb), m, n, k, tm0, tn0, 0, lid);
     }
+#if OCLF_QW
+    mm_qscales(sl[0], MM_WPASS(wb), n, k, tn0, 0, lid);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint ch = 0; ch < chunks; ch++) {
         const uint cur = ch & 1u;
@@ -1350,16 +1550,26 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
          * finishes early loads while the others multiply, and the staged
          * pieces are not live across the products (152 registers at sm_90
          * with them, 128 without: two groups an SM rather than one) */
+#if OCLF_QW
+        mm_qchunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
+                  wl[cur] + wn * (OCLF_NB * MM_FN) * MM_LROW,
+                  sl[cur] + wn * (OCLF_NB * MM_FN) * (OCLF_KC / 32), lane, scratch);
+#else
         mm_chunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
                  wl[cur] + wn * (OCLF_NB * MM_FN) * MM_LROW, lane, scratch);
+#endif
         const uint c1 = (ch + 1) * OCLF_KC;
         if (more && inner && c1 + OCLF_KC <= k) {
-            mm_fetch(sr, xb, xo, xs, wb, wo, ws, tm0, tn0, c1, lid);
+            mm_fetch(sr, xb, xo, xs, MM_WPASS(wb), tm0, tn0, c1, lid);
             mm_put(sr, xl[cur ^ 1u], wl[cur ^ 1u], lid);
         } else if (more) {
-            mm_copy_edge(xl[cur ^ 1u], wl[cur ^ 1u], xb, xo, xs, wb, wo, ws, m, n, k, tm0, tn0, c1,
-                         lid);
+            mm_copy_edge(xl[cur ^ 1u], wl[cur ^ 1u], xb, xo, xs, MM_WPASS(wb), m, n, k, tm0,
+                         tn0, c1, lid);
         }
+#if OCLF_QW
+        if (more)
+            mm_qscales(sl[cur ^ 1u], MM_WPASS(wb), n, k, tn0, c1, lid);
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     const uint r0 = tm0 + wm * (OCLF_MB * 16), c0 = tn0 + wn * (OCLF_NB * MM_FN);

@@ -16,11 +16,12 @@
  * parameter set without naming its program: the kernel limits of such a
  * set would never be checked before launch.
  *
- * The ops that use a matrix unit (linear, attention's prefill) are listed twice: as for a GPU
+ * The ops that use a matrix unit (linear, linear_q from 17 rows, attention's
+ * prefill) are listed twice: as for a GPU
  * without one, and as for one that has it (the device fact set as compute
  * capability 8.0 and newer sets it), whose defaults and points then name
  * the native instruction form (-DOCLF_MMA=1), which only NVIDIA's back end
- * compiles; linear a third time on a device with the wavefront's
+ * compiles; linear and linear_q a third time on a device with the wavefront's
  * instruction (the fact CDNA 2 and 3 set), whose programs (-DOCLF_MFMA=1)
  * only the gfx90a and gfx942 back ends compile.
  */
@@ -204,7 +205,7 @@ int main(int argc, char **argv)
     for (int oi = 0, mu = 0; points && (op_table[oi] || mu < 2); oi++) {
         if (!op_table[oi]) {
             /* again, the ops with a matrix unit, on one: the warp's
-             * (mu 1), then linear on the wavefront's (mu 2) */
+             * (mu 1), then linear and linear_q on the wavefront's (mu 2) */
             mu++;
             oi = -1;
             env.ctx->info.mma = mu == 1;
@@ -213,10 +214,10 @@ int main(int argc, char **argv)
         }
         const op_desc *od = op_table[oi];
         const oclf_op op = oclf_op_from_name(op_lib_op(od));
-        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_ATTENTION &&
+        if (mu && op != OCLF_OP_LINEAR && op != OCLF_OP_LINEAR_Q && op != OCLF_OP_ATTENTION &&
             op != OCLF_OP_ATTENTION_PAGED)
             continue;
-        if (mu == 2 && op != OCLF_OP_LINEAR)
+        if (mu == 2 && op != OCLF_OP_LINEAR && op != OCLF_OP_LINEAR_Q)
             continue;
         if (op == OCLF_OP_EXPR) {
             bad |= visit_generated(&env, &s, od, points, MAXP);
@@ -225,11 +226,20 @@ int main(int argc, char **argv)
         /* The test and benchmark shapes with every point of the space,
          * then the decoder layer's shapes (oclfuse-layer's) with their
          * heuristic defaults only: those are the programs an inference
-         * step builds. */
+         * step builds. linear_q's listed shapes are decode's (the
+         * matrix-vector shape); on a matrix unit it is listed instead at
+         * its default structure from 17 rows for each kind of weight (INT8
+         * per channel, INT4 in groups of 128, Q8_0, Q4_0), defaults only. */
         char shapes[2048];
-        const int nspaced = snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape,
-                                     od->bench_shapes);
-        if (od->layer_shapes)
+        const int q_mu = mu && op == OCLF_OP_LINEAR_Q;
+        const int nspaced = q_mu ? 0
+                                 : snprintf(shapes, sizeof shapes, "%s,%s", od->test_shape,
+                                            od->bench_shapes);
+        if (q_mu)
+            snprintf(shapes, sizeof shapes, "%s",
+                     ";128x4096x4096x1000,;128x4096x4096x2128,;128x4096x4096x3032,"
+                     ";128x4096x4096x4032");
+        else if (od->layer_shapes)
             snprintf(shapes + nspaced, sizeof shapes - (size_t)nspaced, ",;%s",
                      od->layer_shapes);
         int layer = 0;

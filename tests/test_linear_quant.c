@@ -808,6 +808,105 @@ START_TEST(test_structures)
 }
 END_TEST
 
+/* The matrix-unit structures, forced: on a device without matrix units
+ * they run cl/mma.h's emulation of the instruction (the warp's m16n8k16,
+ * STAGE 2, and the wavefront's 16x16x16, STAGE 4), with W's runs
+ * dequantized into the 16-bit operand tile. Every format in f16 and bf16
+ * (one dtype a run, the other the next index), odd M and N beside tiles
+ * that lie wholly inside x and W (copied a run a work-item: the
+ * dequantizing fetch) and edge tiles (weight by weight), K of one group
+ * and of several (INT8 per channel: odd K, a partial last chunk), bias,
+ * residual, a prologue and an activation; each run checked to have built
+ * the matrix structure for its format. The weights reach the products
+ * rounded to the dtype, within the op's tolerance of the fp64 reference.
+ * Structures: 1 x 2 fragments in 2 x 1 warps; 2 x 1 in 1 x 2 with K in
+ * chunks of 64; the wavefront's 1 x 1 in 2 x 1 and 2 x 1 in 1 x 2. */
+static const char *const mu_structures[] = {
+    "MB=1,NB=2,VEC=8,WGM=2,WGN=1,STAGE=2,KC=32,MV=0",
+    "MB=2,NB=1,VEC=8,WGM=1,WGN=2,STAGE=2,KC=64,MV=0",
+    "MB=1,NB=1,VEC=8,WGM=2,WGN=1,STAGE=4,KC=32,MV=0",
+    "MB=2,NB=1,VEC=8,WGM=1,WGN=2,STAGE=4,KC=64,MV=0",
+};
+#define NMU (int)(sizeof mu_structures / sizeof *mu_structures)
+
+/* Whether one build of the case's context was linear.cl with all of the
+ * given defines. */
+static int built_with(const char *a, const char *b, const char *c)
+{
+    for (const char *line = th_builds(); *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        char one[1024];
+        snprintf(one, sizeof one, "%.*s", (int)len, line);
+        if (strstr(one, "linear.cl") && strstr(one, a) && strstr(one, b) && strstr(one, c))
+            return 1;
+        line += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+START_TEST(test_matrix_units)
+{
+    const int fmt = _i % NFORMATS, st = _i / NFORMATS;
+    const char *params = mu_structures[(st * 2 + _i % 2) % NMU];
+    const oclf_choice ch = parse_choice(params);
+    const size_t g = kgroup(&formats[fmt]);
+    /* every shape has a whole interior tile of both small structures (32
+     * x 16 and 32 x 32 at most) beside edge tiles */
+    static const size_t shapes[][2] = {{33, 37}, {47, 33}};
+    th_env *e = th_get();
+    for (int d = 0; d < 2; d++) {
+        const oclf_dtype dt = (d + _i) % 2 ? OCLF_BF16 : OCLF_F16;
+        const size_t k = g == 1 ? (d ? 45 : 96) : g * (d ? 1 : 3);
+        qcase c = base_case(dt, fmt, shapes[d][0], shapes[d][1], k);
+        c.bias = 1;
+        c.res = 1;
+        c.alpha = 0.75f;
+        c.prologue = d ? OCLF_LINEAR_GELU_TANH : OCLF_LINEAR_NONE;
+        c.act = d ? OCLF_LINEAR_RELU : OCLF_LINEAR_SILU;
+        c.before = d;
+        c.choice = &ch;
+        oclf_context *saved = e->ctx;
+        e->ctx = th_build_log_context();
+        one_path(&c);
+        char qw[32], stage[32];
+        snprintf(qw, sizeof qw, "-DOCLF_QW=%d ", (int)formats[fmt].format);
+        snprintf(stage, sizeof stage, "-DOCLF_STAGE=%c", strstr(params, "STAGE=")[6]);
+        ck_assert_msg(built_with(qw, stage, "-DOCLF_M"),
+                      "%s %s (%s): no matrix-unit build of linear_q ran:\n%s",
+                      fmt_name(&formats[fmt]), oclf_dtype_name(dt), params, th_builds());
+        oclf_context_destroy(e->ctx);
+        e->ctx = saved;
+    }
+}
+END_TEST
+
+/* Where the matrix-unit structure does not go: f32 activations, refused
+ * with a status and a sentence (the library's default takes the FP32
+ * structures there). */
+START_TEST(test_matrix_units_refused)
+{
+    th_env *e = th_get();
+    const qfmt *f = &formats[F_INT4_G32];
+    qdev qw = qdev_random(f, 24, 64, 0, 0, 0, 0, 5);
+    qdev_upload(&qw);
+    const size_t m = 20, n = 24, k = 64;
+    cl_mem mx = th_alloc(m * k * 4), my = th_alloc(m * n * 4);
+    const oclf_buf bx = {mx, 0, 0}, by = {my, 0, 0};
+    for (int v = 0; v < 2; v++) {
+        const oclf_choice ch = parse_choice(v ? mu_structures[2] : mu_structures[0]);
+        const oclf_status st = oclf_linear_q(e->ctx, e->queue, OCLF_F32, m, n, k, bx, &qw.w, by,
+                                             OCLF_LINEAR_NONE, NULL, &ch, 0, NULL, NULL);
+        ck_assert_int_eq(st, OCLF_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(oclf_last_error(e->ctx), "f16 or bf16"), "%s",
+                      oclf_last_error(e->ctx));
+    }
+    clFinish(e->queue);
+    clReleaseMemObject(mx), clReleaseMemObject(my);
+    qdev_free(&qw);
+}
+END_TEST
+
 /* The matrix-vector shape (MV 1), forced as a GPU would take it for
  * decode, for every format: M = 0, 1, 3 and 16, odd N, bias, residual and
  * a SiLU, a prologue on odd M; the GPU default block (4 segments of 32
@@ -952,7 +1051,9 @@ END_TEST
  * path and structure: INT8 per channel, f32 scale 1000 and every int8 100
  * (w = 1e5, beyond f16's 65504), x = 2^-14; and scale 1e-7 (w = 1e-5, an f16
  * subnormal), x = 1. 128 rows make the CPU's default dequantize a tile of W
- * first (PRE); 4 rows with PRE asked for take the same strategy. */
+ * first (PRE); 4 rows with PRE asked for take the same strategy. The
+ * matrix-unit structures (f16 and bf16), whose tile holds the integers and
+ * whose scales stay f32, too. */
 START_TEST(test_wide_weights)
 {
     th_env *e = th_get();
@@ -972,10 +1073,12 @@ START_TEST(test_wide_weights)
         parse_choice("MB=2,NB=4,VEC=8,WGM=2,WGN=1,STAGE=0,KC=16,MV=0,QSCALE=0,PRE=1"),
         parse_choice("MB=1,NB=2,VEC=4,WGM=2,WGN=4,STAGE=1,KC=32,MV=0,QSCALE=0,PRE=1"),
         parse_choice("MB=1,NB=2,VEC=4,WGM=2,WGN=4,STAGE=1,KC=32,MV=0,QSCALE=0,PRE=0"),
+        parse_choice(mu_structures[0]),
+        parse_choice(mu_structures[2]),
     };
     const double tol = dt == OCLF_F32 ? 1e-6 : dt == OCLF_F16 ? 1e-3 : 8e-3;
     for (size_t rows = 4; rows <= 128; rows += 124)
-        for (size_t p = 0; p < sizeof chs / sizeof chs[0]; p++) {
+        for (size_t p = 0; p < sizeof chs / sizeof chs[0] - (dt == OCLF_F32 ? 2 : 0); p++) {
             void *x = malloc(rows * k * es), *y = malloc(rows * es);
             for (size_t i = 0; i < rows * k; i++)
                 oclf_ref_set(dt, x, i, xv);
@@ -1563,6 +1666,11 @@ static Suite *linear_quant_suite(void)
     tcase_set_timeout(mv, 0);
     tcase_add_loop_test(mv, test_mv, 0, th_quick() ? 4 : NFORMATS);
     suite_add_tcase(s, mv);
+    TCase *mu = tcase_create("matrix_units");
+    tcase_set_timeout(mu, 0);
+    tcase_add_loop_test(mu, test_matrix_units, 0, 2 * NFORMATS);
+    tcase_add_test(mu, test_matrix_units_refused);
+    suite_add_tcase(s, mu);
     TCase *c = tcase_create("convert");
     tcase_set_timeout(c, 0);
     tcase_add_loop_test(c, test_convert, 0, 2);

@@ -212,12 +212,16 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
         }
         while ((size_t)(wgm * wgn) > dev->max_wgs && wgm > 1)
             wgm /= 2;
+        /* A quantized W takes the matrix unit from 17 rows (the
+         * matrix-vector shape's end): its tile dequantizes each weight
+         * once per 64 or 128 rows into the operands, where the staged
+         * FP32 structures would run the products on the vector units. */
+        const uint64_t mma_min = shape->dim[3] >= 1000 ? 17 : LIN_MMA_MIN_ROWS;
         /* A matrix unit (the device's instruction form, never the
          * emulation) for f16 and bf16 from LIN_MMA_MIN_ROWS rows: 2 x 4
          * warps of 4 x 4 fragments, a tile of 128 x 128 (64 x 128 below 128
          * rows), K in chunks of 32, two buffers: 32 KiB of local memory. */
-        if (dev->mma && dtype != OCLF_F32 && shape->dim[3] < 1000 && m >= LIN_MMA_MIN_ROWS &&
-            dev->max_wgs >= 256) {
+        if (dev->mma && dtype != OCLF_F32 && m >= mma_min && dev->max_wgs >= 256) {
             stage = 2;
             mv = 0;
             kc = 32;
@@ -234,8 +238,7 @@ static void oclf_linear_heuristic(const oclf_context *ctx, oclf_dtype dtype, con
          * a CU, four a SIMD, where a 4 x 4 warp-sized tile of four
          * wavefronts would leave two a SIMD to hide the instruction's
          * latency (docs/notes/2026-11-29-gemm-mfma.md). */
-        if (dev->mfma && dtype != OCLF_F32 && shape->dim[3] < 1000 && m >= LIN_MMA_MIN_ROWS &&
-            dev->max_wgs >= 512) {
+        if (dev->mfma && dtype != OCLF_F32 && m >= mma_min && dev->max_wgs >= 512) {
             stage = 4;
             mv = 0;
             kc = 32;
@@ -297,11 +300,11 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
         v[P_MV] = 0;
     }
     if (mma) {
-        /* warps of 32; 16-byte pieces of 8 elements; MV and VEC unused */
-        if (dtype == OCLF_F32 || (q && q->fmt))
+        /* warps of 32; 16-byte pieces of 8 elements (a quantized W's runs
+         * dequantized 8 weights at a time); MV and VEC unused */
+        if (dtype == OCLF_F32)
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
-                             "kernel parameter STAGE = %lld (matrix units) takes f16 or bf16 x "
-                             "and W of linear",
+                             "kernel parameter STAGE = %lld (matrix units) takes f16 or bf16 x",
                              (long long)v[P_STAGE]);
         if (v[P_KC] % 32)
             return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -335,6 +338,9 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
                          (long long)v[P_VEC], pairs ? " (x 2 weights a byte)" : "", qgroup);
     if (q && q->fmt && (st = oclf_params_read(ctx, linq_params, Q_COUNT, p, qv)))
         return st;
+    /* the matrix-unit structure stages W's integers itself: PRE unused */
+    if (mma)
+        qv[Q_PRE] = 0;
     const int64_t wgn = v[P_WGN];
     if (v[P_MV] && (v[P_STAGE] || (wgn & (wgn - 1))))
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
@@ -356,7 +362,14 @@ static oclf_status lin_config(const oclf_context *ctx, const oclf_params *p, ocl
     cfg->kc = (int)v[P_KC];
     cfg->mv = (int)v[P_MV];
     cfg->mma = v[P_STAGE] == 4 ? (int)ctx->info.mfma : v[P_STAGE] == 2 ? ctx->info.mma : 0;
-    const uint64_t local = lin_local_bytes(cfg, wkn);
+    uint64_t local = lin_local_bytes(cfg, wkn);
+    /* a quantized W's scales beside the matrix-unit tiles: two buffers of
+     * one f32 per tile column and run of 32 of K */
+    if (mma && q && q->fmt) {
+        size_t wgs, tm, tn;
+        lin_geometry(cfg, wkn, &wgs, &tm, &tn);
+        local += 2 * (uint64_t)tn * (uint64_t)(cfg->kc / 32) * 4;
+    }
     if (local > ctx->info.local_mem)
         return oclf_fail(ctx, OCLF_INVALID_ARGUMENT,
                          "linear: the parameters need %llu bytes of local memory, the device has "
@@ -483,9 +496,15 @@ static oclf_status oclf_linear_validate(oclf_context *ctx, oclf_op op, oclf_dtyp
          * suite's list (a call builds it where its operands take it) */
         if (cfg.mv && ctx->program_sink)
             (void)fused_program(ctx, dtype, 0, &q, 0, &cfg, 1, ql, &prog, &kernel);
+        /* the matrix-unit structure's aligned build (x's rows on 16 bytes) */
+        const int mu = cfg.stage == 2 || cfg.stage == 4;
+        if (mu && ctx->program_sink)
+            (void)fused_program(ctx, dtype, 0, &q, 0, &cfg, 1, 0, &prog, &kernel);
+        size_t wgs, tm, tn;
+        lin_geometry(&cfg, 0, &wgs, &tm, &tn);
         if ((st = fused_program(ctx, dtype, 0, cfg.pre ? NULL : &q, cfg.pre, &cfg, 0, ql, &prog,
                                 &kernel)) ||
-            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, (size_t)(cfg.wgm * cfg.wgn))))
+            (st = oclf_check_kernel_wgs(ctx, prog, &kernel, 1, wgs)))
             return st;
         if (cfg.pre && ((st = oclf_lin_unfused_program(ctx, OCLF_F32, &q, &prog)) ||
                         (st = oclf_check_kernel_wgs(ctx, prog, &dequant, 1, LIN_ELEM_WGS))))
@@ -637,7 +656,8 @@ static oclf_status run_fused(oclf_context *ctx, cl_command_queue queue, const li
      * quantized W is read as bytes, whatever its alignment) */
     const oclf_operand ops[] = {c->x, c->w};
     int aligned =
-        cfg->stage == 2 || cfg->stage == 4 ? oclf_rows_aligned(8, ops, OCLF_NARGS(ops))
+        cfg->stage == 2 || cfg->stage == 4
+            ? oclf_rows_aligned(8, ops, c->q.fmt ? 1 : OCLF_NARGS(ops))
         : cfg->stage == 3 ? oclf_rows_aligned(cfg->vec, ops, c->q.fmt ? 1 : OCLF_NARGS(ops))
                           : 0;
     /* The matrix-vector shape's: x's pieces (VEC elements) and W's units
