@@ -131,15 +131,11 @@ typedef float8 hfloatv;
 #endif
 
 /* Elements [0, gptj_vend(rot)) go by whole vectors (even starts, so whole
- * pairs); pairs from gptj_vend(rot) / 2 on go one at a time. The aligned
- * build has none: the host takes it only where the rotary half is a
- * multiple of OCLF_VEC, and so the pairwise loop leaves the kernel. */
+ * pairs); pairs from gptj_vend(rot) / 2 on go one at a time. */
 static inline uint gptj_vend(uint rot)
 {
 #if OCLF_VEC == 1
     return 0u;
-#elif OCLF_ALIGNED
-    return rot;
 #else
     return rot / OCLF_VEC * OCLF_VEC;
 #endif
