@@ -964,7 +964,7 @@ kernel void linear_fused(LIN_ARGS)
  * as a 16-bit W's run; edges convert weight by weight. Beside the tile,
  * one f32 scale per W row and run (mm_qscales). A fragment's two k16
  * products of a run are summed from zero and scaled once into the f32
- * accumulator (mm_qchunk): s (sum x (q - z)), as the unstaged kernel's
+ * accumulator (mm_chunk): s (sum x (q - z)), as the unstaged kernel's
  * QSCALE 1, so no weight is rounded to the dtype and a dequantized weight
  * past f16's range (or below its normals) reaches the product as it is. */
 #include "mma.h"
@@ -1313,50 +1313,29 @@ static inline void mm_wstep(float d[4], const uint a[2], const uint b[2], uint l
 /* The wavefront's MB x NB fragments (16 x 16) over one chunk: xw and ww
  * are its first tile rows (of x and of W's columns). Lane i = lane % 16,
  * q = lane / 16 reads group q of row i of each fragment: its A (B) words
- * of the run's two k16 steps, one 16-byte load a fragment. */
+ * of the run's two k16 steps, one 16-byte load a fragment. Over a
+ * quantized W's integer tile (OCLF_QW) each fragment's two k16 products of
+ * a run are summed from zero, then scaled by the run's scale of the lane's
+ * column (i16 of the fragment; sw: the wavefront's first tile row's
+ * scales) into the accumulator; sw is unused otherwise. */
 static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
-                            const local uint *ww, uint lane, local uint *scratch)
+                            const local uint *ww, const local float *sw, uint lane,
+                            local uint *scratch)
 {
     const uint i16 = lane & 15u, q = lane >> 4;
     for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
         /* rows i16 + 16 f share row i16's swizzle */
         const uint off = mm_group(i16, c32 * 16u, q);
         uint4 bw[OCLF_NB];
-#pragma unroll
-        for (uint j = 0; j < OCLF_NB; j++)
-            bw[j] = *(const local uint4 *)(ww + (j * 16 + i16) * MM_LROW + off);
-#pragma unroll
-        for (uint i = 0; i < OCLF_MB; i++) {
-            const uint4 av = *(const local uint4 *)(xw + (i * 16 + i16) * MM_LROW + off);
-            const uint a0[2] = {av.s0, av.s1}, a1[2] = {av.s2, av.s3};
-#pragma unroll
-            for (uint j = 0; j < OCLF_NB; j++) {
-                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
-                mm_wstep(acc[i][j], a0, b0, lane, scratch);
-                mm_wstep(acc[i][j], a1, b1, lane, scratch);
-            }
-        }
-    }
-}
-
 #if OCLF_QW
-/* The same over a quantized W's integer tile: each fragment's two k16
- * products of a run summed from zero, then scaled by the run's scale of
- * the lane's column (i16 of the fragment; sw: the warp's first tile row's
- * scales) into the accumulator. */
-static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
-                             const local uint *ww, const local float *sw, uint lane,
-                             local uint *scratch)
-{
-    const uint i16 = lane & 15u, q = lane >> 4;
-    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
-        const uint off = mm_group(i16, c32 * 16u, q);
-        uint4 bw[OCLF_NB];
         float sc[OCLF_NB];
+#endif
 #pragma unroll
         for (uint j = 0; j < OCLF_NB; j++) {
             bw[j] = *(const local uint4 *)(ww + (j * 16 + i16) * MM_LROW + off);
+#if OCLF_QW
             sc[j] = sw[(j * 16 + i16) * (OCLF_KC / 32) + c32];
+#endif
         }
 #pragma unroll
         for (uint i = 0; i < OCLF_MB; i++) {
@@ -1365,17 +1344,21 @@ static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *x
 #pragma unroll
             for (uint j = 0; j < OCLF_NB; j++) {
                 const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
+#if OCLF_QW
                 float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mm_wstep(p, a0, b0, lane, scratch);
                 mm_wstep(p, a1, b1, lane, scratch);
 #pragma unroll
                 for (uint e = 0; e < 4; e++)
                     acc[i][j][e] = fma(sc[j], p[e], acc[i][j][e]);
+#else
+                mm_wstep(acc[i][j], a0, b0, lane, scratch);
+                mm_wstep(acc[i][j], a1, b1, lane, scratch);
+#endif
             }
         }
     }
 }
-#endif
 
 /* The epilogue on one 16 x 16 accumulator fragment d whose tile starts at
  * row r0, column c0: element e is at row r0 + 4 q + e, column c0 + i. */
@@ -1406,9 +1389,15 @@ static inline void mm_step(float d[4], const uint a[4], const uint b[2], uint la
 }
 
 /* The warp's MB x NB fragments over one chunk of the local tiles: xw and
- * ww are the warp's first tile rows (of x and of W's columns). */
+ * ww are the warp's first tile rows (of x and of W's columns). Over a
+ * quantized W's integer tile (OCLF_QW) each fragment's two k16 products of
+ * a run are summed from zero, then scaled by the run's scales of the
+ * lane's two columns (2 t and 2 t + 1 of the fragment: elements 0, 2 and
+ * 1, 3; sw: the warp's first tile row's scales) into the accumulator; sw
+ * is unused otherwise. */
 static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
-                            const local uint *ww, uint lane, local uint *scratch)
+                            const local uint *ww, const local float *sw, uint lane,
+                            local uint *scratch)
 {
     const uint g = lane >> 2, t = lane & 3u;
     for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
@@ -1418,44 +1407,16 @@ static inline void mm_chunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw
         /* the NB B fragments held, the A fragments one row of fragments at
          * a time: fewer live registers than holding all of A */
         uint4 bw[OCLF_NB];
-#pragma unroll
-        for (uint j = 0; j < OCLF_NB; j++)
-            bw[j] = *(const local uint4 *)(ww + (j * 8 + g) * MM_LROW + off);
-#pragma unroll
-        for (uint i = 0; i < OCLF_MB; i++) {
-            const uint4 alo = *(const local uint4 *)(xw + (i * 16 + g) * MM_LROW + off);
-            const uint4 ahi = *(const local uint4 *)(xw + (i * 16 + g + 8) * MM_LROW + off);
-            const uint a0[4] = {alo.s0, ahi.s0, alo.s1, ahi.s1};
-            const uint a1[4] = {alo.s2, ahi.s2, alo.s3, ahi.s3};
-#pragma unroll
-            for (uint j = 0; j < OCLF_NB; j++) {
-                const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
-                mm_step(acc[i][j], a0, b0, lane, scratch);
-                mm_step(acc[i][j], a1, b1, lane, scratch);
-            }
-        }
-    }
-}
-
 #if OCLF_QW
-/* The same over a quantized W's integer tile: each fragment's two k16
- * products of a run summed from zero, then scaled by the run's scales of
- * the lane's two columns (2 t and 2 t + 1 of the fragment: elements 0, 2
- * and 1, 3; sw: the warp's first tile row's scales) into the accumulator. */
-static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *xw,
-                             const local uint *ww, const local float *sw, uint lane,
-                             local uint *scratch)
-{
-    const uint g = lane >> 2, t = lane & 3u;
-    for (uint c32 = 0; c32 < OCLF_KC / 32; c32++) {
-        const uint off = mm_group(g, c32 * 16u, t);
-        uint4 bw[OCLF_NB];
         float2 sc[OCLF_NB];
+#endif
 #pragma unroll
         for (uint j = 0; j < OCLF_NB; j++) {
             bw[j] = *(const local uint4 *)(ww + (j * 8 + g) * MM_LROW + off);
+#if OCLF_QW
             sc[j] = (float2)(sw[(j * 8 + 2 * t) * (OCLF_KC / 32) + c32],
                              sw[(j * 8 + 2 * t + 1) * (OCLF_KC / 32) + c32]);
+#endif
         }
 #pragma unroll
         for (uint i = 0; i < OCLF_MB; i++) {
@@ -1466,6 +1427,7 @@ static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *x
 #pragma unroll
             for (uint j = 0; j < OCLF_NB; j++) {
                 const uint b0[2] = {bw[j].s0, bw[j].s1}, b1[2] = {bw[j].s2, bw[j].s3};
+#if OCLF_QW
                 float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 mm_step(p, a0, b0, lane, scratch);
                 mm_step(p, a1, b1, lane, scratch);
@@ -1473,11 +1435,14 @@ static inline void mm_qchunk(float acc[OCLF_MB][OCLF_NB][4], const local uint *x
                 acc[i][j][1] = fma(sc[j].s1, p[1], acc[i][j][1]);
                 acc[i][j][2] = fma(sc[j].s0, p[2], acc[i][j][2]);
                 acc[i][j][3] = fma(sc[j].s1, p[3], acc[i][j][3]);
+#else
+                mm_step(acc[i][j], a0, b0, lane, scratch);
+                mm_step(acc[i][j], a1, b1, lane, scratch);
+#endif
             }
         }
     }
 }
-#endif
 
 /* The epilogue on one accumulator fragment d whose tile starts at row r0,
  * column c0: element e is at row r0 + g + 8 (e / 2), column c0 + 2 t +
@@ -1550,14 +1515,14 @@ kernel __attribute__((reqd_work_group_size(MM_WGS, 1, 1))) void linear_fused(LIN
          * finishes early loads while the others multiply, and the staged
          * pieces are not live across the products (152 registers at sm_90
          * with them, 128 without: two groups an SM rather than one) */
-#if OCLF_QW
-        mm_qchunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
-                  wl[cur] + wn * (OCLF_NB * MM_FN) * MM_LROW,
-                  sl[cur] + wn * (OCLF_NB * MM_FN) * (OCLF_KC / 32), lane, scratch);
-#else
         mm_chunk(acc, xl[cur] + wm * (OCLF_MB * 16) * MM_LROW,
-                 wl[cur] + wn * (OCLF_NB * MM_FN) * MM_LROW, lane, scratch);
+                 wl[cur] + wn * (OCLF_NB * MM_FN) * MM_LROW,
+#if OCLF_QW
+                 sl[cur] + wn * (OCLF_NB * MM_FN) * (OCLF_KC / 32),
+#else
+                 (const local float *)0,
 #endif
+                 lane, scratch);
         const uint c1 = (ch + 1) * OCLF_KC;
         if (more && inner && c1 + OCLF_KC <= k) {
             mm_fetch(sr, xb, xo, xs, MM_WPASS(wb), tm0, tn0, c1, lid);
